@@ -1,0 +1,76 @@
+"""``serving-bench`` entry point: one subcommand per stage of the data flow.
+
+Each subcommand lives in the package that does the work, as a module with ``configure(parser)`` and
+``main(args) -> int``; modules keep heavy imports (torch, tvm, tritonclient) inside functions so ``--help`` is fast.
+Bad input (:class:`InputError`) prints one line and exits 2; a server failure exits 3; Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from serving_bench.errors import InputError, ServerError
+
+# subcommand -> (module, one-line help). Order is the data flow.
+COMMANDS = {
+    "export": ("serving_bench.export.cli", "export zoo models to a Triton model repository"),
+    "check-repo": ("serving_bench.export.check", "check every entry of a model repository"),
+    "serve": ("serving_bench.serve.cli", "serve a repository on real tritonserver (127.0.0.1)"),
+    "replay": ("serving_bench.load.cli", "replay a load profile or trace against Triton"),
+    "profile": ("serving_bench.profiles.cli", "measure a simulator profile on real Triton"),
+    "simulate": ("serving_bench.sim.cli", "run a load profile through the calibrated simulator"),
+    "validate": ("serving_bench.sim.validate", "same schedule on Triton and in the simulator; error table"),
+    "tune": ("serving_bench.tune.cli", "search instance counts and batching on the simulator; verify on Triton"),
+    "plan": ("serving_bench.tune.plan", "fewest GPUs meeting the SLOs for forecast growth"),
+    "report": ("serving_bench.report.cli", "write the HTML report for results folders"),
+    "demo": ("serving_bench.demo", "the main job end to end on the embedded default"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; with ``only`` just that subcommand's module is imported."""
+    parser = argparse.ArgumentParser(prog="serving-bench", description="Export, serve, replay, measure and simulate DNN inference on real Triton.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        if only in (None, name):
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as err:
+                if err.name != module_name:
+                    raise
+                cmd.set_defaults(_missing=module_name)
+                continue
+            module.configure(cmd)
+            cmd.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    only = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if getattr(args, "_missing", None):
+        print(f"serving-bench {args.command}: not available in this version ({args._missing} missing)", file=sys.stderr)
+        return 2
+    try:
+        return int(args._main(args) or 0)
+    except InputError as err:
+        print(f"error: {err.line()}", file=sys.stderr)
+        return 2
+    except ServerError as err:
+        print(f"server error: {err}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

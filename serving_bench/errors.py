@@ -1,0 +1,32 @@
+"""One error type for bad user input, so every command reports it the same way.
+
+The contract (README, "Bad input"): one line naming the file, the field and what was expected; the CLI prints it and
+exits with status 2, having written nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad user input: ``<file>: <field>: <problem>`` on one line.
+
+    ``source`` is the file (or command-line option) the value came from, ``field`` the dotted field path inside it
+    (with ``line N`` where known), ``expected`` what a valid value looks like.
+    """
+
+    def __init__(self, source: str | Path | None, field: str | None, expected: str):
+        self.source = str(source) if source is not None else None
+        self.field = field
+        self.expected = expected
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        parts = [p for p in (self.source, self.field) if p]
+        text = " ".join(str(self.expected).split())  # always one line
+        return ": ".join(parts + [text])
+
+
+class ServerError(RuntimeError):
+    """The Triton server failed to start, died, or refused a model; the message names its log file."""

@@ -1,0 +1,1 @@
+"""Exporters (one module per framework) and the Triton model-repository writer."""

@@ -1,0 +1,131 @@
+"""Records -> Summary: one function for both targets, so ``validate`` is a diff of two summaries.
+
+Latency is measured from the *intended* time (``done_s - intended_s``): a late client or a stalled server shows up as
+latency, not as missing load (coordinated omission). ``service_s = done_s - sent_s`` is what perf_analyzer reports.
+Latency statistics use the requests whose intended time falls in the measurement window
+``[warmup_s, duration_s - cooldown_s)``; throughput counts completions inside that window. Accounting (counts by status)
+covers every scheduled request. All times in seconds; rates per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from serving_bench.records import counts
+
+PERCENTILES = (50, 90, 95, 99, 99.9)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How to read one summary figure: unit and which direction is better."""
+
+    name: str
+    unit: str
+    better: str  # "lower" | "higher"
+    description: str
+
+
+METRICS = {spec.name: spec for spec in [
+    *(MetricSpec(f"p{p:g}_s", "s", "lower", f"{p:g}th percentile latency from intended time") for p in PERCENTILES),
+    MetricSpec("mean_s", "s", "lower", "mean latency from intended time"),
+    MetricSpec("service_p50_s", "s", "lower", "median send-to-done latency (what perf_analyzer reports)"),
+    MetricSpec("service_p99_s", "s", "lower", "99th percentile send-to-done latency"),
+    MetricSpec("throughput_rps", "req/s", "higher", "ok responses per second in the window"),
+    MetricSpec("throughput_ips", "infer/s", "higher", "ok items (request batch rows) per second in the window"),
+    MetricSpec("goodput_rps", "req/s", "higher", "ok responses within the SLO latency per second"),
+    MetricSpec("lateness_p50_s", "s", "lower", "median send lateness (sent - intended)"),
+    MetricSpec("lateness_p99_s", "s", "lower", "99th percentile send lateness"),
+    MetricSpec("lateness_max_s", "s", "lower", "largest send lateness"),
+    MetricSpec("mean_exec_batch", "items", "higher", "mean size of the executed batches requests rode in"),
+]}
+
+# Per-model SLO: percentile name ("p99", "p50", "mean") -> bound in seconds.
+Slo = Mapping[str, float]
+
+
+def _percentiles(values: np.ndarray, prefix: str = "") -> dict[str, float | None]:
+    if len(values) == 0:
+        return {f"{prefix}p{p:g}_s": None for p in PERCENTILES}
+    q = np.percentile(values, PERCENTILES)
+    return {f"{prefix}p{p:g}_s": float(v) for p, v in zip(PERCENTILES, q)}
+
+
+def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
+    """Summary of one group of requests (a model, or all); ``window`` = (start_s, end_s) of the measurement."""
+    start, end = window
+    length = max(end - start, 1e-12)
+    status = records["status"].astype(str).to_numpy()
+    intended = records["intended_s"].to_numpy()
+    sent = records["sent_s"].to_numpy()
+    done = records["done_s"].to_numpy()
+    batch = records["batch"].to_numpy()
+    ok = status == "ok"
+    in_window = (intended >= start) & (intended < end)
+    measured = ok & in_window
+    latency = done[measured] - intended[measured]
+    service = done[measured] - sent[measured]
+    was_sent = ~np.isnan(sent) & in_window
+    lateness = sent[was_sent] - intended[was_sent]
+    completed = ok & (done >= start) & (done < end)
+
+    out: dict = {"counts": counts(records), "window_s": [start, end]}
+    out.update(_percentiles(latency))
+    out["mean_s"] = float(latency.mean()) if len(latency) else None
+    service_q = _percentiles(service, "service_")
+    out["service_p50_s"], out["service_p99_s"] = service_q["service_p50_s"], service_q["service_p99_s"]
+    out["service_mean_s"] = float(service.mean()) if len(service) else None
+    out["throughput_rps"] = float(completed.sum() / length)
+    out["throughput_ips"] = float(batch[completed].sum() / length)
+    if len(lateness):
+        out["lateness_p50_s"], out["lateness_p99_s"] = (float(v) for v in np.percentile(lateness, [50, 99]))
+        out["lateness_max_s"] = float(lateness.max())
+    else:
+        out["lateness_p50_s"] = out["lateness_p99_s"] = out["lateness_max_s"] = None
+    exec_batch = records["exec_batch"].to_numpy()[measured]
+    known = exec_batch[exec_batch > 0]
+    out["mean_exec_batch"] = float(known.mean()) if len(known) else None
+
+    if slo:
+        deadline = max(slo.values())
+        good = completed & (done - intended <= deadline)
+        out["goodput_rps"] = float(good.sum() / length)
+        checks = {}
+        for stat, bound in slo.items():
+            value = out.get(f"{stat}_s")
+            checks[stat] = {"bound_s": bound, "value_s": value, "met": value is not None and value <= bound}
+        out["slo"] = checks
+        out["slo_met"] = all(c["met"] for c in checks.values())
+    else:
+        out["goodput_rps"] = out["throughput_rps"]
+    return out
+
+
+def summarize(records: pd.DataFrame, *, slos: Mapping[str, Slo] | None = None, warmup_s: float | None = None,
+              cooldown_s: float | None = None, duration_s: float | None = None,
+              telemetry: Mapping | None = None) -> dict:
+    """Summary per model and overall. Window bounds default to the schedule meta carried in ``records.attrs``."""
+    meta = records.attrs.get("meta", {})
+    slos = dict(slos if slos is not None else meta.get("slos", {}))
+    warmup_s = float(meta.get("warmup_s", 0.0) if warmup_s is None else warmup_s)
+    cooldown_s = float(meta.get("cooldown_s", 0.0) if cooldown_s is None else cooldown_s)
+    if duration_s is None:
+        duration_s = float(meta.get("duration_s", records["intended_s"].max() if len(records) else 0.0))
+    window = (warmup_s, max(duration_s - cooldown_s, warmup_s))
+    models = [str(m) for m in records["model"].cat.categories] if hasattr(records["model"], "cat") \
+        else sorted(records["model"].unique())
+    summary = {
+        "target": records.attrs.get("target"),
+        "partial": bool(records.attrs.get("partial", False)),
+        "overall": summarize_group(records, window=window),
+        "models": {m: summarize_group(records[records["model"] == m], window=window, slo=slos.get(m))
+                   for m in models},
+    }
+    summary["valid"] = all(s.get("slo_met", True) for s in summary["models"].values()) and not summary["partial"]
+    if telemetry is not None:
+        summary["telemetry"] = dict(telemetry)
+    return summary

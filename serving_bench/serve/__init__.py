@@ -1,0 +1,1 @@
+"""Start and stop the real tritonserver, the python-backend runners, and the runtime view of a repository."""

@@ -1,0 +1,279 @@
+"""The real ``tritonserver`` (bundled by ``nvidia-pytriton``), started on loopback and stopped with nothing left behind.
+
+    with TritonServer("model_repo/") as server:
+        client = tritonclient.grpc.InferenceServerClient(server.endpoints.grpc_url)
+
+What the bundled server needs (DESIGN.md): a backend directory whose ``python`` folder holds the python backend *and*
+the ``triton_python_backend_stub`` built for the running Python (we assemble one in the cache folder), the pytriton
+libraries and the running interpreter's ``libpython`` on ``LD_LIBRARY_PATH`` (else the stub loads Debian's libpython and
+fails with ``'_thread.RLock' object has no attribute '_recursion_count'``), and this environment's ``bin`` first on
+``PATH`` so runners import the same torch / onnxruntime / tvm.
+
+The server runs in its own process group; stopping sends SIGTERM, waits, then kills the whole group (stubs included).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from serving_bench.errors import InputError, ServerError
+from serving_bench.serve.ports import free_port, port_is_free
+
+LOOPBACK = "127.0.0.1"
+
+
+def cache_dir() -> Path:
+    """Where serving-bench keeps derived files (backend folder, tuning records): ``$SERVING_BENCH_CACHE`` or
+    ``~/.cache/serving-bench``."""
+    return Path(os.environ.get("SERVING_BENCH_CACHE", Path.home() / ".cache" / "serving-bench"))
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Addresses of one Triton server, each ``host:port``."""
+
+    grpc_url: str
+    http_url: str
+    metrics_url: str
+
+    @classmethod
+    def from_url(cls, url: str, http_url: str | None = None, metrics_url: str | None = None) -> "Endpoints":
+        """Endpoints of an external server from its gRPC ``host:port``.
+
+        Unless given, HTTP and metrics are assumed at Triton's default layout: gRPC port - 1 and gRPC port + 1
+        (8000 / 8001 / 8002).
+        """
+        match = re.fullmatch(r"(?:grpc://)?([^:/\s]+):(\d{1,5})", url.strip())
+        if not match:
+            raise InputError("--url", None, f"{url!r}: expected the server's gRPC address as host:port")
+        host, port = match.group(1), int(match.group(2))
+        return cls(f"{host}:{port}", http_url or f"{host}:{port - 1}", metrics_url or f"{host}:{port + 1}")
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Paths and environment to run the bundled tritonserver with this Python."""
+
+    server_bin: Path
+    backend_dir: Path
+    env: Mapping[str, str]
+
+
+def find_tritonserver() -> TritonInstall:
+    """Locate pytriton's tritonserver and assemble a backend folder with the stub for the running Python."""
+    try:
+        import pytriton  # noqa: F401  (only to find its folder)
+    except ImportError as err:  # pragma: no cover - install problem
+        raise ServerError("nvidia-pytriton is not installed: run `make test` or `pip install nvidia-pytriton==0.7.0`") from err
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    server_bin = root / "bin" / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not server_bin.is_file() or not stub.is_file():
+        raise ServerError(f"tritonserver or its python {version} stub is missing under {root}")
+
+    backend_dir = cache_dir() / "backends" / f"py{version}-{abs(hash(str(root))) % 10**8}"
+    python_dir = backend_dir / "python"
+    if not (python_dir / "triton_python_backend_stub").is_file():
+        tmp = Path(tempfile.mkdtemp(dir=_mkdir(backend_dir.parent), prefix=".backend-"))
+        (tmp / "python").mkdir()
+        for item in (root / "backends" / "python").iterdir():
+            if item.is_file():
+                shutil.copy2(item, tmp / "python" / item.name)
+        shutil.copy2(stub, tmp / "python" / "triton_python_backend_stub")
+        try:
+            os.replace(tmp, backend_dir)
+        except OSError:  # another process assembled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    site = root.parent.parent
+    lib_dirs = [str(site / "nvidia_pytriton.libs"), sysconfig.get_config_var("LIBDIR") or ""]
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([d for d in lib_dirs if d] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([package_parent, env.get("PYTHONPATH", "")]).rstrip(":")
+    return TritonInstall(server_bin, backend_dir, env)
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+_LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
+
+
+class TritonServer:
+    """A real tritonserver on ``host`` (127.0.0.1 unless told otherwise) serving a runtime view of ``repo``.
+
+    ``models`` limits what is loaded (ensemble members are added automatically); ``instances`` overrides instance
+    counts per entry; ports are chosen free unless given (a given port that is taken is an error). ``log_path`` keeps
+    the server log; by default it goes to a temporary folder that is removed after a clean stop and kept after a
+    failure (the error names it).
+    """
+
+    def __init__(self, repo: str | Path, *, models: Sequence[str] | None = None,
+                 instances: Mapping[str, int] | None = None, threads_per_instance: int | None = None,
+                 http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
+                 host: str = LOOPBACK, log_path: str | Path | None = None, startup_timeout_s: float = 300.0,
+                 metrics_interval_ms: int = 500, extra_args: Sequence[str] = ()):
+        self.repo = Path(repo)
+        self.models = list(models) if models else None
+        self.instances = dict(instances or {})
+        self.threads_per_instance = threads_per_instance
+        self.requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+        self.host = host
+        self.user_log = Path(log_path) if log_path else None
+        self.startup_timeout_s = startup_timeout_s
+        self.metrics_interval_ms = metrics_interval_ms
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen | None = None
+        self.endpoints: Endpoints | None = None
+        self.served_models: list[str] = []
+        self.workdir: Path | None = None
+        self.log_path: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def __enter__(self) -> "TritonServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "TritonServer":
+        """Build the runtime view, launch the server, wait until it is ready; raise :class:`ServerError` if not."""
+        from serving_bench.serve.runtime_view import build_runtime_repo
+
+        install = find_tritonserver()
+        for name, port in self.requested_ports.items():
+            if port is not None and not port_is_free(port, self.host):
+                raise ServerError(f"--{name}-port {port} is already in use on {self.host}; choose another or omit it")
+        self.workdir = Path(tempfile.mkdtemp(prefix="serving-bench-server-"))
+        self.log_path = self.user_log or self.workdir / "tritonserver.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        view = self.workdir / "repo"
+        self.served_models = build_runtime_repo(self.repo, view, models=self.models, instances=self.instances,
+                                                threads_per_instance=self.threads_per_instance)
+        for attempt in range(3):
+            ports = {k: v if v is not None else free_port(self.host) for k, v in self.requested_ports.items()}
+            self._launch(install, view, ports)
+            try:
+                self._wait_ready()
+                break
+            except ServerError:
+                if attempt < 2 and self._log_mentions("address already in use") and \
+                        not any(self.requested_ports.values()):
+                    self._kill()
+                    continue
+                self._kill()
+                raise
+        atexit.register(self._kill)
+        return self
+
+    def _launch(self, install: TritonInstall, view: Path, ports: dict[str, int]) -> None:
+        args = [str(install.server_bin), f"--model-repository={view}", f"--backend-directory={install.backend_dir}",
+                f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}",
+                f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}",
+                f"--metrics-interval-ms={self.metrics_interval_ms}", "--exit-timeout-secs=5", "--log-verbose=0"]
+        if self.models:
+            args.append("--model-control-mode=explicit")
+            args += [f"--load-model={name}" for name in self.served_models]
+        args += self.extra_args
+        log = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=dict(install.env), cwd=self.workdir, start_new_session=True)
+        finally:
+            log.close()
+        self.endpoints = Endpoints(f"{self.host}:{ports['grpc']}", f"{self.host}:{ports['http']}",
+                                   f"{self.host}:{ports['metrics']}")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://{self.endpoints.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerError(self._failure_message(f"tritonserver exited with code {self.process.returncode}"))
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.1)
+        raise ServerError(self._failure_message(f"tritonserver not ready after {self.startup_timeout_s:.0f} s"))
+
+    def check_alive(self) -> None:
+        """Raise :class:`ServerError` naming the log if the server process has died."""
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            raise ServerError(self._failure_message(f"tritonserver is not running (exit code {code})"))
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the server and every process it started; remove the temporary folder unless it holds a failure log."""
+        failed = self.process is not None and self.process.poll() not in (None, 0, -signal.SIGTERM)
+        self._kill(timeout_s)
+        if self.workdir is not None:
+            if failed and self.user_log is None:
+                shutil.rmtree(self.workdir / "repo", ignore_errors=True)
+            else:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def _kill(self, timeout_s: float = 20.0) -> None:
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the stubs and anything else in the server's process group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if proc.poll() is None:
+            proc.wait(timeout=5)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:  # SIGKILL is asynchronous: wait until the group is gone
+            try:
+                os.killpg(proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.02)
+
+    # -- diagnostics -----------------------------------------------------------------------------------------------
+    def _log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def _log_mentions(self, needle: str) -> bool:
+        return needle.lower() in self._log_text().lower()
+
+    def _failure_message(self, headline: str) -> str:
+        text = self._log_text()
+        failures = [f"model '{m.group(1)}' failed to load: {m.group(2).strip()}"
+                    for m in map(_LOAD_FAILURE.search, text.splitlines()) if m]
+        detail = "; ".join(failures) or " | ".join(
+            line.strip() for line in text.splitlines()[-5:] if line.strip())
+        return f"{headline}: {detail} (server log: {self.log_path})"

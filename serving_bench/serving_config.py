@@ -1,0 +1,147 @@
+"""ServingConfig: the knobs the tuner turns and the simulator models, read from and written back to a repository.
+
+Per served entry: ``max_batch_size``, dynamic-batching ``max_queue_delay_us`` and ``preferred_batch_sizes``, queue
+policy (``max_queue_size``, ``queue_timeout_us``; 0 = unlimited / none), and instance placement as
+``(device, count)`` pairs where ``device`` is ``"cpu"`` or ``"gpu0"``, ``"gpu1"``, ... Ensembles map to their member
+names. Frozen and hashable, so a search can use configs as keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serving_bench.errors import InputError
+from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, entry_dir, list_entries, read_config,
+                                             write_config)
+
+
+@dataclass(frozen=True)
+class ModelServing:
+    """How one entry is served. Times in microseconds, as in Triton's config."""
+
+    name: str
+    max_batch_size: int = 0
+    dynamic_batching: bool = False
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_size: int = 0
+    queue_timeout_us: int = 0
+    instances: tuple[tuple[str, int], ...] = (("cpu", 1),)
+
+    @property
+    def instance_count(self) -> int:
+        return sum(count for _, count in self.instances)
+
+    def replace(self, **changes) -> "ModelServing":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """All served entries; ``ensembles`` maps an ensemble name to its member entry names (in step order)."""
+
+    models: tuple[ModelServing, ...]
+    ensembles: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+
+    def __getitem__(self, name: str) -> ModelServing:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.models)
+
+    @property
+    def ensemble_map(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.ensembles)
+
+    def with_model(self, model: ModelServing) -> "ServingConfig":
+        """A copy with ``model`` replacing the entry of the same name."""
+        return dataclasses.replace(self, models=tuple(model if m.name == model.name else m for m in self.models))
+
+    # -- repository I/O -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_repo(cls, repo: str | Path, models: list[str] | None = None) -> "ServingConfig":
+        """Read every (or the named) entry's ``config.pbtxt``; ensembles pull in their members."""
+        from serving_bench.serve.runtime_view import ensemble_members, resolve_models
+
+        repo = Path(repo)
+        served, ensembles = [], []
+        for name in resolve_models(repo, models or list_entries(repo)):
+            config = read_config(entry_dir(repo, name) / CONFIG_NAME)
+            if config.platform == "ensemble":
+                ensembles.append((name, tuple(ensemble_members(config))))
+            else:
+                served.append(model_serving_from_config(config, name))
+        return cls(tuple(served), tuple(ensembles))
+
+    def apply_to_repo(self, repo: str | Path) -> None:
+        """Patch each entry's ``config.pbtxt`` in ``repo`` with these settings (other fields are kept)."""
+        for model in self.models:
+            path = entry_dir(repo, model.name) / CONFIG_NAME
+            write_config(apply_model_serving(read_config(path), model), path)
+
+
+def model_serving_from_config(config: ModelConfig, name: str | None = None) -> ModelServing:
+    """The serving knobs of one Triton config."""
+    has_db = config.HasField("dynamic_batching")
+    db = config.dynamic_batching
+    instances = []
+    for group in config.instance_group or [mc.ModelInstanceGroup(count=1)]:
+        count = group.count or 1
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            for gpu in (group.gpus or [0]):
+                instances.append((f"gpu{gpu}", count))
+        else:
+            instances.append(("cpu", count))
+    policy = db.default_queue_policy
+    return ModelServing(name=name or config.name, max_batch_size=config.max_batch_size, dynamic_batching=has_db,
+                        max_queue_delay_us=int(db.max_queue_delay_microseconds),
+                        preferred_batch_sizes=tuple(int(b) for b in db.preferred_batch_size),
+                        max_queue_size=int(policy.max_queue_size),
+                        queue_timeout_us=int(policy.default_timeout_microseconds), instances=tuple(instances))
+
+
+def apply_model_serving(config: ModelConfig, model: ModelServing) -> ModelConfig:
+    """A copy of ``config`` with ``model``'s knobs written in (Triton field names)."""
+    out = ModelConfig()
+    out.CopyFrom(config)
+    out.max_batch_size = model.max_batch_size
+    if model.dynamic_batching and model.max_batch_size > 0:
+        db = out.dynamic_batching
+        db.max_queue_delay_microseconds = model.max_queue_delay_us
+        del db.preferred_batch_size[:]
+        db.preferred_batch_size.extend(model.preferred_batch_sizes)
+        if model.max_queue_size or model.queue_timeout_us:
+            db.default_queue_policy.max_queue_size = model.max_queue_size
+            db.default_queue_policy.default_timeout_microseconds = model.queue_timeout_us
+            db.default_queue_policy.timeout_action = mc.ModelQueuePolicy.REJECT
+    else:
+        out.ClearField("dynamic_batching")
+    del out.instance_group[:]
+    for device, count in model.instances:
+        if device == "cpu":
+            out.instance_group.add(count=count, kind=mc.ModelInstanceGroup.KIND_CPU)
+        elif device.startswith("gpu") and device[3:].isdigit():
+            out.instance_group.add(count=count, kind=mc.ModelInstanceGroup.KIND_GPU, gpus=[int(device[3:])])
+        else:
+            raise InputError(None, f"{model.name}.instances", f"device {device!r}: expected 'cpu' or 'gpuN'")
+    return out
+
+
+def parse_instances(text: str, source: str = "--instances") -> Mapping[str, int]:
+    """``"a=2,b=1"`` -> ``{"a": 2, "b": 1}`` (counts >= 1)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit() or int(count) < 1:
+            raise InputError(source, item, "expected MODEL=COUNT with COUNT >= 1, comma-separated")
+        out[name.strip()] = int(count)
+    return out
