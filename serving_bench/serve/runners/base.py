@@ -1,0 +1,61 @@
+"""The shared python-backend loop: one executed batch = all requests Triton's batcher handed to ``execute``.
+
+A runner file (copied into an entry's version folder as ``model.py``) subclasses :class:`BatchingRunner` as
+``TritonPythonModel`` and implements :meth:`load` and :meth:`run`. This class concatenates the requests' inputs along
+the batch axis, calls ``run`` once, splits the outputs back per request, and turns any exception into a Triton error
+response for every request of the batch (the server keeps running).
+
+Only importable inside the python backend (it needs ``triton_python_backend_utils``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class BatchingRunner:
+    """Base of every runner. Subclasses set up state in :meth:`load` and compute in :meth:`run`."""
+
+    def initialize(self, args: dict) -> None:
+        self.config = json.loads(args["model_config"])
+        self.params = {k: v.get("string_value", "") for k, v in self.config.get("parameters", {}).items()}
+        self.input_names = [i["name"] for i in self.config["input"]]
+        self.output_names = [o["name"] for o in self.config["output"]]
+        self.output_dtypes = {o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in self.config["output"]}
+        self.batched = int(self.config.get("max_batch_size", 0)) > 0
+        self.model_dir = Path(args["model_repository"]) / args["model_version"]
+        self.device = "cuda:%s" % args["model_instance_device_id"] if args.get("model_instance_kind") == "GPU" else "cpu"
+        self.threads = int(self.params.get("threads_per_instance") or os.environ.get("OMP_NUM_THREADS") or 1)
+        self.load()
+
+    def load(self) -> None:
+        """Load the artifact from ``self.model_dir`` onto ``self.device`` using ``self.threads`` threads."""
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Compute one batch: input name -> array (batch first) to output name -> array."""
+        raise NotImplementedError
+
+    def execute(self, requests):
+        try:
+            per_request = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.input_names}
+                           for r in requests]
+            if self.batched and len(per_request) > 1:
+                sizes = [len(x[self.input_names[0]]) for x in per_request]
+                merged = {n: np.concatenate([x[n] for x in per_request]) for n in self.input_names}
+                outputs = self.run(merged)
+                cuts = np.cumsum(sizes)[:-1]
+                split = {n: np.split(np.asarray(outputs[n]), cuts) for n in self.output_names}
+                results = [{n: split[n][i] for n in self.output_names} for i in range(len(requests))]
+            else:
+                results = [self.run(x) for x in per_request]
+            return [pb_utils.InferenceResponse([
+                pb_utils.Tensor(n, np.ascontiguousarray(out[n], dtype=self.output_dtypes[n])) for n in self.output_names])
+                for out in results]
+        except Exception as err:  # answer every request of the batch with the error; the server keeps running
+            message = f"{type(err).__name__}: {err}"
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
