@@ -1,0 +1,119 @@
+"""The profile's load at a scale: ``Load.at(2.0)`` is twice the traffic over the same time span.
+
+Growth keeps the shape of the load in time (bursts stay as long, a diurnal curve keeps its hours): scale ``s`` is the
+superposition of ``floor(s)`` independent realisations of the load plus one realisation thinned to the fraction
+``s - floor(s)`` (seeded). Realisation 0 is the base schedule itself; further ones are built from the load profile
+with seeds ``seed + k`` when the load came from a profile, and otherwise (a fixed schedule or trace) are the base
+shifted circularly in time by ``k`` times the golden ratio of its duration. Superposing Poisson loads gives Poisson
+load of the summed rate; thinning a Poisson load gives Poisson load of the thinned rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from serving_bench.load.schedule import Schedule
+
+GOLDEN = 0.6180339887498949
+
+
+@dataclass(eq=False)
+class Load:
+    """``base`` is the load at scale 1; ``build(seed)`` (optional, picklable) makes another realisation of it."""
+
+    base: Schedule
+    seed: int = 0
+    build: Callable[[int], Schedule] | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __getstate__(self):  # the cache is rebuilt where the object lands (a Ray worker)
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state
+
+    @property
+    def duration_s(self) -> float:
+        return self.base.duration_s
+
+    def realisation(self, k: int) -> Schedule:
+        """Realisation ``k`` of the load at scale 1 (0 is the base)."""
+        if k == 0:
+            return self.base
+        if k not in self._cache:
+            if self.build is not None:
+                sched = self.build(self.seed + k)
+            else:
+                sched = circular_shift(self.base, (k * GOLDEN) % 1.0 * self.base.duration_s)
+            self._cache[k] = sched
+        return self._cache[k]
+
+    def at(self, scale: float) -> Schedule:
+        """The load at ``scale`` (> 0), deterministic for a given seed."""
+        if scale <= 0:
+            raise ValueError("scale must be > 0")
+        key = ("at", round(float(scale), 9))
+        if key in self._cache:
+            return self._cache[key]
+        whole, frac = int(np.floor(scale + 1e-12)), float(scale - np.floor(scale + 1e-12))
+        parts = [self.realisation(k) for k in range(whole)]
+        if frac > 1e-9:
+            extra = self.realisation(whole)
+            rng = np.random.default_rng([self.seed, whole, 7919])
+            parts.append(extra.select(rng.random(len(extra)) < frac))
+        out = merge(parts, meta=dict(self.base.meta, scale=float(scale)))
+        if len(self._cache) > 64:
+            self._cache.clear()
+        self._cache[key] = out
+        return out
+
+
+def circular_shift(schedule: Schedule, shift_s: float) -> Schedule:
+    """The schedule with every arrival moved ``shift_s`` later, wrapping around its duration."""
+    duration = schedule.duration_s
+    if duration <= 0 or len(schedule) == 0:
+        return schedule
+    arrival = (schedule.arrival_s + shift_s) % duration
+    order = np.argsort(arrival, kind="stable")
+    return Schedule(arrival[order], schedule.model[order], schedule.models, schedule.sample[order],
+                    schedule.batch[order], dict(schedule.meta))
+
+
+def merge(parts: list[Schedule], meta: dict | None = None) -> Schedule:
+    """The union of schedules over the same model table, sorted by arrival (stable)."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    models = parts[0].models
+    index = {name: i for i, name in enumerate(models)}
+    arrays = {k: [] for k in ("arrival_s", "model", "sample", "batch")}
+    for part in parts:
+        remap = np.array([index.setdefault(name, len(index)) for name in part.models], dtype=np.int32)
+        arrays["arrival_s"].append(part.arrival_s)
+        arrays["model"].append(remap[part.model] if len(part) else part.model)
+        arrays["sample"].append(part.sample)
+        arrays["batch"].append(part.batch)
+    models = tuple(sorted(index, key=index.get))
+    cat = {k: np.concatenate(v) for k, v in arrays.items()}
+    order = np.argsort(cat["arrival_s"], kind="stable")
+    return Schedule(cat["arrival_s"][order], cat["model"][order], models, cat["sample"][order], cat["batch"][order],
+                    dict(parts[0].meta if meta is None else meta))
+
+
+def only_models(schedule: Schedule, names) -> Schedule:
+    """The requests for the entries in ``names`` (model table kept)."""
+    wanted = np.array([name in set(names) for name in schedule.models], dtype=bool)
+    return schedule.select(wanted[schedule.model])
+
+
+def load_from_file(path: str | Path, seed: int = 0, duration_s: float | None = None) -> Load:
+    """A :class:`Load` from a load profile (YAML) or a saved schedule (``.npz``)."""
+    from serving_bench.tune import adapters
+
+    path = Path(path)
+    if path.suffix == ".npz":
+        return Load(Schedule.load(path), seed=seed)
+    build = adapters.ScheduleBuilder(str(path), duration_s)
+    return Load(build(seed), seed=seed, build=build)

@@ -1,0 +1,126 @@
+"""The propose/observe loop: a generator proposes a batch, an executor evaluates it on the simulator, each result is
+observed and appended to the checkpoint as soon as it is known.
+
+Batches have a fixed size (not the number of workers), and results are observed in proposal order, so the local and
+the Ray executor reach the same observations. ``max_evals`` counts observations including resumed ones, so a resumed
+search stops where the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from serving_bench.tune.checkpoint import Checkpoint
+from serving_bench.tune.executors import Executor
+from serving_bench.tune.generators import GeneratorChoice, choose_generator, make_generator
+from serving_bench.tune.objective import EvalContext, evaluate, rank_key, value
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    generator: str = "auto"
+    seed: int = 0
+    batch_size: int = 4
+    max_evals: int | None = None
+    budget_s: float | None = None
+    grid_limit: int = 256
+
+
+@dataclass
+class SearchResult:
+    """Every observation (``{"key", "params", "result", "value"}``) in the order observed."""
+
+    observations: list[dict]
+    choice: GeneratorChoice
+    objective: str
+    max_gpus: int
+    resumed: int = 0
+    evaluated: int = 0
+    stopped: str = "exhausted"
+    wall_s: float = 0.0
+    ranked: list[dict] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.rank()
+
+    def rank(self) -> None:
+        self.ranked = sorted(self.observations, key=lambda o: rank_key(o["result"], o["key"], self.objective,
+                                                                      self.max_gpus))
+
+    @property
+    def best(self) -> dict | None:
+        return self.ranked[0] if self.ranked else None
+
+    @property
+    def satisfiable(self) -> bool:
+        return bool(self.ranked) and self.ranked[0]["result"]["feasible"]
+
+
+def schedule_fingerprint(ctx: EvalContext) -> str:
+    """sha256 of the base schedule's arrays and model table (a checkpoint is only reused for the same load)."""
+    s = ctx.load.base
+    digest = hashlib.sha256()
+    for arr in (s.arrival_s, s.model, s.sample, s.batch):
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    digest.update(repr(s.models).encode())
+    return digest.hexdigest()[:16]
+
+
+def search_header(ctx: EvalContext, choice: GeneratorChoice, settings: SearchSettings, profile_id: str) -> dict:
+    """What must match for a checkpoint to be resumed."""
+    obj = ctx.objective
+    return {"space": ctx.space.describe(), "base": repr(ctx.space.base), "slos": {m: dict(s) for m, s in ctx.slos.items()},
+            "objective": {"name": obj.name, "max_scale": obj.max_scale, "steps": obj.steps_per_doubling,
+                          "max_failed_fraction": obj.max_failed_fraction, "sim_seed": obj.sim_seed},
+            "load": schedule_fingerprint(ctx), "load_seed": ctx.load.seed, "profile": profile_id,
+            "generator": choice.name, "seed": settings.seed, "batch_size": settings.batch_size}
+
+
+def run_search(ctx: EvalContext, executor: Executor, settings: SearchSettings = SearchSettings(), *,
+               checkpoint: Checkpoint | None = None, restart: bool = False, choice: GeneratorChoice | None = None,
+               on_observation: Callable[[dict, int], None] | None = None) -> SearchResult:
+    """Search ``ctx.space``; ``on_observation(obs, total)`` is called after each observation is checkpointed."""
+    t0 = time.perf_counter()
+    choice = choice or choose_generator(settings.generator, ctx.space, settings.grid_limit)
+    objective, max_gpus = ctx.objective.name, ctx.space.gpus
+    generator = make_generator(choice.name, ctx.space, settings.seed)
+    observations: list[dict] = []
+    if checkpoint is not None:
+        old = [] if restart else checkpoint.load()
+        for row in old:
+            v = value(row["result"], objective, max_gpus)
+            generator.replay(row["params"], v)
+            observations.append({"key": row["key"], "params": row["params"], "result": row["result"], "value": v})
+        checkpoint.start(fresh=restart)
+    resumed = len(observations)
+    stopped = "exhausted"
+    while True:
+        if settings.max_evals is not None and len(observations) >= settings.max_evals:
+            stopped = "max_evals"
+            break
+        if settings.budget_s is not None and time.perf_counter() - t0 >= settings.budget_s:
+            stopped = "budget"
+            break
+        n = settings.batch_size
+        if settings.max_evals is not None:
+            n = min(n, settings.max_evals - len(observations))
+        batch = generator.propose(n)
+        if not batch:
+            break
+        for params, result in zip(batch, executor.imap(evaluate, ctx, batch)):
+            key = ctx.space.key(params)
+            v = value(result, objective, max_gpus)
+            generator.observe(params, v)
+            if checkpoint is not None:
+                checkpoint.append(key, params, result)
+            obs = {"key": key, "params": params, "result": result, "value": v}
+            observations.append(obs)
+            if on_observation is not None:
+                on_observation(obs, len(observations))
+    return SearchResult(observations, choice, objective, max_gpus, resumed=resumed,
+                        evaluated=len(observations) - resumed, stopped=stopped, wall_s=time.perf_counter() - t0)
