@@ -1,0 +1,45 @@
+"""``serving-bench export``: zoo models -> a Triton model repository (see ``docs/export.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from serving_bench.export.frameworks import FRAMEWORKS
+    from serving_bench.models import MODELS
+
+    parser.add_argument("--models", required=True,
+                        help=f"comma-separated zoo models: {', '.join(MODELS)}")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                        help=f"comma-separated frameworks (default: all): {', '.join(FRAMEWORKS)}")
+    parser.add_argument("--repo", default="model_repo", help="model repository folder (default: model_repo)")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="largest batch; the batch axis is dynamic "
+                                                                        "over 1..max (default 32)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="float precision (fp32)")
+    parser.add_argument("--instances", type=int, default=1, help="instance count in instance_group (default 1)")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing entries")
+    parser.add_argument("--ensemble", action="append", default=[], metavar="NAME=ENTRY,ENTRY",
+                        help="an ensemble averaging the named entries' outputs (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and parity inputs (default 0)")
+    parser.add_argument("--seq-len", type=int, default=None, help="bert_base sequence length (default 128)")
+    parser.add_argument("--tvm-tune-trials", type=int, default=0,
+                        help="MetaSchedule trials for TVM (0 = untuned, the default; records are cached)")
+    parser.add_argument("--sleep-base-ms", type=float, default=5.0, help="sleep model: time per batch (ms)")
+    parser.add_argument("--sleep-per-item-ms", type=float, default=1.0, help="sleep model: time per item (ms)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from serving_bench.export.api import export_models
+
+    start = time.perf_counter()
+    records = export_models(args.models, args.frameworks, args.repo, max_batch_size=args.max_batch_size,
+                            precision=args.precision, instances=args.instances, overwrite=args.overwrite,
+                            ensembles=args.ensemble, seed=args.seed, tvm_tune_trials=args.tvm_tune_trials,
+                            seq_len=args.seq_len, sleep_base_ms=args.sleep_base_ms,
+                            sleep_per_item_ms=args.sleep_per_item_ms, log=lambda line: print(line, flush=True))
+    counts = {s: sum(r["status"] == s for r in records) for s in ("exported", "skipped", "failed")}
+    print(f"{args.repo}: {counts['exported']} exported, {counts['skipped']} skipped, {counts['failed']} failed "
+          f"in {time.perf_counter() - start:.1f} s")
+    return 1 if counts["failed"] else 0

@@ -1,0 +1,48 @@
+"""ONNX Runtime exporter: single-file ``model.onnx`` with a dynamic batch axis (Triton ``onnxruntime_onnx``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from serving_bench.export.frameworks import ExportOptions, Predictor, outputs_dict
+from serving_bench.export.onnx_file import OPSET, write_onnx
+from serving_bench.models import ModelSpec
+
+# graph optimisation level name -> onnxruntime.GraphOptimizationLevel attribute
+GRAPH_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                "all": "ORT_ENABLE_ALL"}
+
+
+def unavailable_reason() -> str | None:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError as err:
+        return f"onnxruntime is not importable ({err})"
+    return None
+
+
+def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> dict:
+    import onnxruntime
+
+    write_onnx(module, spec, version_dir / "model.onnx", opts.max_batch_size, opts.seed)
+    return {"opset": OPSET, "onnxruntime": onnxruntime.__version__}
+
+
+def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
+         threads: int | None = None, graph_optimization_level: str = "all", **_settings) -> Predictor:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+        options.inter_op_num_threads = 1
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[graph_optimization_level])
+    providers = ["CPUExecutionProvider"]
+    if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}))
+    session = ort.InferenceSession(str(version_dir / "model.onnx"), options, providers=providers)
+
+    def predict(inputs):
+        return outputs_dict(session.run(output_names, {n: inputs[n] for n in input_names}), output_names)
+
+    return predict

@@ -1,0 +1,44 @@
+"""TorchScript exporter: ``torch.jit.trace`` -> ``model.pt`` (Triton ``pytorch_libtorch``).
+
+Triton's libtorch backend maps inputs by the forward argument names (``input``, ``input_ids``, ...) and outputs by
+their order in the config, so the names stay the zoo's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from serving_bench.export.frameworks import ExportOptions, Predictor, outputs_dict
+from serving_bench.models import ModelSpec
+
+
+def unavailable_reason() -> str | None:
+    return None  # torch is a hard dependency
+
+
+def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> dict:
+    import torch
+
+    example = tuple(torch.from_numpy(a) for a in spec.make_inputs(min(2, opts.max_batch_size), opts.seed).values())
+    with torch.no_grad():
+        traced = torch.jit.trace(module, example, check_trace=False)
+    traced.save(str(version_dir / "model.pt"))
+    return {"torch": torch.__version__, "method": "trace"}
+
+
+def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
+         threads: int | None = None, **_settings) -> Predictor:
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    module = torch.jit.load(str(version_dir / "model.pt"), map_location=device).eval()
+
+    def predict(inputs):
+        with torch.inference_mode():
+            args = [torch.from_numpy(inputs[n]).to(device) for n in input_names]
+            out = module(*args)
+        out = [t.cpu().numpy() for t in out] if isinstance(out, (list, tuple)) else out.cpu().numpy()
+        return outputs_dict(out, output_names)
+
+    return predict
