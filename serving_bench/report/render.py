@@ -1,0 +1,240 @@
+"""Report data (see :mod:`serving_bench.report.collect`) -> one self-contained HTML page.
+
+Everything is inline: CSS, SVG charts drawn here, and a short script (legend toggling, sortable tables). The page
+fetches nothing. The recommendation in plain words comes first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from html import escape
+
+from serving_bench.report.svg import heat_map, line_chart
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+.recommendation{background:#eef6ee;border-left:5px solid #2ca02c;padding:10px 14px}
+.recommendation.bad{background:#fbeeee;border-left-color:#d62728}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{width:100%;max-width:640px;height:auto;background:#fff}
+.chart text{font-size:11px;fill:#333}.chart .ct{font-size:13px;font-weight:600}
+.chart .axis line{stroke:#555}.chart .grid{stroke:#eee}.chart .ref line{stroke:#d62728;stroke-dasharray:4 3}
+.chart .ref text{fill:#d62728}.legend-item{cursor:pointer}.series.off{display:none}.legend-item.off{opacity:.35}
+table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}
+th{background:#f4f4f4;cursor:pointer}td:first-child,th:first-child{text-align:left}.empty{color:#777}
+.note{color:#555;font-size:13px}
+"""
+
+SCRIPT = """
+(function(){
+  var data = JSON.parse(document.getElementById('report-data').textContent);
+  document.querySelectorAll('.legend-item').forEach(function(item){
+    item.addEventListener('click', function(){
+      var svg = item.closest('svg'), name = item.getAttribute('data-series');
+      item.classList.toggle('off');
+      svg.querySelectorAll('.series').forEach(function(s){
+        if (s.getAttribute('data-series') === name) s.classList.toggle('off');
+      });
+    });
+  });
+  document.querySelectorAll('table.sortable th').forEach(function(th, col){
+    th.addEventListener('click', function(){
+      var table = th.closest('table'), body = table.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows), asc = th.getAttribute('data-asc') !== '1';
+      rows.sort(function(a, b){
+        var x = a.cells[col].getAttribute('data-v') || a.cells[col].textContent;
+        var y = b.cells[col].getAttribute('data-v') || b.cells[col].textContent;
+        var nx = parseFloat(x), ny = parseFloat(y);
+        var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
+        return asc ? c : -c;
+      });
+      rows.forEach(function(r){ body.appendChild(r); });
+      th.setAttribute('data-asc', asc ? '1' : '0');
+    });
+  });
+  var sections = document.querySelectorAll('section').length;
+  var status = document.getElementById('js-status');
+  status.textContent = 'interactive: ' + sections + ' sections, ' + (data.cdfs || []).length + ' latency series';
+  status.setAttribute('data-ready', '1');
+})();
+"""
+
+
+def _ms(v) -> str:
+    return "–" if v is None else f"{v * 1e3:.2f}"
+
+
+def _num(v, digits: int = 1) -> str:
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def _table(headers: list[str], rows: list[list], table_id: str) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for cell in row:
+            if isinstance(cell, tuple):  # (text, sort value)
+                cells.append(f'<td data-v="{escape(str(cell[1]))}">{escape(str(cell[0]))}</td>')
+            else:
+                cells.append(f"<td>{escape(str(cell))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<table class="sortable" id="{escape(table_id)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def recommendation_section(data: dict) -> str:
+    lines, bad = [], False
+    for part in ("tune", "plan"):
+        block = data.get(part) or {}
+        lines += block.get("recommendation", [])
+        bad = bad or (part == "tune" and block and not block.get("satisfiable", True))
+    if not lines:
+        lines = ["No tuning or planning results in this folder: run `serving-bench tune` or `serving-bench plan` "
+                 "with --out inside it."]
+        bad = True
+    items = "".join(f"<p>{escape(line)}</p>" for line in lines)
+    return (f'<section id="recommendation"><h2>Recommendation</h2>'
+            f'<div class="recommendation{" bad" if bad else ""}">{items}</div></section>')
+
+
+def cdf_section(data: dict) -> str:
+    by_model = defaultdict(list)
+    for c in data.get("cdfs", []):
+        by_model[c["model"]].append((f'{c["source"]} (n={c["n"]})', [v * 1e3 for v in c["latency_s"]], c["q"]))
+    slos = (data.get("tune") or {}).get("slos", {})
+    charts = []
+    for i, (model, series) in enumerate(sorted(by_model.items())):
+        charts.append(line_chart(series, title=f"{model}: latency CDF", x_label="latency from intended time (ms)",
+                                 y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True))
+        if model in slos:
+            charts[-1] += f'<p class="note">SLO for {escape(model)}: ' + ", ".join(
+                f"{escape(s)} ≤ {b * 1e3:g} ms" for s, b in slos[model].items()) + "</p>"
+    body = "".join(charts) or '<p class="empty">No request records in this folder.</p>'
+    return f'<section id="latency-cdfs"><h2>Latency CDFs per model</h2><div class="charts">{body}</div></section>'
+
+
+def curves_section(data: dict) -> str:
+    tune = data.get("tune") or {}
+    top = tune.get("top", [])[:5]
+    slos = tune.get("slos", {})
+    models = sorted({m for t in top for p in t["result"].get("probes", []) for m in p.get("models", {})})
+    charts = []
+    for i, model in enumerate(models):
+        series = []
+        for t in top:
+            probes = [p for p in t["result"].get("probes", []) if model in p.get("models", {})]
+            probes.sort(key=lambda p: p["scale"])
+            series.append((f'#{t["rank"]}', [p["models"][model]["throughput_rps"] for p in probes],
+                           [(p["models"][model]["p99_s"] or math.nan) * 1e3 for p in probes]))
+        hl = [(f"SLO p99 {slos[model]['p99'] * 1e3:g} ms", slos[model]["p99"] * 1e3)] \
+            if "p99" in slos.get(model, {}) else []
+        charts.append(line_chart(series, title=f"{model}: throughput vs p99 (simulated)",
+                                 x_label="throughput (req/s)", y_label="p99 latency (ms)", chart_id=f"curve-{i}",
+                                 hlines=hl))
+    body = "".join(charts) or '<p class="empty">No tuning results.</p>'
+    note = ('<p class="note">Each point is the candidate run on the simulator at a multiple of the profile\'s load; '
+            'numbers (#1, #2, ...) are the ranks of the top candidates.</p>') if charts else ""
+    return f'<section id="throughput-p99"><h2>Throughput vs p99</h2>{note}<div class="charts">{body}</div></section>'
+
+
+def telemetry_section(data: dict) -> str:
+    series = [(f'{s["source"]}: {s["name"]}', s["t_s"], s["value"]) for s in data.get("telemetry", [])]
+    body = line_chart(series, title="Utilisation over time", x_label="time (s)", y_label="utilisation",
+                      chart_id="utilisation", markers=False) if series else \
+        '<p class="empty">No telemetry in this folder (GPU/CPU utilisation is sampled during replays).</p>'
+    return f'<section id="utilisation-section"><h2>GPU/CPU utilisation over time</h2>{body}</section>'
+
+
+def heatmap_section(data: dict) -> str:
+    obs = data.get("observations", [])
+    models = sorted({k.split(".")[0] for o in obs for k in o["params"] if k.endswith(".instances")})
+    charts = []
+    for i, model in enumerate(models):
+        best: dict = {}
+        for o in obs:
+            r = o["result"]
+            if not r.get("feasible"):
+                continue
+            cell = (o["params"][f"{model}.instances"], o["params"][f"{model}.max_batch_size"])
+            best[cell] = max(best.get(cell, 0.0), r.get("capacity_rps") or 0.0)
+        rows = sorted({o["params"][f"{model}.instances"] for o in obs})
+        cols = sorted({o["params"][f"{model}.max_batch_size"] for o in obs})
+        values = [[best.get((r, c)) for c in cols] for r in rows]
+        charts.append(heat_map([str(r) for r in rows], [str(c) for c in cols], values,
+                               title=f"{model}: best capacity (req/s) meeting the SLOs",
+                               chart_id=f"heatmap-{i}", value_label="req/s", row_label="instances",
+                               col_label="max_batch_size"))
+    body = "".join(charts) or '<p class="empty">No search observations.</p>'
+    return f'<section id="instance-heatmap"><h2>Instance count heat map</h2><div class="charts">{body}</div></section>'
+
+
+def validation_section(data: dict) -> str:
+    rows = []
+    for r in data.get("validation", []):
+        err = r.get("rel_error")
+        if err is None and r.get("simulated") is not None and r.get("measured"):
+            err = (r["simulated"] - r["measured"]) / r["measured"]
+        unit_ms = str(r.get("metric", "")).endswith("_s")
+        fmt = _ms if unit_ms else _num
+        rows.append([r.get("source", ""), r.get("model", ""), str(r.get("metric", "")).replace("_s", " (ms)"),
+                     (fmt(r.get("simulated")), r.get("simulated") or 0), (fmt(r.get("measured")), r.get("measured") or 0),
+                     ("–" if err is None else f"{err * 100:+.1f} %", err if err is not None else 0)])
+    body = _table(["source", "model", "metric", "simulated", "measured", "error"], rows, "sim-vs-measured") if rows \
+        else '<p class="empty">No simulated-vs-measured comparison in this folder.</p>'
+    return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{body}</section>'
+
+
+def top_section(data: dict) -> str:
+    tune = data.get("tune") or {}
+    rows = []
+    for t in tune.get("top", []):
+        r = t["result"]
+        config = "; ".join(f'{m}: {c["instances"]}×, batch ≤ {c["max_batch_size"]}, delay {c["max_queue_delay_us"]} µs'
+                           + (f', {c["device"]}' if c.get("device") else "") for m, c in t.get("config", {}).items())
+        rows.append([t["rank"], ("yes" if r["feasible"] else "no", int(r["feasible"])),
+                     (_num(r["capacity_rps"]), r["capacity_rps"]), (f'{r["capacity_scale"]:.2f}×', r["capacity_scale"]),
+                     r["gpus"], r["instances"], config])
+    body = _table(["rank", "meets SLOs", "capacity (req/s)", "× load", "GPUs", "instances", "configuration"], rows,
+                  "top-configs") if rows else '<p class="empty">No tuning results.</p>'
+    search = tune.get("search", {})
+    note = (f'<p class="note">Searched {search.get("evaluated", 0) + search.get("resumed", 0)} configurations '
+            f'({search.get("generator", "?")}, {search.get("executor", "?")} executor, '
+            f'{search.get("wall_s", 0):.1f} s) of {search.get("space_points", "?")}.</p>') if search else ""
+    return f'<section id="top-configurations"><h2>Top configurations</h2>{note}{body}</section>'
+
+
+def plan_section(data: dict) -> str:
+    plan = data.get("plan")
+    if not plan:
+        return ""
+    rows = []
+    for row in plan.get("rows", []):
+        rows.append([f'{row["growth"]:g}×', row["gpus"] if row.get("gpus") is not None else "not met",
+                     (_num(row.get("offered_rps")), row.get("offered_rps") or 0),
+                     ("–" if row.get("headroom") is None else f'{row["headroom"] * 100:.0f} %', row.get("headroom") or 0),
+                     ("–" if row.get("utilisation") is None else f'{row["utilisation"] * 100:.0f} %',
+                      row.get("utilisation") or 0), row.get("layout", "")])
+    table = _table(["growth", "GPUs", "offered (req/s)", "headroom", "load / capacity", "configuration per GPU"],
+                   rows, "plan-table")
+    note = f'<p class="note">{escape(plan.get("hardware_note", ""))}</p>' if plan.get("hardware_note") else ""
+    return f'<section id="plan"><h2>Capacity plan</h2>{note}{table}</section>'
+
+
+def render(data: dict, title: str = "serving-bench report") -> str:
+    """The whole page."""
+    payload = json.dumps(data, sort_keys=True, allow_nan=False).replace("</", "<\\/")
+    parts = [recommendation_section(data), plan_section(data), cdf_section(data), curves_section(data),
+             telemetry_section(data), heatmap_section(data), validation_section(data), top_section(data)]
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            "script-src 'unsafe-inline'; img-src data:\">"
+            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>"
+            f'<p class="note">Results folder: {escape(str(data.get("root", "")))}. '
+            f'<span id="js-status">static</span></p>'
+            + "".join(parts) +
+            f'<script type="application/json" id="report-data">{payload}</script>'
+            f"<script>{SCRIPT}</script></body></html>")
