@@ -40,3 +40,28 @@ def simulate(profile, config, schedule: Schedule, seed: int = 0):
     from serving_bench.sim import SimTarget
 
     return SimTarget(profile, config, seed=seed).run(schedule)
+
+
+def replay(endpoints, schedule: Schedule):
+    """Records of ``schedule`` replayed open loop against a running Triton (engineer C's ``TritonTarget``)."""
+    from serving_bench.load import TritonTarget
+
+    return TritonTarget(endpoints).run(schedule)
+
+
+def config_from_profile(profile, models) -> "ServingConfig":
+    """A base serving config for a profile without a repository: one entry per schedule model, batching up to
+    the largest batch size the profile measured (engineer D's profile)."""
+    from serving_bench.serving_config import ModelServing, ServingConfig
+
+    entries = []
+    for name in models:
+        mbs = int(profile.max_batch_size(name))
+        entries.append(ModelServing(name, max_batch_size=mbs, dynamic_batching=mbs > 0))
+    return ServingConfig(tuple(entries))
+
+
+def profile_description(profile) -> str:
+    """One line: device and execution mode of a profile (say 'eager mode' where it was measured in eager)."""
+    describe = getattr(profile, "describe", None)
+    return describe() if callable(describe) else str(getattr(profile, "device", "profile"))

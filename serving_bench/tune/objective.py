@@ -1,7 +1,8 @@
 """One evaluation: a candidate ServingConfig on the simulator at the profile's load, scored against the SLOs.
 
-``throughput`` objective: maximise *capacity*, the largest multiple of the profile's load (up to ``max_scale``) at
-which every SLO still holds, reported as req/s; the candidate must meet the SLOs at 1x to be feasible. ``gpus``
+``throughput`` objective: maximise *capacity*, the largest multiple of the profile's load (between ``min_scale`` and
+``max_scale``) at which every SLO still holds, reported as req/s offered; the candidate must meet the SLOs at 1x to
+be feasible (the planner also uses capacities below 1x: a load that needs several GPUs). ``gpus``
 objective: fewest GPUs used among feasible candidates, then capacity. Capacity is found by bisection on a ladder of
 scales ``2 ** (i / steps_per_doubling)`` (so schedules are reused), which bounds its error to one rung.
 A candidate meets an SLO when every stated statistic of that model is within its bound and at most
@@ -28,6 +29,7 @@ OBJECTIVES = ("throughput", "gpus")
 class ObjectiveConfig:
     name: str = "throughput"
     max_scale: float = 16.0
+    min_scale: float = 1.0
     steps_per_doubling: int = 8
     max_failed_fraction: float = 0.001
     sim_seed: int = 0
@@ -42,6 +44,11 @@ class EvalContext:
     load: Load
     slos: Mapping[str, Mapping[str, float]]
     objective: ObjectiveConfig = ObjectiveConfig()
+
+    @property
+    def offered_rps(self) -> float:
+        """Requests per second the load offers at scale 1 (all models)."""
+        return len(self.load.base) / max(self.load.duration_s, 1e-12)
 
     def summary(self, params: Params, scale: float) -> dict:
         config = self.space.config(params)
@@ -85,27 +92,39 @@ def evaluate(ctx: EvalContext, params: Params) -> dict:
     """Simulate ``params`` at 1x and bisect its capacity; a JSON-able result (see module doc)."""
     t0 = time.perf_counter()
     obj = ctx.objective
+    steps = obj.steps_per_doubling
+    ladder = lambda i: 2 ** (i / steps)  # noqa: E731
+    i_min = int(math.floor(math.log2(obj.min_scale) * steps + 1e-9))
+    i_max = int(math.ceil(math.log2(obj.max_scale) * steps - 1e-9))
     at_one = _probe(ctx, params, 1.0)
     probes = [at_one]
-    capacity, capped = (1.0 if at_one["ok"] else 0.0), False
+    # invariant: rung lo meets the SLOs (lo = i_min - 1 means "none does"), rung hi does not (i_max + 1: unknown)
+    capped = False
     if at_one["ok"]:
-        steps = obj.steps_per_doubling
-        lo, hi = 0, int(round(math.log2(obj.max_scale) * steps))
-        top = _probe(ctx, params, 2 ** (hi / steps))
-        probes.append(top)
-        if top["ok"]:
-            lo, capped = hi, True
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            probe = _probe(ctx, params, 2 ** (mid / steps))
-            probes.append(probe)
-            lo, hi = (mid, hi) if probe["ok"] else (lo, mid)
-        capacity = 2 ** (lo / steps)
+        lo, hi = 0, i_max + 1
+        if i_max > 0:
+            top = _probe(ctx, params, ladder(i_max))
+            probes.append(top)
+            lo, hi, capped = (i_max, i_max + 1, True) if top["ok"] else (0, i_max)
+        else:
+            capped = True
+    else:
+        lo, hi = i_min - 1, 0
+        if i_min < 0:
+            bottom = _probe(ctx, params, ladder(i_min))
+            probes.append(bottom)
+            lo, hi = (i_min, 0) if bottom["ok"] else (i_min - 1, i_min)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        probe = _probe(ctx, params, ladder(mid))
+        probes.append(probe)
+        lo, hi = (mid, hi) if probe["ok"] else (lo, mid)
+    capacity = ladder(lo) if lo >= i_min else 0.0
     base_rps = at_one["throughput_rps"]
     config = ctx.space.config(params)
     return {
         "feasible": at_one["ok"], "violation": at_one["violation"],
-        "capacity_scale": capacity, "capacity_capped": capped, "capacity_rps": capacity * base_rps,
+        "capacity_scale": capacity, "capacity_capped": capped, "capacity_rps": capacity * ctx.offered_rps,
         "throughput_rps": base_rps, "gpus": ctx.space.gpus_used(params),
         "instances": sum(m.instance_count for m in config.models),
         "models": at_one["models"], "probes": sorted(probes, key=lambda p: p["scale"]),

@@ -1,0 +1,277 @@
+"""``serving-bench tune PROFILE.yaml --profile PROFILE.json --slo model=p99:20ms,... [--repo model_repo/]``
+
+Searches per-model instance count, max_batch_size, queue delay, preferred batch sizes and (with ``--gpus N``) which
+models share which GPU, on the simulator at the load profile's load; checkpoints every observation to
+``OUT/observations.jsonl`` (rerun the same command to resume); verifies the top K on real Triton (embedded, or
+``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serving_bench.errors import InputError
+from serving_bench.export.repository import atomic_write_text
+from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.tune import adapters
+from serving_bench.tune.checkpoint import Checkpoint
+from serving_bench.tune.executors import EXECUTORS, make_executor
+from serving_bench.tune.generators import GENERATORS
+from serving_bench.tune.load import Load, load_from_file
+from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig
+from serving_bench.tune.recommend import config_dict, tune_recommendation
+from serving_bench.tune.search import SearchSettings, run_search
+from serving_bench.tune.slo import SLO_FORM, parse_slos, slos_from_mapping
+from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Everything ``serving-bench tune`` takes (the demo builds one directly)."""
+
+    load: str
+    profile: str
+    out: str = "results/tune"
+    slos: str | None = None
+    repo: str | None = None
+    models: tuple[str, ...] = ()
+    gpus: int = 0
+    objective: str = "throughput"
+    instances: tuple[int, ...] = (1, 2)
+    max_batch_sizes: tuple[int, ...] = (1, 8, 32)
+    queue_delays_us: tuple[int, ...] = (0, 1000)
+    preferred: tuple[str, ...] = ("none",)
+    generator: str = "auto"
+    executor: str = "local"
+    ray_address: str | None = None
+    ray_cpus: int | None = None
+    budget_minutes: float | None = None
+    max_evals: int | None = None
+    batch: int = 4
+    seed: int = 0
+    max_scale: float = 16.0
+    duration_s: float | None = None
+    verify_top: int = 1
+    url: str | None = None
+    restart: bool = False
+    report: bool = True
+    quiet: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("load", metavar="PROFILE.yaml", help="load profile (or a saved schedule .npz)")
+    parser.add_argument("--profile", required=True, help="simulator profile JSON (serving-bench profile)")
+    parser.add_argument("--slo", help="per-model SLOs, " + SLO_FORM + "; default: the load profile's slos")
+    parser.add_argument("--repo", help="model repository: base configs, the tuned copy and verification")
+    parser.add_argument("--models", help="comma-separated entries to tune (default: every served entry)")
+    parser.add_argument("--gpus", type=int, default=0, help="place models on up to N GPUs (0: keep devices)")
+    parser.add_argument("--objective", choices=OBJECTIVES, default="throughput",
+                        help="throughput: most load under the SLOs; gpus: fewest GPUs, then throughput")
+    parser.add_argument("--instances", default="1,2", help="candidate instance counts (default 1,2)")
+    parser.add_argument("--max-batch-sizes", default="1,8,32", help="candidate max_batch_size values")
+    parser.add_argument("--queue-delays-us", default="0,1000", help="candidate max_queue_delay_microseconds")
+    parser.add_argument("--preferred", default="none", help=f"preferred batch rules among {', '.join(PREFERRED_RULES)}")
+    parser.add_argument("--generator", choices=("auto", *GENERATORS), default="auto")
+    parser.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
+    parser.add_argument("--ray-address", help="existing Ray cluster (default: start a local Ray)")
+    parser.add_argument("--ray-cpus", type=int, help="CPUs for a local Ray (default: all)")
+    parser.add_argument("--budget-minutes", type=float, help="stop proposing after this long")
+    parser.add_argument("--max-evals", type=int, help="stop after this many evaluated configurations")
+    parser.add_argument("--batch", type=int, default=4, help="configurations proposed per round (default 4)")
+    parser.add_argument("--max-scale", type=float, default=16.0, help="largest load multiple searched (default 16)")
+    parser.add_argument("--duration", type=float, help="override the load profile's duration (s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--verify-top", type=int, default=1, help="verify the best K on real Triton (0: skip)")
+    parser.add_argument("--url", help="verify on an external Triton at this gRPC host:port instead of embedded")
+    parser.add_argument("--out", default="results/tune", help="output folder (default results/tune)")
+    parser.add_argument("--restart", action="store_true", help="discard an existing checkpoint instead of resuming")
+
+
+def options_from_args(args: argparse.Namespace) -> TuneOptions:
+    models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
+    return TuneOptions(
+        load=args.load, profile=args.profile, out=args.out, slos=args.slo, repo=args.repo, models=models,
+        gpus=args.gpus, objective=args.objective,
+        instances=parse_values(args.instances, "--instances", "values"),
+        max_batch_sizes=parse_values(args.max_batch_sizes, "--max-batch-sizes", "values"),
+        queue_delays_us=parse_values(args.queue_delays_us, "--queue-delays-us", "values"),
+        preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
+        executor=args.executor, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
+        budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
+        max_scale=args.max_scale, duration_s=args.duration, verify_top=args.verify_top, url=args.url,
+        restart=args.restart)
+
+
+def file_id(path: str | Path) -> str:
+    """Name and content hash of a file (a checkpoint is only resumed with the same profile)."""
+    path = Path(path)
+    return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+
+
+def resolve_slos(text: str | None, load: Load) -> dict[str, dict[str, float]]:
+    """``--slo`` if given, else the load profile's ``slos`` (schedule meta); every model must be in the load."""
+    if text:
+        slos = parse_slos(text)
+        source = "--slo"
+    else:
+        slos = slos_from_mapping(load.base.meta.get("slos") or {}, "load profile", "slos")
+        source = "load profile"
+    if not slos:
+        raise InputError("--slo", None, "no SLOs: pass --slo or set slos in the load profile; " + SLO_FORM)
+    for model in slos:
+        if model not in load.base.models:
+            raise InputError(source, model, f"not a model of the load; models: {', '.join(load.base.models)}")
+    return slos
+
+
+def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
+    """Serving config of the entries the load touches: from the repository, else one per profiled model."""
+    if repo:
+        return ServingConfig.from_repo(repo, list(load.base.models))
+    return adapters.config_from_profile(profile, load.base.models)
+
+
+def hardware_text(profile) -> str:
+    return adapters.profile_description(profile)
+
+
+def _log(opts: TuneOptions, text: str) -> None:
+    if not opts.quiet:
+        print(text, flush=True)
+
+
+def run_tune(opts: TuneOptions) -> dict:
+    """The whole tune; returns what it writes to ``OUT/tune.json``."""
+    t0 = time.perf_counter()
+    out = Path(opts.out)
+    load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
+    slos = resolve_slos(opts.slos, load)
+    profile = adapters.load_profile(opts.profile)
+    base = base_config(opts.repo, profile, load)
+    tuned = list(opts.models) or list(base.names)
+    for m in tuned:
+        if m not in base.names:
+            raise InputError("--models", m, f"not served for this load; served: {', '.join(base.names)}")
+    if opts.gpus and any(d == "cpu" for m in base.models for d, _ in m.instances) and opts.repo:
+        _log(opts, f"note: --gpus {opts.gpus} places the models on GPUs in the search (the profile's devices); the "
+                   f"repository's instances are KIND_CPU here")
+    space = SearchSpace(base, knobs_for(tuned, instances=opts.instances, max_batch_size=opts.max_batch_sizes,
+                                        max_queue_delay_us=opts.queue_delays_us, preferred=opts.preferred, base=base),
+                        gpus=opts.gpus)
+    ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(opts.objective, max_scale=opts.max_scale))
+    if opts.objective == "gpus" and opts.gpus < 1:
+        raise InputError("--objective", "gpus", "needs --gpus N (the most GPUs the models may use)")
+    settings = SearchSettings(generator=opts.generator, seed=opts.seed, batch_size=opts.batch,
+                              max_evals=opts.max_evals,
+                              budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
+    from serving_bench.tune.generators import choose_generator
+    from serving_bench.tune.search import search_header
+
+    choice = choose_generator(opts.generator, space)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint(out / "observations.jsonl",
+                            search_header(ctx, choice, settings, file_id(opts.profile)))
+    _log(opts, f"tune: {len(load.base)} requests over {load.duration_s:.1f} s ({ctx.offered_rps:,.1f} req/s), "
+               f"{len(tuned)} models, {choice.space_points} configurations ({choice.name}: {choice.reason}), "
+               f"{opts.executor} executor")
+    best_so_far = [None]
+
+    def progress(obs: dict, total: int) -> None:
+        r = obs["result"]
+        if best_so_far[0] is None or obs["value"] > best_so_far[0]:
+            best_so_far[0] = obs["value"]
+        status = f"capacity {r['capacity_rps']:,.1f} req/s ({r['capacity_scale']:.2f}×)" if r["feasible"] else \
+            f"misses SLOs (worst {r['violation']:.2f}× bound)"
+        _log(opts, f"  [{total}/{choice.space_points}] {status}; {r['eval_s'] * 1e3:.0f} ms")
+
+    with make_executor(opts.executor, address=opts.ray_address, num_cpus=opts.ray_cpus) as executor:
+        result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart, choice=choice,
+                            on_observation=progress)
+    if result.resumed:
+        _log(opts, f"resumed {result.resumed} observations from {checkpoint.path}")
+    _log(opts, f"search: {result.evaluated} evaluated, stopped: {result.stopped}, {result.wall_s:.1f} s")
+
+    top = []
+    for rank, obs in enumerate(result.ranked[:max(opts.verify_top, 5)], 1):
+        top.append({"rank": rank, "key": obs["key"], "params": obs["params"],
+                    "config": config_dict(space.config(obs["params"])), "result": obs["result"]})
+    best = result.best
+    best_config = space.config(best["params"]) if best else None
+
+    verification = []
+    tuned_repo = None
+    if best is not None and opts.repo:
+        tuned_repo = str(verify_mod().write_tuned_repo(opts.repo, best_config, out / "tuned_repo"))
+        _log(opts, f"tuned repository: {tuned_repo}")
+    if opts.verify_top > 0 and best is not None and (opts.repo or opts.url):
+        verification = verify_top(opts, ctx, result, load, slos, out)
+    elif opts.verify_top > 0:
+        _log(opts, "verification skipped: no --repo or --url to run real Triton with")
+
+    hardware = hardware_text(profile)
+    recommendation = tune_recommendation(best=best, config=best_config, slos=slos, offered_rps=ctx.offered_rps,
+                                         objective=opts.objective, verification=verification, hardware=hardware,
+                                         max_scale=opts.max_scale)
+    doc = {
+        "load": {"file": str(opts.load), "requests": len(load.base), "duration_s": load.duration_s,
+                 "offered_rps": ctx.offered_rps, "models": list(load.base.models)},
+        "profile": str(opts.profile), "hardware": hardware, "objective": opts.objective,
+        "slos": slos, "satisfiable": result.satisfiable,
+        "search": {"generator": choice.name, "reason": choice.reason, "space_points": choice.space_points,
+                   "evaluated": result.evaluated, "resumed": result.resumed, "stopped": result.stopped,
+                   "wall_s": result.wall_s, "executor": opts.executor, "space": space.describe()},
+        "best": top[0] if top else None, "top": top, "verification": verification,
+        "tuned_repo": tuned_repo, "recommendation": recommendation, "wall_s": time.perf_counter() - t0,
+    }
+    atomic_write_text(out / "tune.json", json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
+    for line in recommendation:
+        _log(opts, line)
+    if opts.report:
+        from serving_bench.report.cli import write_report
+
+        _log(opts, f"report: {write_report(out)}")
+    return doc
+
+
+def verify_mod():
+    from serving_bench.tune import verify
+    return verify
+
+
+def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, out: Path) -> list[dict]:
+    """Replay the load on Triton for each of the best ``verify_top`` feasible (else best) candidates."""
+    from serving_bench.tune.objective import check_slos
+
+    verify = verify_mod()
+    rows = []
+    candidates = [o for o in result.ranked if o["result"]["feasible"]][:opts.verify_top] or result.ranked[:1]
+    for rank, obs in enumerate(candidates, 1):
+        config = ctx.space.config(obs["params"])
+        _log(opts, f"verify #{rank} on {'Triton at ' + opts.url if opts.url else 'embedded Triton'}: "
+                   f"{len(load.base)} requests")
+        measured = verify.verify_candidate(config, load.base, slos, repo=opts.repo, url=opts.url,
+                                           out_dir=out / "verify" / f"rank{rank}")
+        simulated = ctx.summary(obs["params"], 1.0)
+        met, _ = check_slos(measured, slos, ctx.objective.max_failed_fraction)
+        row = {"rank": rank, "key": obs["key"], "slo_met": met, "server": opts.url or "embedded"}
+        row.update(verify.compare(simulated, measured))
+        rows.append(row)
+    return rows
+
+
+def main(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)
+    try:
+        doc = run_tune(opts)
+    except KeyboardInterrupt:
+        print(f"interrupted: observations so far are in {Path(opts.out) / 'observations.jsonl'}; run the same "
+              "command again to resume", file=sys.stderr)
+        raise
+    return 0 if doc["satisfiable"] else 1

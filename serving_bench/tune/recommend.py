@@ -1,0 +1,76 @@
+"""The recommendation in plain words, for the terminal and the top of the report."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from serving_bench.serving_config import ServingConfig
+
+
+def describe_model(m) -> str:
+    """``resnet50_onnxruntime: 2 instances on gpu0, max_batch_size 8, queue delay 500 µs, preferred [8]``."""
+    where = ", ".join(f"{count} on {device}" for device, count in m.instances)
+    parts = [f"{m.instance_count} instance{'s' if m.instance_count != 1 else ''} ({where})"]
+    if m.max_batch_size > 0:
+        parts.append(f"max_batch_size {m.max_batch_size}")
+        parts.append(f"queue delay {m.max_queue_delay_us} µs")
+        if m.preferred_batch_sizes:
+            parts.append("preferred batch sizes " + ",".join(map(str, m.preferred_batch_sizes)))
+    else:
+        parts.append("no batching")
+    return f"{m.name}: " + ", ".join(parts)
+
+
+def config_dict(config: ServingConfig) -> dict:
+    """JSON form of a config for ``tune.json`` and the report."""
+    return {m.name: {"instances": m.instance_count, "device": ",".join(d for d, _ in m.instances),
+                     "max_batch_size": m.max_batch_size, "max_queue_delay_us": m.max_queue_delay_us,
+                     "preferred_batch_sizes": list(m.preferred_batch_sizes)} for m in config.models}
+
+
+def _slo_text(slos: Mapping[str, Mapping[str, float]]) -> str:
+    return "; ".join(f"{m} " + ", ".join(f"{s} ≤ {b * 1e3:g} ms" for s, b in st.items()) for m, st in slos.items())
+
+
+def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos: Mapping, offered_rps: float,
+                        objective: str, verification: list[dict], hardware: str, max_scale: float) -> list[str]:
+    """Lines of plain text: what to deploy, what it achieves, how it was checked."""
+    if best is None or config is None:
+        return ["Nothing was evaluated: the search space was empty or the budget was spent before the first result."]
+    r = best["result"]
+    lines = []
+    models = "; ".join(describe_model(m) for m in config.models)
+    if r["feasible"]:
+        bound = "at least " if r["capacity_capped"] else "up to "
+        lines.append(f"Deploy: {models}.")
+        gpus = f" on {r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}" if r["gpus"] else ""
+        lines.append(f"On the simulator ({hardware}) this meets every SLO ({_slo_text(slos)}){gpus} at the load "
+                     f"profile's {offered_rps:,.1f} req/s and {bound}{r['capacity_scale']:.2f}× that load "
+                     f"({r['capacity_rps']:,.1f} req/s)" + (f"; the search stopped at {max_scale:g}×." if
+                                                            r["capacity_capped"] else "."))
+    else:
+        worst = []
+        for model, stats in slos.items():
+            got = r["models"].get(model, {})
+            for stat, b in stats.items():
+                v = got.get(f"{stat}_s")
+                worst.append(f"{model} {stat} {v * 1e3:.1f} ms (SLO {b * 1e3:g} ms)" if v is not None else
+                             f"{model} {stat}: no completed requests (SLO {b * 1e3:g} ms)")
+        lines.append(f"The SLOs cannot be met: no configuration searched meets them at the load profile's "
+                     f"{offered_rps:,.1f} req/s on the simulator ({hardware}).")
+        lines.append(f"Best achievable: {models} — " + "; ".join(worst) + ".")
+        lines.append("Relax the SLOs, allow more instances or GPUs (--instances, --gpus), or lower the load.")
+    for v in verification:
+        measured = v.get("measured", {})
+        figures = []
+        for model, stats in slos.items():
+            for stat in stats:
+                value = measured.get(model, {}).get(f"{stat}_s")
+                if value is not None:
+                    figures.append(f"{model} {stat} {value * 1e3:.1f} ms")
+        status = "meets" if v.get("slo_met") else "does NOT meet"
+        lines.append(f"Verified on real Triton ({v.get('server', 'embedded')}), candidate #{v['rank']}: {status} "
+                     f"the SLOs — " + ("; ".join(figures) or "no completed requests") + ".")
+    if objective == "gpus" and r["feasible"]:
+        lines.append(f"Objective: fewest GPUs, then capacity ({r['gpus']} used).")
+    return lines

@@ -1,0 +1,109 @@
+"""Top-K verification: the same schedule replayed on real Triton with each candidate's configuration.
+
+Embedded (default): the repository is copied (artifacts hard-linked, so nothing large is duplicated), the candidate
+is written into the copy's ``config.pbtxt`` s with :meth:`ServingConfig.apply_to_repo`, and a real tritonserver serves
+the copy on loopback. External (``--url``): each model is reloaded on that server with the candidate's settings
+(Triton's explicit model control: ``load_model`` with a config override), which needs a server started with
+``--model-control-mode=explicit``. The measured and the simulated summaries sit side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from serving_bench.load.schedule import Schedule
+from serving_bench.metrics import summarize
+from serving_bench.serving_config import ServingConfig, apply_model_serving
+from serving_bench.tune import adapters
+
+
+def copy_repo(repo: str | Path, dest: str | Path, models: list[str] | None = None) -> Path:
+    """Copy ``repo`` (or the named entries) to ``dest``; files are hard-linked where possible, configs rewritten
+    later by rename, so the original is never modified."""
+    from serving_bench.export.repository import list_entries
+
+    repo, dest = Path(repo), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    for name in models or list_entries(repo):
+        shutil.copytree(repo / name, dest / name, copy_function=link, symlinks=True)
+    for extra in ("manifest.json",):
+        if (repo / extra).is_file():
+            shutil.copy2(repo / extra, dest / extra)
+    return dest
+
+
+def write_tuned_repo(repo: str | Path, config: ServingConfig, dest: str | Path) -> Path:
+    """A copy of ``repo`` with ``config`` applied, written to a temporary folder and renamed to ``dest``."""
+    dest = Path(dest)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{dest.name}-"))
+    try:
+        copy_repo(repo, tmp / "repo")
+        config.apply_to_repo(tmp / "repo")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp / "repo", dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def apply_to_server(url: str, config: ServingConfig) -> None:
+    """Reload each model of ``config`` on the external server at gRPC ``url`` with its settings."""
+    import tritonclient.grpc as grpcclient
+    from google.protobuf import json_format
+    from tritonclient.utils import InferenceServerException
+
+    from serving_bench.errors import ServerError
+    from serving_bench.export.repository import ModelConfig
+
+    client = grpcclient.InferenceServerClient(url)
+    for model in config.models:
+        try:
+            current = client.get_model_config(model.name, as_json=True)["config"]
+            proto = json_format.ParseDict(current, ModelConfig(), ignore_unknown_fields=True)
+            patched = apply_model_serving(proto, model)
+            client.load_model(model.name, config=json_format.MessageToJson(patched))
+        except InferenceServerException as err:
+            raise ServerError(f"could not reload {model.name} on {url} with the candidate settings ({err}); the "
+                              "server must run with --model-control-mode=explicit") from None
+
+
+def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *, repo: str | Path | None,
+                     url: str | None, out_dir: Path) -> dict:
+    """Replay ``schedule`` on Triton configured with ``config``; returns the measured summary (and saves records)."""
+    from serving_bench.records import save_records
+    from serving_bench.serve.server import Endpoints, TritonServer
+
+    served = list(schedule.models)
+    if url:
+        apply_to_server(url, config)
+        records = adapters.replay(Endpoints.from_url(url), schedule)
+    else:
+        with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
+            copy = copy_repo(repo, Path(tmp) / "repo")
+            config.apply_to_repo(copy)
+            with TritonServer(copy, models=served) as server:
+                records = adapters.replay(server.endpoints, schedule)
+    save_records(records, out_dir)
+    summary = summarize(records, slos={m: dict(s) for m, s in slos.items()})
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+    return summary
+
+
+def compare(simulated: dict, measured: dict) -> dict:
+    """Per-model figures of both summaries (``{"simulated": {m: {...}}, "measured": {m: {...}}}``)."""
+    keys = ("p50_s", "p99_s", "throughput_rps", "mean_exec_batch")
+    return {side: {m: {k: s.get(k) for k in keys} for m, s in summ["models"].items()}
+            for side, summ in (("simulated", simulated), ("measured", measured))}
