@@ -65,3 +65,11 @@ def profile_description(profile) -> str:
     """One line: device and execution mode of a profile (say 'eager mode' where it was measured in eager)."""
     describe = getattr(profile, "describe", None)
     return describe() if callable(describe) else str(getattr(profile, "device", "profile"))
+
+
+def utilisation(records, summary) -> float | None:
+    """Busy fraction of the simulated device, where the simulator reports it (else None)."""
+    value = records.attrs.get("utilisation") if hasattr(records, "attrs") else None
+    if isinstance(value, dict):
+        value = max(value.values()) if value else None
+    return float(value) if isinstance(value, (int, float)) else None

@@ -103,9 +103,33 @@ def merge(parts: list[Schedule], meta: dict | None = None) -> Schedule:
 
 
 def only_models(schedule: Schedule, names) -> Schedule:
-    """The requests for the entries in ``names`` (model table kept)."""
-    wanted = np.array([name in set(names) for name in schedule.models], dtype=bool)
-    return schedule.select(wanted[schedule.model])
+    """The requests for the entries in ``names``, with the model table reduced to them (in schedule order)."""
+    keep = [name for name in schedule.models if name in set(names)]
+    remap = np.full(len(schedule.models), -1, dtype=np.int32)
+    for i, name in enumerate(schedule.models):
+        if name in keep:
+            remap[i] = keep.index(name)
+    mask = remap[schedule.model] >= 0
+    return Schedule(schedule.arrival_s[mask], remap[schedule.model[mask]], tuple(keep), schedule.sample[mask],
+                    schedule.batch[mask], dict(schedule.meta))
+
+
+@dataclass(frozen=True)
+class _Only:
+    """A picklable ``build`` restricted to some models."""
+
+    build: Callable[[int], Schedule]
+    names: tuple[str, ...]
+
+    def __call__(self, seed: int) -> Schedule:
+        return only_models(self.build(seed), self.names)
+
+
+def restrict(load: Load, names) -> Load:
+    """The part of ``load`` that goes to the entries in ``names`` (same seeds, same times)."""
+    names = tuple(names)
+    return Load(only_models(load.base, names), seed=load.seed,
+                build=_Only(load.build, names) if load.build is not None else None)
 
 
 def load_from_file(path: str | Path, seed: int = 0, duration_s: float | None = None) -> Load:

@@ -23,6 +23,7 @@ from serving_bench.tune.load import Load
 from serving_bench.tune.space import Params, SearchSpace
 
 OBJECTIVES = ("throughput", "gpus")
+INTERNAL_OBJECTIVES = ("capacity",)  # the planner: largest load multiple, even below 1x
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ def evaluate(ctx: EvalContext, params: Params) -> dict:
 
 def value(result: dict, objective: str, max_gpus: int = 0) -> float:
     """Scalar score, higher is better; every feasible candidate scores above every infeasible one."""
+    if objective == "capacity":
+        return result["capacity_scale"] if result["capacity_scale"] > 0 else -float(min(result["violation"], 1e9))
     if not result["feasible"]:
         return -float(min(result["violation"], 1e9))
     if objective == "gpus":
