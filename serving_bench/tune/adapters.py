@@ -73,3 +73,17 @@ def utilisation(records, summary) -> float | None:
     if isinstance(value, dict):
         value = max(value.values()) if value else None
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def measure_profile(repo, models, out_path, log=None):
+    """Measure a simulator profile of ``models`` on the embedded Triton and save it (engineer D's profiling)."""
+    from serving_bench.profiles import measure
+
+    return measure.measure_profile(repo, models, out_path, log=log)
+
+
+def validate(load_profile, repo, profile_path, out_dir, replay_dir=None):
+    """Simulated vs measured table for the same schedule (engineer D's ``validate``); returns its rows."""
+    from serving_bench.sim import validate as sim_validate
+
+    return sim_validate.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir)

@@ -1,0 +1,203 @@
+"""``serving-bench demo --out results/demo`` (``make demo``): the main job end to end on the embedded server.
+
+Stages, each a call into the package that owns it (nothing here measures, simulates or searches by itself):
+
+1. export ``tiny_cnn``, ``tiny_mlp`` and ``resnet50`` to ONNX Runtime, TorchScript and TVM, plus an ensemble
+   (``serving_bench.export.api.export_models``);
+2. serve them co-located on real tritonserver and replay ``load_profiles/demo.yaml`` (Poisson plus a burst) against
+   single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``);
+3. profile the served models on the same server (``serving_bench.profiles``);
+4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
+6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
+7. write the report (``serving_bench.report``) and print its path.
+
+Progress is printed per stage with elapsed time. A stage whose package is missing from this checkout is reported as
+not run (with the reason) and the demo exits non-zero; nothing is silently skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from serving_bench.errors import InputError, ServerError
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_PROFILE = ROOT / "load_profiles" / "demo.yaml"
+EXPORT_MODELS = ("tiny_cnn", "tiny_mlp", "resnet50")
+FRAMEWORKS = ("onnxruntime", "torchscript", "tvm")
+ENSEMBLE = "tiny_ensemble=tiny_cnn_onnxruntime,tiny_cnn_torchscript"
+# resnet50 compiled by TVM without tuning takes seconds per inference on 2 cores (DESIGN.md): exported and checked,
+# but left out of the replay so the demo stays near 10 minutes. The demo profile names the replayed entries.
+MAX_BATCH = 8
+
+
+class StageUnavailable(RuntimeError):
+    """A stage's package is not in this checkout."""
+
+
+@dataclass
+class Stage:
+    name: str
+    status: str = "pending"  # ok | failed | unavailable | pending
+    seconds: float = 0.0
+    detail: str = ""
+
+
+class Demo:
+    def __init__(self, out: Path, repo: Path, load_profile: Path, tune_evals: int, overwrite: bool):
+        self.out, self.repo, self.load_profile = out, repo, load_profile
+        self.tune_evals = tune_evals
+        self.overwrite = overwrite
+        self.t0 = time.perf_counter()
+        self.stages: list[Stage] = []
+        self.schedule = None
+        self.profile_path: Path | None = None
+
+    # -- plumbing --------------------------------------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:6.1f} s] {text}", flush=True)
+
+    def run_stage(self, number: int, total: int, name: str, fn) -> bool:
+        stage = Stage(name)
+        self.stages.append(stage)
+        self.say(f"stage {number}/{total}: {name}")
+        start = time.perf_counter()
+        try:
+            stage.detail = fn() or ""
+            stage.status = "ok"
+        except StageUnavailable as err:
+            stage.status, stage.detail = "unavailable", str(err)
+        except (InputError, ServerError) as err:
+            stage.status, stage.detail = "failed", err.line() if isinstance(err, InputError) else str(err)
+        except ModuleNotFoundError as err:
+            if not (err.name or "").startswith("serving_bench"):
+                raise
+            stage.status, stage.detail = "unavailable", f"{err.name} is not in this checkout"
+        except ImportError as err:
+            stage.status, stage.detail = "unavailable", f"{err} (not in this checkout yet)"
+        except Exception as err:  # noqa: BLE001 - one stage's failure is reported; later stages may still run
+            stage.status, stage.detail = "failed", f"{type(err).__name__}: {err}"
+            traceback.print_exc()
+        stage.seconds = time.perf_counter() - start
+        self.say(f"stage {number}/{total}: {name}: {stage.status} in {stage.seconds:.1f} s"
+                 + (f" — {stage.detail}" if stage.detail else ""))
+        return stage.status == "ok"
+
+    # -- stages ----------------------------------------------------------------------------------------------------
+    def export(self) -> str:
+        from serving_bench.export.api import export_models
+
+        records = export_models(list(EXPORT_MODELS), list(FRAMEWORKS), self.repo, max_batch_size=MAX_BATCH,
+                                overwrite=self.overwrite, ensembles=[ENSEMBLE], log=lambda line: self.say("  " + line))
+        failed = [r for r in records if r["status"] == "failed"]
+        if failed:
+            raise RuntimeError("export failed for " + ", ".join(f"{r['name']} ({r['reason']})" for r in failed))
+        counts = {s: sum(r["status"] == s for r in records) for s in ("exported", "skipped")}
+        return f"{counts['exported']} entries exported, {counts['skipped']} skipped, in {self.repo}"
+
+    def replay(self) -> str:
+        from serving_bench.records import save_records
+        from serving_bench.serve.server import TritonServer
+        from serving_bench.telemetry import Telemetry
+        from serving_bench.tune import adapters
+
+        self.schedule = adapters.ScheduleBuilder(str(self.load_profile))(0)
+        out = self.out / "replay"
+        self.say(f"  {len(self.schedule)} requests over {self.schedule.duration_s:.0f} s to "
+                 f"{', '.join(self.schedule.models)}")
+        with TritonServer(self.repo, models=list(self.schedule.models)) as server:
+            self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving {', '.join(server.served_models)}")
+            with Telemetry(server.endpoints.metrics_url, interval_s=0.5) as telemetry:
+                records = adapters.replay(server.endpoints, self.schedule)
+            frame = telemetry.frame()
+        save_records(records, out)
+        frame.to_csv(out / "telemetry.csv", index=False)
+        from serving_bench.metrics import summarize
+
+        summary = summarize(records)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+        return "; ".join(f"{m} p99 {s['p99_s'] * 1e3:.1f} ms" for m, s in summary["models"].items()
+                         if s.get("p99_s") is not None)
+
+    def profile(self) -> str:
+        from serving_bench.tune import adapters
+
+        self.profile_path = self.out / "profile.json"
+        adapters.measure_profile(self.repo, list(self.schedule.models), self.profile_path,
+                                 log=lambda line: self.say("  " + line))
+        return str(self.profile_path)
+
+    def simulate_and_validate(self) -> str:
+        from serving_bench.tune import adapters
+
+        rows = adapters.validate(self.load_profile, self.repo, self.profile_path, self.out / "validate",
+                                 replay_dir=self.out / "replay")
+        return f"{len(rows)} comparison rows in {self.out / 'validate'}"
+
+    def tune(self) -> str:
+        from serving_bench.tune.cli import TuneOptions, run_tune
+
+        models = tuple(m for m in self.schedule.models if not m.startswith("tiny_ensemble"))
+        doc = run_tune(TuneOptions(load=str(self.load_profile), profile=str(self.profile_path),
+                                   out=str(self.out / "tune"), repo=str(self.repo), instances=(1, 2),
+                                   max_batch_sizes=(1, 4, MAX_BATCH), queue_delays_us=(0, 2000),
+                                   max_evals=self.tune_evals, verify_top=1, report=False))
+        return "SLOs met" if doc["satisfiable"] else "SLOs not met (see the report)"
+
+    def report(self) -> str:
+        from serving_bench.report.cli import write_report
+
+        return str(write_report(self.out, title="serving-bench demo"))
+
+    def run(self) -> int:
+        stages = [("export models (ONNX Runtime, TorchScript, TVM) and an ensemble", self.export),
+                  ("serve co-located on real Triton and replay the demo profile", self.replay),
+                  ("profile the served models on Triton", self.profile),
+                  ("simulate the same schedule and validate against the replay", self.simulate_and_validate),
+                  ("tune on the simulator, verify the best on Triton", self.tune),
+                  ("write the report", self.report)]
+        needs = {1: 0, 2: 1, 3: 2, 4: 2}  # stage index -> the stage it needs
+        for i, (name, fn) in enumerate(stages):
+            dep = needs.get(i)
+            if dep is not None and self.stages[dep].status != "ok":
+                self.stages.append(Stage(name, "unavailable", 0.0, f"needs stage {dep + 1}"))
+                self.say(f"stage {i + 1}/{len(stages)}: {name}: not run (needs stage {dep + 1})")
+                continue
+            self.run_stage(i + 1, len(stages), name, fn)
+        summary = {s.name: {"status": s.status, "seconds": round(s.seconds, 2), "detail": s.detail}
+                   for s in self.stages}
+        (self.out / "demo.json").write_text(json.dumps(summary, indent=1) + "\n")
+        self.say("summary: " + ", ".join(f"{s.status}" for s in self.stages))
+        report = self.out / "report.html"
+        if report.is_file():
+            print(f"report: {report.resolve()}")
+        return 0 if all(s.status == "ok" for s in self.stages) else 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="results/demo", help="results folder (default results/demo)")
+    parser.add_argument("--repo", default="model_repo", help="model repository to export into (default model_repo)")
+    parser.add_argument("--load", default=str(DEMO_PROFILE), help="load profile (default load_profiles/demo.yaml)")
+    parser.add_argument("--tune-evals", type=int, default=24, help="configurations the tune stage evaluates")
+    parser.add_argument("--no-overwrite", action="store_true", help="keep existing repository entries")
+
+
+def main(args: argparse.Namespace) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, overwrite=not args.no_overwrite)
+    return demo.run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from serving_bench.cli import main as cli_main
+
+    sys.exit(cli_main(["demo", *sys.argv[1:]]))
