@@ -1,0 +1,119 @@
+"""Tune building blocks that need no simulator: SLO parsing, the search space, generators, the checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serving_bench.errors import InputError
+from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.tune.checkpoint import Checkpoint
+from serving_bench.tune.generators import GridGenerator, OptunaGenerator, choose_generator
+from serving_bench.tune.load import Load, merge, only_models
+from serving_bench.tune.slo import parse_slos
+from serving_bench.tune.space import SearchSpace, knobs_for, preferred_sizes
+
+
+def base3() -> ServingConfig:
+    return ServingConfig(tuple(ModelServing(n, max_batch_size=32, dynamic_batching=True) for n in "abc"))
+
+
+def test_parse_slos_units_and_repeats():
+    assert parse_slos("a=p99:20ms,a=p50:500us,b=mean:0.1s,c=p99.9:7") == {
+        "a": {"p99": 0.02, "p50": 0.0005}, "b": {"mean": 0.1}, "c": {"p99.9": 0.007}}
+
+
+@pytest.mark.parametrize("text", ["a=p99", "a:p99:20ms", "a=p42:20ms", "a=p99:-1ms", "a=p99:20min", "", "=p99:1ms"])
+def test_parse_slos_errors_are_one_line_with_the_form(text):
+    with pytest.raises(InputError) as err:
+        parse_slos(text)
+    line = err.value.line()
+    assert "\n" not in line and line.startswith("--slo") and "MODEL=STAT:VALUE" in line
+
+
+def test_grid_enumerates_canonical_placements_once():
+    space = SearchSpace(base3(), knobs_for("abc", instances=(1, 2), max_batch_size=(0, 8), max_queue_delay_us=(0, 100)),
+                        gpus=2)
+    points = list(space.grid())
+    keys = [space.key(p) for p in points]
+    assert len(keys) == len(set(keys)) == space.size()
+    # per model: instances 2 x (mbs 0 -> delay normalised: 1, mbs 8: 2 delays) = 6; placements of 3 models on <= 2
+    # GPUs up to renaming: 4
+    assert space.size() == 6 ** 3 * 4
+    # relabelling GPUs gives the same point
+    p = dict(points[-1])
+    swapped = {k: (1 - v if k.endswith(".gpu") else v) for k, v in p.items()}
+    assert space.key(swapped) == space.key(p)
+    config = space.config(p)
+    assert {d for m in config.models for d, _ in m.instances} <= {"gpu0", "gpu1"}
+    assert space.gpus_used(p) == len({d for m in config.models for d, _ in m.instances})
+
+
+def test_config_carries_knobs_and_preferred_rules():
+    space = SearchSpace(base3(), knobs_for("a", instances=(3,), max_batch_size=(16,), max_queue_delay_us=(250,),
+                                           preferred=("pow2",)))
+    (p,) = list(space.grid())
+    a = space.config(p)["a"]
+    assert (a.instance_count, a.max_batch_size, a.max_queue_delay_us, a.dynamic_batching) == (3, 16, 250, True)
+    assert a.preferred_batch_sizes == (1, 2, 4, 8, 16) == preferred_sizes("pow2", 16)
+    assert space.config(p)["b"] == base3()["b"]  # untuned models keep their base serving
+
+
+def test_generators_propose_each_point_once_and_skip_replayed():
+    space = SearchSpace(base3(), knobs_for("ab", instances=(1, 2), max_batch_size=(1, 8), max_queue_delay_us=(0,)))
+    grid = GridGenerator(space)
+    first = grid.propose(3)
+    grid.replay(first[0], 1.0)
+    rest = []
+    while batch := grid.propose(4):
+        rest += batch
+    seen = [space.key(p) for p in first[1:] + rest]
+    assert len(seen) == len(set(seen)) == space.size() - 1
+    opt = OptunaGenerator(space, seed=3)
+    keys = set()
+    for _ in range(6):
+        for p in opt.propose(2):
+            assert space.key(p) not in keys
+            keys.add(space.key(p))
+            opt.observe(p, float(p["a.instances"]))
+    assert len(keys) <= space.size()
+    assert choose_generator("auto", space).name == "grid"
+    with pytest.raises(InputError):
+        choose_generator("annealing", space)
+
+
+def test_checkpoint_resume_ignores_a_cut_line_and_refuses_another_search(tmp_path):
+    path = tmp_path / "obs.jsonl"
+    ck = Checkpoint(path, {"space": 1})
+    ck.start()
+    ck.append("k1", {"x": 1}, {"v": 1})
+    ck.append("k2", {"x": 2}, {"v": 2})
+    with open(path, "a") as fh:
+        fh.write('{"kind": "observation", "key": "k3", "par')  # killed mid-write
+    again = Checkpoint(path, {"space": 1})
+    assert [r["key"] for r in again.load()] == ["k1", "k2"]
+    again.start()
+    again.append("k3", {"x": 3}, {"v": 3})
+    assert [r["key"] for r in again.load()] == ["k1", "k2", "k3"]
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+    with pytest.raises(InputError, match="different search"):
+        Checkpoint(path, {"space": 2}).load()
+
+
+def test_load_scaling_keeps_time_span_and_multiplies_requests():
+    import numpy as np
+
+    from serving_bench.load.schedule import Schedule
+
+    rng = np.random.default_rng(0)
+    t = np.sort(rng.uniform(0, 100, 2000))
+    base = Schedule(t, rng.integers(0, 2, 2000), ("a", "b"), np.zeros(2000), np.ones(2000), {"duration_s": 100.0})
+    load = Load(base, seed=1)
+    for scale in (0.5, 1.0, 2.0, 3.5):
+        s = load.at(scale)
+        assert abs(len(s) / len(base) - scale) < 0.05
+        assert s.arrival_s.min() >= 0 and s.arrival_s.max() < 100 and s.duration_s == 100.0
+        assert s.equals(load.at(scale))  # deterministic
+    assert only_models(base, ["b"]).models == ("b",)
+    assert len(merge([only_models(base, ["a"]), only_models(base, ["b"])])) == len(base)
