@@ -14,18 +14,29 @@ from serving_bench.load.schedule import Schedule
 
 @dataclass(frozen=True)
 class ScheduleBuilder:
-    """``builder(seed)`` -> the Schedule of the load profile at ``path`` for that seed (engineer C's ``build_schedule``)."""
+    """``builder(seed)`` -> the Schedule of the load profile at ``path`` with that seed (engineer C's
+    ``LoadProfile`` + ``build_schedule``); ``duration_s`` overrides the profile's duration."""
 
     path: str
     duration_s: float | None = None
 
-    def __call__(self, seed: int) -> Schedule:
-        from serving_bench.load import build_schedule
+    def profile(self):
+        import dataclasses
 
-        kwargs = {"seed": seed}
+        from serving_bench.load.profile import LoadProfile
+
+        prof = LoadProfile.load(self.path)
         if self.duration_s is not None:
-            kwargs["duration_s"] = self.duration_s
-        return build_schedule(self.path, **kwargs)
+            prof = dataclasses.replace(prof, duration_s=float(self.duration_s))
+        return prof
+
+    def __call__(self, seed: int | None = None) -> Schedule:
+        import dataclasses
+
+        from serving_bench.load.profile import build_schedule
+
+        prof = self.profile()
+        return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)))
 
 
 def load_profile(path: str | Path):

@@ -54,7 +54,7 @@ class TuneOptions:
     budget_minutes: float | None = None
     max_evals: int | None = None
     batch: int = 4
-    seed: int = 0
+    seed: int | None = None
     max_scale: float = 16.0
     duration_s: float | None = None
     verify_top: int = 1
@@ -87,7 +87,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=4, help="configurations proposed per round (default 4)")
     parser.add_argument("--max-scale", type=float, default=16.0, help="largest load multiple searched (default 16)")
     parser.add_argument("--duration", type=float, help="override the load profile's duration (s)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, help="load seed (default: the load profile's); also seeds the search")
     parser.add_argument("--verify-top", type=int, default=1, help="verify the best K on real Triton (0: skip)")
     parser.add_argument("--url", help="verify on an external Triton at this gRPC host:port instead of embedded")
     parser.add_argument("--out", default="results/tune", help="output folder (default results/tune)")
@@ -168,7 +168,7 @@ def run_tune(opts: TuneOptions) -> dict:
     ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(opts.objective, max_scale=opts.max_scale))
     if opts.objective == "gpus" and opts.gpus < 1:
         raise InputError("--objective", "gpus", "needs --gpus N (the most GPUs the models may use)")
-    settings = SearchSettings(generator=opts.generator, seed=opts.seed, batch_size=opts.batch,
+    settings = SearchSettings(generator=opts.generator, seed=load.seed, batch_size=opts.batch,
                               max_evals=opts.max_evals,
                               budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
     from serving_bench.tune.generators import choose_generator

@@ -132,12 +132,15 @@ def restrict(load: Load, names) -> Load:
                 build=_Only(load.build, names) if load.build is not None else None)
 
 
-def load_from_file(path: str | Path, seed: int = 0, duration_s: float | None = None) -> Load:
-    """A :class:`Load` from a load profile (YAML) or a saved schedule (``.npz``)."""
+def load_from_file(path: str | Path, seed: int | None = None, duration_s: float | None = None) -> Load:
+    """A :class:`Load` from a load profile (YAML; ``seed`` defaults to the profile's own) or a saved schedule
+    (``.npz``)."""
     from serving_bench.tune import adapters
 
     path = Path(path)
     if path.suffix == ".npz":
-        return Load(Schedule.load(path), seed=seed)
+        return Load(Schedule.load(path), seed=seed or 0)
     build = adapters.ScheduleBuilder(str(path), duration_s)
+    if seed is None:
+        seed = build.profile().seed
     return Load(build(seed), seed=seed, build=build)

@@ -15,7 +15,7 @@ Forecast file (YAML; relative paths are relative to it)::
       max_queue_delay_us: [0, 2000]
       preferred: [none]
     max_evals: 40                # configurations evaluated per model group
-    seed: 0
+    seed: 1                      # optional; default: the load profile's seed
 
 Method: the traffic is split into groups of models that share GPUs (``together``: one group; ``separate``: one per
 model; ``auto``: every partition when there are at most 3 models, else both extremes). For each group the search
@@ -68,7 +68,7 @@ class Forecast:
     search: dict = field(default_factory=lambda: {"instances": (1, 2, 4), "max_batch_size": (1, 8, 32),
                                                   "max_queue_delay_us": (0, 2000), "preferred": ("none",)})
     max_evals: int = 40
-    seed: int = 0
+    seed: int | None = None
     duration_s: float | None = None
 
 
@@ -136,7 +136,8 @@ def load_forecast(path: str | Path) -> Forecast:
         raise InputError(path, "duration_s", "expected a positive number of seconds")
     return Forecast(str(path), file_field("load"), file_field("profile"), tuple(float(g) for g in growth), slos,
                     int_field("max_gpus", 64, 1), grouping, search, int_field("max_evals", 40, 1),
-                    int_field("seed", 0, 0), None if duration is None else float(duration))
+                    None if data.get("seed") is None else int_field("seed", 0, 0),
+                    None if duration is None else float(duration))
 
 
 def partitions(items: list[str]):
@@ -200,7 +201,7 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
     objective = ObjectiveConfig("capacity", max_scale=max(forecast.growth),
                                 min_scale=min(forecast.growth) / forecast.max_gpus)
     ctx = EvalContext(space, profile, sub_load, group_slos, objective)
-    settings = SearchSettings(seed=forecast.seed, max_evals=forecast.max_evals)
+    settings = SearchSettings(seed=load.seed, max_evals=forecast.max_evals)
     choice = choose_generator("auto", space)
     name = "+".join(group)
     checkpoint = Checkpoint(out / "groups" / f"{_safe(name)}.jsonl",
@@ -275,7 +276,7 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
     for group, n in best[1]:
         cap = caps[group]
         for _ in range(8):  # capacity is known to one rung: add a GPU if the check misses
-            met, figures = check_gpu(cap, load, profile, slos, g / n, forecast.seed)
+            met, figures = check_gpu(cap, load, profile, slos, g / n, 0)
             if met:
                 break
             n += 1
