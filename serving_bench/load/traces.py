@@ -1,0 +1,427 @@
+"""Production traces: per-request CSV logs and the Azure Functions 2019 invocation counts, turned into arrivals.
+
+Formats
+-------
+* **Request CSV** — a header naming ``timestamp_s`` and ``model`` (and optionally ``batch``), then one row per
+  request: seconds since any origin (shifted so the first request is at 0), the model (a served entry name, or a name
+  mapped with ``model_map``), the request batch size (default 1). Timestamps that go backwards are **sorted with a
+  warning** by default (logs merged from several front ends are often slightly out of order); ``strict: true``
+  rejects them instead, naming the first offending line.
+* **Azure Functions 2019** (``invocations_per_function_md.anon.d*.csv``) — a header ``HashOwner, HashApp,
+  HashFunction, Trigger, 1, 2, ..., 1440``, then one row per function with its invocation count in each minute of the
+  day. Functions are mapped onto the profile's models ``round_robin`` (in file order) or by ``popularity`` (the busiest
+  functions first, each to the model furthest below its traffic share). Counts are scaled by ``rate_scale``
+  (stochastic rounding keeps the expected total), each minute lasts ``60 * time_scale`` seconds, and the arrivals of a
+  minute are spread inside it by ``spread``: ``poisson`` (uniform order statistics — a Poisson process conditioned on
+  the count), ``even`` (evenly spaced) or ``gamma`` (bursty renewal gaps with ``spread_cv``, rescaled to the minute).
+
+Errors name the file, the line and the field. ``convert`` writes any trace as a request CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from serving_bench.errors import InputError
+from serving_bench.load import fields as fv
+from serving_bench.load.arrivals import ArrivalProcess, register
+from serving_bench.load.fields import Where
+
+AZURE_FIXED = ("HashOwner", "HashApp", "HashFunction", "Trigger")
+MINUTES_PER_DAY = 1440
+
+
+class TraceOrderWarning(UserWarning):
+    """A request trace had timestamps out of order and was sorted."""
+
+
+@dataclass(frozen=True, eq=False)
+class RequestTrace:
+    """A per-request trace: ``times_s`` (sorted, first at 0), ``model`` index into ``models``, ``batch`` sizes."""
+
+    times_s: np.ndarray
+    model: np.ndarray
+    models: tuple[str, ...]
+    batch: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class AzureTrace:
+    """Azure Functions invocation counts: ``counts[f, m]`` invocations of function ``f`` in minute ``m``."""
+
+    functions: tuple[tuple[str, str, str, str], ...]
+    counts: np.ndarray
+
+
+def _open_csv(path: Path):
+    try:
+        handle = open(path, newline="", encoding="utf-8")
+    except OSError as err:
+        raise InputError(path, None, f"cannot read the trace: {err.strerror or err}") from None
+    return handle
+
+
+def read_request_csv(path: str | Path, *, strict: bool = False,
+                     model_map: Mapping[str, str] | None = None) -> RequestTrace:
+    """Read a request CSV (see the module doc). ``model_map`` renames trace models to served entries."""
+    path = Path(path)
+    model_map = dict(model_map or {})
+    with _open_csv(path) as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(path, "line 1", "empty file; expected a header 'timestamp_s,model[,batch]'")
+        header = [h.strip() for h in header]
+        for name in ("timestamp_s", "model"):
+            if name not in header:
+                raise InputError(path, "line 1", f"header lacks '{name}'; expected 'timestamp_s,model[,batch]', "
+                                                 f"got {','.join(header)!r}")
+        unknown = [h for h in header if h not in ("timestamp_s", "model", "batch")]
+        if unknown:
+            raise InputError(path, f"line 1: {unknown[0]}", "unknown column; expected timestamp_s, model, batch")
+        col_t, col_m = header.index("timestamp_s"), header.index("model")
+        col_b = header.index("batch") if "batch" in header else None
+        times: list[float] = []
+        names: list[str] = []
+        batches: list[int] = []
+        for lineno, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(header):
+                raise InputError(path, f"line {lineno}", f"expected {len(header)} fields ({','.join(header)}), "
+                                                         f"got {len(row)}")
+            try:
+                t = float(row[col_t])
+            except ValueError:
+                t = math.nan
+            if not math.isfinite(t):
+                raise InputError(path, f"line {lineno}: timestamp_s", f"expected a number of seconds, got {row[col_t]!r}")
+            model = row[col_m].strip()
+            if not model:
+                raise InputError(path, f"line {lineno}: model", "expected a model name, got an empty field")
+            b = 1
+            if col_b is not None:
+                try:
+                    b = int(row[col_b])
+                except ValueError:
+                    b = 0
+                if b < 1:
+                    raise InputError(path, f"line {lineno}: batch", f"expected an integer >= 1, got {row[col_b]!r}")
+            times.append(t)
+            names.append(model_map.get(model, model))
+            batches.append(b)
+    if not times:
+        raise InputError(path, "line 2", "no requests; expected at least one row after the header")
+    t = np.asarray(times, dtype=np.float64)
+    backwards = np.flatnonzero(np.diff(t) < 0)
+    order = np.arange(len(t))
+    if len(backwards):
+        first = int(backwards[0]) + 3  # +1 for the diff, +1 for the header, +1 for 1-based lines
+        if strict:
+            raise InputError(path, f"line {first}: timestamp_s",
+                             f"timestamps must not go backwards ({t[backwards[0] + 1]!r} after {t[backwards[0]]!r}); "
+                             "sort the file or set strict: false to sort on read")
+        warnings.warn(f"{path}: line {first}: timestamp_s goes backwards ({len(backwards)} places); "
+                      "sorted the requests by time", TraceOrderWarning, stacklevel=2)
+        order = np.argsort(t, kind="stable")
+    t = t[order] - t[order][0]
+    models = tuple(dict.fromkeys(names[i] for i in order))
+    index = {m: k for k, m in enumerate(models)}
+    return RequestTrace(t, np.array([index[names[i]] for i in order], dtype=np.int32), models,
+                        np.asarray(batches, dtype=np.int32)[order])
+
+
+def read_azure(path: str | Path) -> AzureTrace:
+    """Read an Azure Functions 2019 invocations file (any number of minute columns, normally 1440)."""
+    path = Path(path)
+    with _open_csv(path) as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None or tuple(h.strip() for h in header[:4]) != AZURE_FIXED or len(header) < 5:
+            raise InputError(path, "line 1", f"expected the Azure Functions header {','.join(AZURE_FIXED)},1,...,1440")
+        minutes = [h.strip() for h in header[4:]]
+        for k, name in enumerate(minutes, start=1):
+            if name != str(k):
+                raise InputError(path, f"line 1: column {k + 4}", f"expected minute '{k}', got {name!r}")
+        functions, rows = [], []
+        for lineno, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise InputError(path, f"line {lineno}", f"expected {len(header)} fields (4 ids + {len(minutes)} "
+                                                         f"minutes), got {len(row)}")
+            try:
+                counts = [int(c) for c in row[4:]]
+            except ValueError:
+                bad = next(k for k, c in enumerate(row[4:], start=1) if not c.strip().isdigit())
+                raise InputError(path, f"line {lineno}: minute {bad}",
+                                 f"expected a count (integer >= 0), got {row[4 + bad - 1]!r}") from None
+            if min(counts) < 0:
+                bad = counts.index(min(counts)) + 1
+                raise InputError(path, f"line {lineno}: minute {bad}", f"expected a count >= 0, got {counts[bad - 1]}")
+            functions.append(tuple(row[:4]))
+            rows.append(counts)
+    if not rows:
+        raise InputError(path, "line 2", "no functions; expected at least one row after the header")
+    return AzureTrace(tuple(functions), np.asarray(rows, dtype=np.int64))
+
+
+def map_functions(counts: np.ndarray, shares: Sequence[float], how: str) -> np.ndarray:
+    """Model index for each function. ``round_robin``: function ``f`` -> model ``f % M``. ``popularity``: functions
+    from busiest to quietest, each to the model with the largest gap between its share of the total and what it
+    already got (so the busiest functions spread over the models and the shares come out close)."""
+    m = len(shares)
+    f = counts.shape[0]
+    if how == "round_robin":
+        return np.arange(f) % m
+    totals = counts.sum(axis=1).astype(np.float64)
+    weights = np.asarray(shares, dtype=np.float64) / np.sum(shares)
+    target = weights * totals.sum()
+    got = np.zeros(m)
+    out = np.zeros(f, dtype=np.int64)
+    for fn in np.argsort(-totals, kind="stable"):
+        k = int(np.argmax(target - got))
+        out[fn] = k
+        got[k] += totals[fn]
+    return out
+
+
+def scale_counts(counts: np.ndarray, factor: float, rng: np.random.Generator) -> np.ndarray:
+    """``counts * factor`` rounded stochastically (keeps the expected total exactly)."""
+    scaled = counts * factor
+    whole = np.floor(scaled)
+    return (whole + (rng.random(scaled.shape) < scaled - whole)).astype(np.int64)
+
+
+def spread_in_slots(counts: np.ndarray, slot_s: float, how: str, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times for ``counts[k]`` requests inside slot ``[k*slot_s, (k+1)*slot_s)`` (unsorted)."""
+    starts = np.repeat(np.arange(len(counts)) * slot_s, counts)
+    if how == "even":
+        offsets = np.concatenate([(np.arange(c) + 0.5) / c for c in counts if c]) if counts.sum() else np.empty(0)
+    elif how == "poisson":
+        offsets = rng.random(int(counts.sum()))
+    else:  # gamma: bursty gaps, normalised so the c arrivals (and the gap after the last) fill the slot
+        shape = 1.0 / cv ** 2
+        parts = []
+        for c in counts:
+            if c:
+                gaps = rng.gamma(shape, 1.0, c + 1)
+                parts.append(np.cumsum(gaps)[:-1] / gaps.sum())
+        offsets = np.concatenate(parts) if parts else np.empty(0)
+    return starts + offsets * slot_s
+
+
+@register
+@dataclass(frozen=True)
+class Trace(ArrivalProcess):
+    """Arrivals (and models) read from a trace file; ``path`` is relative to the profile. See the module doc."""
+
+    name: ClassVar[str] = "trace"
+    kinds: ClassVar[Mapping[str, str]] = {"path": "text", "format": "text", "time_scale": "positive",
+                                          "rate_scale": "positive", "mapping": "text", "spread": "text",
+                                          "spread_cv": "positive", "start_minute": "number", "minutes": "number",
+                                          "strict": "bool", "model_map": "map"}
+    required: ClassVar[tuple[str, ...]] = ("path",)
+    path: str = ""
+    format: str = "csv"
+    time_scale: float = 1.0
+    rate_scale: float = 1.0
+    mapping: str = "round_robin"
+    spread: str = "poisson"
+    spread_cv: float = 2.0
+    start_minute: int = 1
+    minutes: int | None = None
+    strict: bool = False
+    model_map: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_mapping(cls, data, where):
+        data = dict(data)
+        fv.no_unknown(data, where, ["process", *cls.kinds])
+        if "path" not in data:
+            raise where.child("path").error("missing; expected the trace file (relative to the profile)")
+        kw = {}
+        for key in ("path", "format", "mapping", "spread"):
+            if key in data:
+                kw[key] = _text(data[key], where.child(key))
+        base = Path(where.source).parent if where.source else Path.cwd()
+        kw["path"] = str((base / kw["path"]).resolve()) if not Path(kw["path"]).is_absolute() else kw["path"]
+        for key in ("time_scale", "rate_scale", "spread_cv"):
+            if key in data:
+                kw[key] = fv.number(data[key], where.child(key), low=0, low_open=True, what="a number")
+        if "start_minute" in data:
+            kw["start_minute"] = fv.integer(data["start_minute"], where.child("start_minute"), low=1)
+        if "minutes" in data:
+            kw["minutes"] = fv.integer(data["minutes"], where.child("minutes"), low=1)
+        if "strict" in data:
+            if not isinstance(data["strict"], bool):
+                raise where.child("strict").error(f"expected true or false, got {data['strict']!r}")
+            kw["strict"] = data["strict"]
+        if "model_map" in data:
+            mm = fv.mapping(data["model_map"], where.child("model_map"), what="a mapping trace name -> model")
+            kw["model_map"] = tuple((str(k), _text(v, where.child("model_map").child(str(k)))) for k, v in mm.items())
+        config = cls(**kw)
+        fv.choice(config.format, where.child("format"), ["csv", "azure"])
+        fv.choice(config.mapping, where.child("mapping"), ["round_robin", "popularity"])
+        fv.choice(config.spread, where.child("spread"), ["poisson", "even", "gamma"])
+        if config.format == "csv" and config.rate_scale > 1:
+            raise where.child("rate_scale").error("expected <= 1 for a request CSV (thinning); use time_scale < 1 "
+                                                  "to replay it faster")
+        if not Path(config.path).is_file():
+            raise where.child("path").error(f"no such trace file: {config.path}")
+        return config
+
+    # -- reading --------------------------------------------------------------------------------------------------
+    def requests(self, models: Sequence[str], shares: Sequence[float], rng: np.random.Generator,
+                 duration_s: float | None = None) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray | None]:
+        """``(times_s, model index, model names, batch or None)`` of the trace after scaling, cut at ``duration_s``.
+
+        For a request CSV the models come from the trace; for Azure the functions are mapped onto ``models`` with
+        ``shares``."""
+        if self.format == "csv":
+            trace = read_request_csv(self.path, strict=self.strict, model_map=dict(self.model_map))
+            keep = rng.random(len(trace.times_s)) < self.rate_scale if self.rate_scale < 1 else \
+                np.ones(len(trace.times_s), dtype=bool)
+            times, model, batch = trace.times_s[keep] * self.time_scale, trace.model[keep], trace.batch[keep]
+            names = trace.models
+        else:
+            if not models:
+                raise InputError(self.path, "models", "an Azure trace needs the profile's models to map functions on")
+            trace = read_azure(self.path)
+            first = self.start_minute - 1
+            last = trace.counts.shape[1] if self.minutes is None else min(first + self.minutes, trace.counts.shape[1])
+            if first >= trace.counts.shape[1]:
+                raise InputError(self.path, "start_minute", f"expected <= {trace.counts.shape[1]}, got {self.start_minute}")
+            counts = scale_counts(trace.counts[:, first:last], self.rate_scale, rng)
+            owner = map_functions(counts, shares, self.mapping)
+            slot_s = 60.0 * self.time_scale
+            parts_t, parts_m = [], []
+            per_model = np.zeros((len(models), counts.shape[1]), dtype=np.int64)
+            np.add.at(per_model, owner, counts)
+            for k in range(len(models)):
+                t = spread_in_slots(per_model[k], slot_s, self.spread, self.spread_cv, rng)
+                parts_t.append(t)
+                parts_m.append(np.full(len(t), k, dtype=np.int32))
+            times = np.concatenate(parts_t)
+            model = np.concatenate(parts_m)
+            order = np.argsort(times, kind="stable")
+            times, model, batch, names = times[order], model[order], None, tuple(models)
+        if duration_s is not None:
+            keep = times < duration_s
+            times, model = times[keep], model[keep]
+            batch = batch[keep] if batch is not None else None
+        return times, model, names, batch
+
+    def span_s(self) -> float:
+        """Length of the scaled trace in seconds (the profile's default duration)."""
+        if self.format == "csv":
+            t = read_request_csv(self.path, strict=self.strict).times_s
+            return float(t[-1] * self.time_scale) + 1e-9
+        n = read_azure(self.path).counts.shape[1] - (self.start_minute - 1)
+        n = n if self.minutes is None else min(n, self.minutes)
+        return n * 60.0 * self.time_scale
+
+    def times(self, duration_s, rng):
+        return self.requests((), (), rng, duration_s)[0] if self.format == "csv" else \
+            self.requests(("all",), (1.0,), rng, duration_s)[0]
+
+    def expected_rate(self, duration_s):
+        return len(self.times(duration_s, np.random.default_rng(0))) / duration_s
+
+
+def _text(value, where: Where) -> str:
+    if not isinstance(value, str) or not value:
+        raise where.error(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+# -- synthetic traces and conversion -----------------------------------------------------------------------------------
+
+def synthetic_azure(path: str | Path, *, functions: int = 12, seed: int = 0, minutes: int = MINUTES_PER_DAY) -> Path:
+    """Write a small synthetic trace in the Azure Functions 2019 format: Zipf-like popularity, a diurnal swing and
+    Poisson noise per minute (the real data set is not shipped; this has its shape)."""
+    rng = np.random.default_rng(seed)
+    popularity = 40.0 / np.arange(1, functions + 1) ** 1.2
+    t = np.arange(minutes)
+    day = 1.0 + 0.6 * np.sin(2 * np.pi * (t / MINUTES_PER_DAY - 0.3))
+    counts = rng.poisson(popularity[:, None] * day[None, :])
+    triggers = ("http", "queue", "timer", "event")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*AZURE_FIXED, *range(1, minutes + 1)])
+        for f in range(functions):
+            ids = [f"{rng.integers(2**63):016x}" for _ in range(3)]
+            writer.writerow([*ids, triggers[f % len(triggers)], *counts[f]])
+    tmp.replace(path)
+    return path
+
+
+def write_request_csv(path: str | Path, times_s: np.ndarray, models: Sequence[str], batch: np.ndarray | None = None) -> Path:
+    """Write a request CSV (``timestamp_s,model,batch``) atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    batch = np.ones(len(times_s), dtype=np.int64) if batch is None else batch
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["timestamp_s", "model", "batch"])
+        for t, m, b in zip(times_s, models, batch):
+            writer.writerow([f"{t:.6f}", m, int(b)])
+    tmp.replace(path)
+    return path
+
+
+def convert(src: str | Path, dst: str | Path, *, models: Sequence[str], shares: Sequence[float] | None = None,
+            seed: int = 0, **options) -> Path:
+    """Convert a trace (``format`` = ``azure`` or ``csv`` in ``options``, plus the :class:`Trace` options) to a
+    request CSV ``dst`` with arrivals mapped onto ``models``."""
+    trace = Trace(path=str(src), **options)
+    shares = list(shares) if shares is not None else [1.0] * len(models)
+    times, model, names, batch = trace.requests(models, shares, np.random.default_rng(seed))
+    return write_request_csv(dst, times, [names[k] for k in model], batch)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m serving_bench.load.traces convert SRC DST --models a,b [--format azure] [--time-scale X] ...``"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m serving_bench.load.traces",
+                                     description="convert an Azure Functions trace to a request CSV")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    conv = sub.add_parser("convert")
+    conv.add_argument("src")
+    conv.add_argument("dst")
+    conv.add_argument("--models", required=True, help="comma-separated served model names")
+    conv.add_argument("--shares", help="comma-separated traffic shares (default equal)")
+    conv.add_argument("--format", default="azure", choices=["azure", "csv"])
+    conv.add_argument("--mapping", default="round_robin", choices=["round_robin", "popularity"])
+    conv.add_argument("--spread", default="poisson", choices=["poisson", "even", "gamma"])
+    conv.add_argument("--time-scale", type=float, default=1.0)
+    conv.add_argument("--rate-scale", type=float, default=1.0)
+    conv.add_argument("--start-minute", type=int, default=1)
+    conv.add_argument("--minutes", type=int)
+    conv.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    shares = [float(s) for s in args.shares.split(",")] if args.shares else None
+    try:
+        out = convert(args.src, args.dst, models=models, shares=shares, seed=args.seed, format=args.format,
+                      mapping=args.mapping, spread=args.spread, time_scale=args.time_scale,
+                      rate_scale=args.rate_scale, start_minute=args.start_minute, minutes=args.minutes)
+    except InputError as err:
+        print(f"error: {err.line()}")
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
