@@ -15,6 +15,7 @@ The server runs in its own process group; stopping sends SIGTERM, waits, then ki
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
@@ -86,7 +87,7 @@ def find_tritonserver() -> TritonInstall:
     if not server_bin.is_file() or not stub.is_file():
         raise ServerError(f"tritonserver or its python {version} stub is missing under {root}")
 
-    backend_dir = cache_dir() / "backends" / f"py{version}-{abs(hash(str(root))) % 10**8}"
+    backend_dir = cache_dir() / "backends" / f"py{version}-{hashlib.sha256(str(root).encode()).hexdigest()[:10]}"
     python_dir = backend_dir / "python"
     if not (python_dir / "triton_python_backend_stub").is_file():
         tmp = Path(tempfile.mkdtemp(dir=_mkdir(backend_dir.parent), prefix=".backend-"))
