@@ -3,8 +3,9 @@
 The exported repository stays native (``onnxruntime_onnx``, ``pytorch_libtorch``, ``tensorrt_plan``) for a full
 Triton. The bundled server has only the python backend, so each native entry is served here by a python-backend
 runner executing the same artifact with the same runtime; ``max_batch_size``, ``dynamic_batching``,
-``instance_group`` and the I/O of the original config are kept. Entries that are already python-backend or ensembles
-are linked as they are. Instance counts can be overridden per entry.
+``instance_group`` and the I/O of the original config are kept (see :mod:`serving_bench.serve.runners`). Entries that
+are already python-backend or ensembles are linked as they are. Instance counts can be overridden per entry, and
+intra-op threads per instance default to what fits the cores.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from serving_bench.errors import InputError
-from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, entry_dir, list_entries, read_config,
-                                             write_config)
+from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, ModelConfig, entry_dir, list_entries,
+                                             read_config, write_config)
 
 
 def ensemble_members(config: ModelConfig) -> list[str]:
@@ -39,11 +42,53 @@ def resolve_models(repo: Path, models: Sequence[str] | None) -> list[str]:
     return resolved
 
 
+def check_served_entries(repo: Path, names: Sequence[str]) -> None:
+    """Raise the first problem ``serving-bench check-repo`` finds in a served entry (one line naming file and field),
+    so a malformed config or a missing artifact is reported before launch, not as a load failure in the server log."""
+    from serving_bench.export.check import check_repo
+
+    problems, _ = check_repo(repo)
+    root = Path(repo).resolve()
+    served = [str(entry_dir(root, name)) for name in names]
+
+    def concerns_served(problem: InputError) -> bool:
+        source = str(Path(problem.source).resolve()) if problem.source else ""
+        return any(source == folder or source.startswith(folder + os.sep) for folder in served) or \
+            (source == str(root / MANIFEST_NAME) and any(f"entries.{n}" == problem.field for n in names))
+
+    mine = [p for p in problems if concerns_served(p)]
+    if mine:
+        first = mine[0]
+        more = f" ({len(mine) - 1} more: run serving-bench check-repo {repo})" if len(mine) > 1 else ""
+        raise InputError(first.source, first.field, first.expected + more)
+
+
+def _instance_count(config: ModelConfig) -> int:
+    return sum(max(1, g.count) for g in config.instance_group) or 1
+
+
+def _check_gpu_groups(name: str, config: ModelConfig, source: Path) -> None:
+    """KIND_GPU instances need a GPU torch can see; say so before launch rather than as a load failure."""
+    for i, group in enumerate(config.instance_group):
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise InputError(source, f"instance_group[{i}].kind",
+                                 f"KIND_GPU but torch sees no CUDA GPU here; expected KIND_CPU on this machine "
+                                 f"(re-export here, or serve {name} on a GPU host)")
+
+
 def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[str] | None = None,
-                       instances: Mapping[str, int] | None = None,
-                       threads_per_instance: int | None = None) -> list[str]:
-    """Write the runtime view of ``repo`` into ``dest`` (a new folder); return the entry names it holds."""
-    from serving_bench.serve.runners import runtime_entry
+                       instances: Mapping[str, int] | None = None, threads_per_instance: int | None = None,
+                       cuda_graphs: str | None = None, validate: bool = True) -> list[str]:
+    """Write the runtime view of ``repo`` into ``dest`` (a new folder); return the entry names it holds.
+
+    ``threads_per_instance`` (None: cores // all served instances, at least 1) goes to every runner-backed entry;
+    ``cuda_graphs`` to TorchScript entries on KIND_GPU instances. With ``validate`` the served entries are checked
+    first (:func:`check_served_entries`). Bad input raises :class:`InputError` before ``dest`` is created.
+    """
+    from serving_bench.serve.runners import default_threads, runtime_entry
 
     repo, dest = Path(repo), Path(dest)
     instances = dict(instances or {})
@@ -51,21 +96,36 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
     unknown = sorted(set(instances) - set(names))
     if unknown:
         raise InputError("--instances", unknown[0], f"not a served model; served: {', '.join(names)}")
-    dest.mkdir(parents=True)
+    if validate:
+        check_served_entries(repo, names)
+    configs = {}
     for name in names:
-        src = entry_dir(repo, name)
-        config = read_config(src / CONFIG_NAME)
+        source = entry_dir(repo, name) / CONFIG_NAME
+        config = read_config(source)
         if name in instances:
             count = int(instances[name])
             if count < 1:
                 raise InputError("--instances", name, f"instance count must be >= 1, got {count}")
+            if config.platform == "ensemble":
+                raise InputError("--instances", name, "an ensemble has no instances of its own; set its members'")
             if not config.instance_group:
                 config.instance_group.add()
             for group in config.instance_group:
                 group.count = count
+        if config.platform != "ensemble":
+            _check_gpu_groups(name, config, source)
+        configs[name] = config
+    if threads_per_instance is None:
+        total = sum(_instance_count(c) for c in configs.values() if c.platform != "ensemble")
+        threads_per_instance = default_threads(total)
+    elif threads_per_instance < 1:
+        raise InputError("--threads-per-instance", str(threads_per_instance), "expected an integer >= 1")
+    dest.mkdir(parents=True)
+    for name, config in configs.items():
         out = dest / name
         out.mkdir()
-        served_config = runtime_entry(src, config, out, threads_per_instance=threads_per_instance)
+        served_config = runtime_entry(entry_dir(repo, name), config, out, threads_per_instance=threads_per_instance,
+                                      cuda_graphs=cuda_graphs)
         write_config(served_config, out / CONFIG_NAME)
     return names
 

@@ -15,7 +15,9 @@ The server runs in its own process group; stopping sends SIGTERM, waits, then ki
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -29,7 +31,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from serving_bench.errors import InputError, ServerError
 from serving_bench.serve.ports import free_port, port_is_free
@@ -132,8 +134,11 @@ class TritonServer:
                  instances: Mapping[str, int] | None = None, threads_per_instance: int | None = None,
                  http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
                  host: str = LOOPBACK, log_path: str | Path | None = None, startup_timeout_s: float = 300.0,
-                 metrics_interval_ms: int = 500, extra_args: Sequence[str] = ()):
+                 metrics_interval_ms: int = 500, extra_args: Sequence[str] = (), cuda_graphs: str | None = None,
+                 validate: bool = True):
         self.repo = Path(repo)
+        self.cuda_graphs = cuda_graphs
+        self.validate = validate
         self.models = list(models) if models else None
         self.instances = dict(instances or {})
         self.threads_per_instance = threads_per_instance
@@ -166,11 +171,17 @@ class TritonServer:
             if port is not None and not port_is_free(port, self.host):
                 raise ServerError(f"--{name}-port {port} is already in use on {self.host}; choose another or omit it")
         self.workdir = Path(tempfile.mkdtemp(prefix="serving-bench-server-"))
+        view = self.workdir / "repo"
+        try:
+            self.served_models = build_runtime_repo(self.repo, view, models=self.models, instances=self.instances,
+                                                    threads_per_instance=self.threads_per_instance,
+                                                    cuda_graphs=self.cuda_graphs, validate=self.validate)
+        except BaseException:  # bad input: nothing launched, nothing left behind
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+            raise
         self.log_path = self.user_log or self.workdir / "tritonserver.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        view = self.workdir / "repo"
-        self.served_models = build_runtime_repo(self.repo, view, models=self.models, instances=self.instances,
-                                                threads_per_instance=self.threads_per_instance)
         for attempt in range(3):
             ports = {k: v if v is not None else free_port(self.host) for k, v in self.requested_ports.items()}
             self._launch(install, view, ports)
@@ -220,11 +231,34 @@ class TritonServer:
             time.sleep(0.1)
         raise ServerError(self._failure_message(f"tritonserver not ready after {self.startup_timeout_s:.0f} s"))
 
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running server (for telemetry of its process tree); None when not running."""
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
     def check_alive(self) -> None:
-        """Raise :class:`ServerError` naming the log if the server process has died."""
+        """Raise :class:`ServerError` naming the log if the server process has died. Cheap (one ``poll``): call it
+        from any loop that waits on the server, so a crash ends the wait instead of hanging it."""
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
             raise ServerError(self._failure_message(f"tritonserver is not running (exit code {code})"))
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn a client error raised inside the block into :class:`ServerError` naming the log when the cause is
+        that the server died (a refused connection to a dead server says nothing about why it died)."""
+        try:
+            yield
+        except ServerError:
+            raise
+        except Exception as err:
+            deadline = time.monotonic() + 0.5  # the process may still be exiting when its sockets close
+            while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self.process is not None and self.process.poll() is not None:
+                raise ServerError(self._failure_message(f"tritonserver died (exit code {self.process.returncode}) "
+                                                        f"while in use [{type(err).__name__}]")) from err
+            raise
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop the server and every process it started; remove the temporary folder unless it holds a failure log."""
@@ -278,3 +312,79 @@ class TritonServer:
         detail = "; ".join(failures) or " | ".join(
             line.strip() for line in text.splitlines()[-5:] if line.strip())
         return f"{headline}: {detail} (server log: {self.log_path})"
+
+
+def _http_get(url: str, timeout_s: float) -> int:
+    with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+        return reply.status
+
+
+class ExternalServer:
+    """A Triton server somebody else runs (``--url host:port``, its gRPC address): the same interface as
+    :class:`TritonServer` (``endpoints``, ``pid`` = None, ``check_alive``, ``guard``, ``served_models``, context
+    manager) so every command can take either; entering checks it is ready, nothing is started or stopped."""
+
+    def __init__(self, url: str | Endpoints, *, timeout_s: float = 5.0):
+        self.endpoints = url if isinstance(url, Endpoints) else Endpoints.from_url(url)
+        self.timeout_s = timeout_s
+        self.served_models: list[str] = []
+        self.process = None
+        self.pid = None
+        self.log_path = None
+
+    def __enter__(self) -> "ExternalServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "ExternalServer":
+        """Check the server is ready and list its ready models; :class:`ServerError` naming the URL if not."""
+        self.check_alive(ready=True)
+        index = f"http://{self.endpoints.http_url}/v2/repository/index"
+        try:
+            request = urllib.request.Request(index, data=b"{}", method="POST")
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+                models = json.loads(reply.read() or b"[]")
+            self.served_models = sorted({m["name"] for m in models if m.get("state", "READY") == "READY"})
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+            self.served_models = []  # the repository extension may be restricted; the models stay unknown
+        return self
+
+    def stop(self, timeout_s: float = 0.0) -> None:
+        """Nothing to stop: the server is not ours."""
+
+    def check_alive(self, ready: bool = False) -> None:
+        """Raise :class:`ServerError` naming the URL unless the server answers ``/v2/health/live`` (or ``ready``)."""
+        url = f"http://{self.endpoints.http_url}/v2/health/{'ready' if ready else 'live'}"
+        try:
+            status = _http_get(url, self.timeout_s)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
+            raise ServerError(f"Triton at {self.endpoints.http_url} (--url {self.endpoints.grpc_url}) is not "
+                              f"answering {url}: {getattr(err, 'reason', err)}") from None
+        if status != 200:
+            raise ServerError(f"Triton at {self.endpoints.http_url} answered {url} with HTTP {status}")
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn a client error inside the block into :class:`ServerError` naming the URL when the server is gone."""
+        try:
+            yield
+        except ServerError:
+            raise
+        except Exception as err:
+            try:
+                self.check_alive()
+            except ServerError as dead:
+                raise ServerError(f"{dead} [{type(err).__name__} while in use]") from err
+            raise
+
+
+def connect(repo: str | Path | None = None, *, url: str | None = None, **server_kwargs) -> "TritonServer | ExternalServer":
+    """The server a command should use: the external one at ``url`` (``host:port``, gRPC) when given, else a local
+    :class:`TritonServer` for ``repo`` (``server_kwargs`` go to it). Use as a context manager."""
+    if url:
+        return ExternalServer(url)
+    if repo is None:
+        raise InputError("--repo", None, "expected a model repository to serve, or --url of a running Triton server")
+    return TritonServer(repo, **server_kwargs)

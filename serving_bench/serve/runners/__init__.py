@@ -1,28 +1,152 @@
 """Python-backend runners: the ``model.py`` files the embedded tritonserver runs for each kind of entry.
 
-:func:`runtime_entry` turns one repository entry into its served form inside the runtime view.
+:func:`runtime_entry` turns one repository entry into its served form inside the runtime view:
+
+- python-backend entries (the sleep model, TVM, ensemble combiners) and ensembles are linked unchanged, except that a
+  runner an artifact would shadow on import (TVM's ``model.so`` beside ``model.py``) is linked under another name;
+- native entries (``onnxruntime_onnx``, ``pytorch_libtorch``, ``tensorrt_plan``) become python-backend entries whose
+  version folders hold a link to the same artifact and ``native_model.py`` as ``model.py``; ``max_batch_size``,
+  ``dynamic_batching``, ``instance_group`` and I/O are kept, and parameters record ``original_platform`` and
+  ``framework``.
+
+Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import os
+import shutil
 from pathlib import Path
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import ModelConfig
+from serving_bench.export.repository import CONFIG_NAME, ModelConfig
 
 RUNNERS_DIR = Path(__file__).parent
+SAFE_RUNNER_NAME = "serving_bench_runner.py"  # runner file name no artifact can shadow
+NATIVE_RUNNER = RUNNERS_DIR / "native_model.py"
+# native Triton platform (or its backend name) -> serving-bench framework name (the exporter registry's keys)
+NATIVE_PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "torchscript",
+                    "tensorrt_plan": "tensorrt"}
+NATIVE_BACKENDS = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "tensorrt": "tensorrt_plan"}
+ARTIFACTS = {"onnxruntime_onnx": "model.onnx", "pytorch_libtorch": "model.pt", "tensorrt_plan": "model.plan"}
 
 
-def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_instance: int | None = None) -> ModelConfig:
-    """Fill ``out`` with the served form of entry ``src`` and return the config to serve it with.
+def native_platform(config: ModelConfig) -> str | None:
+    """The native platform an entry uses (``platform`` or the platform its ``backend`` stands for), else None."""
+    if config.platform in NATIVE_PLATFORMS:
+        return config.platform
+    return NATIVE_BACKENDS.get(config.backend)
 
-    Python-backend entries and ensembles are linked unchanged. Native platforms get a runner (see the per-platform
-    modules); a platform without a runner is an error naming the entry.
+
+def cpu_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads(total_instances: int, cores: int | None = None) -> int:
+    """Intra-op threads per instance so that all instances together use at most the cores: ``cores // instances``,
+    at least 1 (more instances than cores oversubscribe at one thread each)."""
+    cores = cores or cpu_cores()
+    return max(1, cores // max(1, total_instances))
+
+
+def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_instance: int | None = None,
+                  cuda_graphs: str | None = None) -> ModelConfig:
+    """Fill ``out`` (an empty folder) with the served form of entry ``src``; return the config to serve it with.
+
+    ``threads_per_instance`` is written into every runner-backed entry (``None``: keep what the config says, else
+    1). ``cuda_graphs`` (``all`` or batch sizes ``1,2,4``) turns on CUDA graphs for TorchScript entries on KIND_GPU
+    instances. Raises :class:`InputError` (one line naming the config field) for a platform that has no runner, a
+    TensorRT entry where TensorRT or a GPU is missing, or a missing artifact.
     """
     from serving_bench.serve.runtime_view import link_tree
 
-    if config.backend == "python" or config.platform == "ensemble":
+    src, out = Path(src), Path(out)
+    source = src / CONFIG_NAME
+    served = ModelConfig()
+    served.CopyFrom(config)
+    if config.platform == "ensemble":
         link_tree(src, out)
-        return config
-    raise InputError(src / "config.pbtxt", "platform",
-                     f"{config.platform or config.backend!r} has no python-backend runner in the embedded server")
+        return served
+    if config.backend == "python":
+        runner = config.default_model_filename or "model.py"
+        if any(_shadowed_versions(src, runner)):
+            _link_with_renamed_runner(src, out, runner)
+            served.default_model_filename = SAFE_RUNNER_NAME
+        else:
+            link_tree(src, out)
+        _set_threads(served, threads_per_instance)
+        return served
+    platform = native_platform(config)
+    if platform is None:
+        raise InputError(source, "platform" if config.platform else "backend",
+                         f"{config.platform or config.backend or 'none'!r} has no python-backend runner in the embedded"
+                         f" server; expected one of {', '.join(NATIVE_PLATFORMS)}, ensemble, or backend python")
+    framework = NATIVE_PLATFORMS[platform]
+    if framework == "tensorrt":
+        from serving_bench.export.frameworks import get_framework
+
+        reason = get_framework("tensorrt").impl().unavailable_reason()
+        if reason:
+            raise InputError(source, "platform", f"tensorrt_plan cannot be served here: {reason}")
+    artifact = config.default_model_filename or ARTIFACTS[platform]
+    versions = sorted((p for p in src.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    if not versions:
+        raise InputError(src, "version folder", "missing: expected a numeric version folder such as 1/")
+    for version in versions:
+        if not (version / artifact).is_file():
+            raise InputError(version / artifact, None, f"missing: the {platform} entry needs its artifact {artifact}")
+        target = out / version.name
+        target.mkdir()
+        for item in version.iterdir():
+            if item.name != "model.py":
+                os.symlink(item.resolve(), target / (ARTIFACTS[platform] if item.name == artifact else item.name))
+        shutil.copy2(NATIVE_RUNNER, target / "model.py")
+    for name in os.listdir(src):  # anything beside the versions (labels files, ...) is linked too
+        if name != CONFIG_NAME and not (src / name).is_dir() and not (out / name).exists():
+            os.symlink((src / name).resolve(), out / name)
+    served.ClearField("platform")
+    served.backend = "python"
+    served.ClearField("default_model_filename")
+    served.parameters["original_platform"].string_value = platform
+    served.parameters["framework"].string_value = framework
+    served.parameters["artifact"].string_value = ARTIFACTS[platform]
+    if cuda_graphs and framework == "torchscript":
+        served.parameters["cuda_graphs"].string_value = cuda_graphs
+    _set_threads(served, threads_per_instance)
+    return served
+
+
+def _shadowed_versions(src: Path, runner: str):
+    """Version folders where ``import <runner stem>`` (how the python backend stub loads the runner) would find
+    something other than the runner: an extension module such as TVM's ``model.so`` comes first in Python's import
+    order, and the stub then fails with an ``undefined symbol`` ImportError."""
+    stem = Path(runner).stem
+    shadows = {stem + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES} | {stem}
+    for version in src.iterdir():
+        if version.is_dir() and version.name.isdigit() and any((version / name).exists() for name in shadows):
+            yield version
+
+
+def _link_with_renamed_runner(src: Path, out: Path, runner: str) -> None:
+    """Like ``link_tree`` but with real version folders whose runner is linked as :data:`SAFE_RUNNER_NAME`."""
+    for item in src.iterdir():
+        if item.name == CONFIG_NAME:
+            continue
+        if item.is_dir() and item.name.isdigit():
+            (out / item.name).mkdir()
+            for inner in item.iterdir():
+                os.symlink(inner.resolve(), out / item.name / (SAFE_RUNNER_NAME if inner.name == runner else inner.name))
+        else:
+            os.symlink(item.resolve(), out / item.name)
+
+
+def _set_threads(config: ModelConfig, threads: int | None) -> None:
+    if threads is not None:
+        config.parameters["threads_per_instance"].string_value = str(int(threads))
+    elif not config.parameters["threads_per_instance"].string_value:
+        config.parameters["threads_per_instance"].string_value = "1"
