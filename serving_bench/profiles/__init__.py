@@ -1,0 +1,5 @@
+"""Profiles: the simulator's measured knowledge of hardware (schema, CSV import, measurement on Triton)."""
+
+from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, ModelOnDevice, ModelProfile, PairCurve, Profile
+
+__all__ = ["Curve", "DeviceInfo", "Dist", "ModelOnDevice", "ModelProfile", "PairCurve", "Profile"]

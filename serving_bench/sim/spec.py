@@ -1,0 +1,239 @@
+"""What the simulator runs: profile + serving config resolved into plain per-model tables (checked once, up front).
+
+``build_spec(profile, config)`` validates the pair (a batch size the config needs that the profile lacks, a device or
+model it lacks, more instances than a device allows -> :class:`InputError` naming the profile file and field) and
+returns a :class:`SimSpec`: for every served model its Triton batching knobs in seconds, its instances (device per
+instance), a service-time table per executed batch size (quantile grid, solo seconds), and per device the sharing
+rule of :mod:`serving_bench.sim.device`.
+
+Default co-location curves when the profile has none for a model on a device:
+
+* cpu with ``cores`` C, model using ``threads`` t per instance: ``S(k) = min(k, C / t)`` (compute-bound threads);
+* gpu: ``S(k) = min(k, 1 / f_b)`` with ``f_b`` the fraction of the device a batch of ``b`` keeps busy, estimated from
+  the batch scaling of the profile itself: ``f_b = min(1, (b / B) * t(B) / t(b))`` with ``B`` the largest measured
+  batch and ``t`` the median service time (the largest batch is assumed to saturate the device). For eager,
+  launch-bound small batches this predicts near-linear co-location; for large batches it predicts time slicing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from serving_bench.errors import InputError
+from serving_bench.profiles.schema import Curve, ModelOnDevice, Profile
+from serving_bench.serving_config import ModelServing, ServingConfig
+
+GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
+DEFAULT_WAIT_S = 0.5  # Triton's batcher thread sleeps this long when its queue is empty and nothing wakes it
+
+
+@dataclass
+class ModelSpec:
+    """One served (non-ensemble) model, resolved. Times in seconds; ``max_batch`` in items (0 -> no batching)."""
+
+    index: int
+    name: str
+    max_batch: int
+    dynamic: bool
+    delay_s: float
+    preferred: tuple[int, ...]
+    max_queue_size: int
+    timeout_s: float
+    instance_devices: tuple[str, ...]
+    # per device name: table[b] = quantile grid of the solo service time of an executed batch of b items
+    tables: dict[str, list[list[float] | None]] = field(default_factory=dict)
+    per_request_s: dict[str, float] = field(default_factory=dict)
+    overhead_grid: list[float] = field(default_factory=list)
+
+    @property
+    def max_preferred(self) -> int:
+        return max(self.preferred) if self.preferred else 0
+
+
+@dataclass
+class EnsembleSpec:
+    """An ensemble: ``steps`` are member model indices; ``deps[i]`` the steps whose outputs step i needs."""
+
+    index: int
+    name: str
+    steps: tuple[int, ...]
+    deps: tuple[tuple[int, ...], ...]
+    overhead_grid: list[float] = field(default_factory=list)
+
+
+@dataclass
+class SimSpec:
+    models: list[ModelSpec]
+    ensembles: list[EnsembleSpec]
+    devices: dict[str, "DeviceRule"]
+    step_s: float  # ensemble scheduler cost per step
+    source: str
+
+    def served_index(self, name: str) -> tuple[str, int] | None:
+        for m in self.models:
+            if m.name == name:
+                return ("model", m.index)
+        for e in self.ensembles:
+            if e.name == name:
+                return ("ensemble", e.index)
+        return None
+
+
+class DeviceRule:
+    """The sharing rule of one device: curve and interference per job kind ``(model index, batch)``."""
+
+    def __init__(self, name: str, pair_curves: dict[frozenset, Curve]):
+        self.name = name
+        self.curves: dict[tuple[int, int], Curve] = {}
+        self.rho: dict[tuple[int, int], float] = {}
+        self.pair_curves = pair_curves
+
+    def add_kind(self, kind: tuple[int, int], curve: Curve) -> None:
+        self.curves[kind] = curve
+        self.rho[kind] = curve.interference
+
+    def rates(self, kinds: tuple) -> dict:
+        """Rate of each kind present in ``kinds`` (a sorted tuple with repetition), per the module rule."""
+        models = {k[0] for k in kinds}
+        out: dict = {}
+        if len(models) == 2:
+            pair = self.pair_curves.get(frozenset(models))
+            if pair is not None:
+                n = len(kinds)
+                rate = pair(n) / n
+                return {kind: rate for kind in kinds}
+        counts: dict = {}
+        for kind in kinds:
+            counts[kind] = counts.get(kind, 0) + 1
+        for kind in counts:
+            rho_j = self.rho[kind]
+            k_eff = 1.0
+            for other, n in counts.items():
+                if other[0] == kind[0]:
+                    k_eff += n - (1 if other == kind else 0)
+                elif rho_j > 0.0:
+                    k_eff += n * math.sqrt(self.rho[other] / rho_j)
+            out[kind] = self.curves[kind](k_eff) / k_eff
+        return out
+
+
+def _default_curve(info_kind: str, cores: int | None, md: ModelOnDevice, batch: int) -> Curve:
+    if info_kind == "cpu":
+        cap = max((cores or 1) / md.threads, 1.0)
+    else:
+        sizes = md.batch_sizes
+        big = sizes[-1]
+        t_big = md.batches[big].median
+        t_b = md.service(min(max(batch, sizes[0]), big)).median
+        f = 1.0 if t_b <= 0 or t_big <= 0 else min(1.0, (batch / big) * t_big / t_b)
+        cap = 1.0 / max(f, 1e-6)
+    if cap <= 1.0:
+        return Curve(batch, (1.0, 2.0), (1.0, 1.0))
+    return Curve(batch, (1.0, cap, cap + 1.0), (1.0, cap, cap))
+
+
+def _curve_for(curves: tuple[Curve, ...], batch: int) -> Curve | None:
+    """The measured curve at the nearest measured batch size not above ``batch`` (else the smallest)."""
+    if not curves:
+        return None
+    chosen = curves[0]
+    for c in curves:
+        if c.batch <= batch:
+            chosen = c
+    return chosen
+
+
+def _grid(dist, points: int = GRID_POINTS) -> list[float]:
+    return dist.grid(points)
+
+
+def needed_batch_sizes(model: ModelServing) -> range:
+    """Executed batch sizes a config can produce: 1..max_batch_size (just 1 without batching)."""
+    return range(1, max(model.max_batch_size, 1) + 1)
+
+
+def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str, tuple] | None = None) -> SimSpec:
+    """Resolve and check ``profile`` against ``config`` (see the module docstring)."""
+    src = profile.path or "profile"
+    models: list[ModelSpec] = []
+    per_device_count: dict[str, int] = {}
+    per_device_memory: dict[str, int] = {}
+    for index, ms in enumerate(config.models):
+        mp = profile.model(ms.name)
+        devices: list[str] = []
+        for device, count in ms.instances:
+            if count < 1:
+                raise InputError(src, f"{ms.name}.instances", f"instance count must be >= 1, got {count}")
+            md = profile.on_device(ms.name, device)
+            devices += [device] * count
+            per_device_count[device] = per_device_count.get(device, 0) + count
+            if md.memory_bytes:
+                per_device_memory[device] = per_device_memory.get(device, 0) + count * md.memory_bytes
+        dynamic = ms.dynamic_batching and ms.max_batch_size > 0
+        preferred = tuple(sorted(set(ms.preferred_batch_sizes))) if dynamic else ()
+        if dynamic and not preferred:
+            preferred = (ms.max_batch_size,)  # Triton's normalisation: preferred defaults to max_batch_size
+        if any(p < 1 or p > ms.max_batch_size for p in preferred):
+            raise InputError(src, f"{ms.name}.preferred_batch_sizes",
+                             f"expected sizes between 1 and max_batch_size {ms.max_batch_size}, got {list(preferred)}")
+        spec = ModelSpec(index, ms.name, ms.max_batch_size, dynamic, ms.max_queue_delay_us * 1e-6 if dynamic else 0.0,
+                         preferred, ms.max_queue_size if dynamic else 0, ms.queue_timeout_us * 1e-6 if dynamic else 0.0,
+                         tuple(devices))
+        for device in sorted(set(devices)):
+            md = profile.on_device(ms.name, device)
+            table: list[list[float] | None] = [None]
+            for b in needed_batch_sizes(ms):
+                try:
+                    table.append(_grid(md.service(b)))
+                except KeyError:
+                    raise InputError(src, f"models.{ms.name}.devices.{device}.batches",
+                                     f"the config needs batch size {b} (max_batch_size {ms.max_batch_size}) but the "
+                                     f"profile measured {list(md.batch_sizes)}; sizes outside the measured range are "
+                                     "not extrapolated") from None
+            spec.tables[device] = table
+            spec.per_request_s[device] = md.per_request_s
+        spec.overhead_grid = _grid(profile.overhead_for(ms.name))
+        models.append(spec)
+
+    for device, count in per_device_count.items():
+        info = profile.devices[device]
+        if info.max_instances is not None and count > info.max_instances:
+            raise InputError(src, f"devices.{device}.max_instances",
+                             f"the config places {count} instances on {device} but at most {info.max_instances} fit")
+        if info.memory_bytes is not None and per_device_memory.get(device, 0) > info.memory_bytes:
+            raise InputError(src, f"devices.{device}.memory_bytes",
+                             f"the config's instances need {per_device_memory[device]} bytes on {device}, "
+                             f"which has {info.memory_bytes}")
+
+    rules: dict[str, DeviceRule] = {}
+    for device in per_device_count:
+        pairs = {frozenset(p.models): p.curve for p in profile.pairs if p.device == device}
+        pair_index = {}
+        names = {m.name: m.index for m in models}
+        for key, curve in pairs.items():
+            if all(n in names for n in key):
+                pair_index[frozenset(names[n] for n in key)] = curve
+        rule = DeviceRule(device, pair_index)
+        info = profile.devices[device]
+        for m in models:
+            if device not in m.tables:
+                continue
+            md = profile.on_device(m.name, device)
+            for b in range(1, max(m.max_batch, 1) + 1):
+                curve = _curve_for(md.colocation, b) or _default_curve(info.kind, info.cores, md, b)
+                rule.add_kind((m.index, b), curve)
+        rules[device] = rule
+
+    ensembles: list[EnsembleSpec] = []
+    names = {m.name: m.index for m in models}
+    for e_index, (name, members) in enumerate(config.ensembles):
+        missing = [m for m in members if m not in names]
+        if missing:
+            raise InputError("serving config", f"ensembles.{name}", f"member {missing[0]!r} is not a served model")
+        deps = (ensemble_deps or {}).get(name)
+        if deps is None:  # step order without a graph: a chain, each step consuming the previous one's output
+            deps = tuple(() if i == 0 else (i - 1,) for i in range(len(members)))
+        overhead = profile.overhead_for(name) if name in profile.models else profile.overhead
+        ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps), _grid(overhead)))
+    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src)
