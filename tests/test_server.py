@@ -65,3 +65,30 @@ def test_external_endpoints_follow_triton_port_layout():
     assert Endpoints.from_url("gpu-host:8001") == Endpoints("gpu-host:8001", "gpu-host:8000", "gpu-host:8002")
     with pytest.raises(InputError, match="--url"):
         Endpoints.from_url("not a url")
+
+
+def test_server_death_during_use_names_the_log(sleep_repo):
+    import os
+    import signal
+
+    x = np.zeros((1, 4), np.float32)
+    server = TritonServer(sleep_repo, models=["sleep_zero"]).start()
+    try:
+        client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+        inp = grpcclient.InferInput("input", [1, 4], "FP32")
+        inp.set_data_from_numpy(x)
+        with server.guard():
+            client.infer("sleep_zero", [inp])
+        os.kill(server.process.pid, signal.SIGKILL)
+        with pytest.raises(ServerError, match=r"tritonserver died .* while in use.*server log: .*tritonserver\.log"):
+            with server.guard():
+                client.infer("sleep_zero", [inp], client_timeout=10)
+        with pytest.raises(ServerError, match=r"not running \(exit code -9\).*server log: "):
+            server.check_alive()
+        log = server.log_path
+    finally:
+        server.stop()
+    assert log.is_file() and "Started GRPCInferenceService" in log.read_text()  # kept: the error names it
+    assert _server_pids(server.process.pid) == []
+    log.unlink()
+    log.parent.rmdir()

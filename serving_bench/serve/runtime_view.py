@@ -14,8 +14,6 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from tritonclient.grpc import model_config_pb2 as mc
-
 from serving_bench.errors import InputError
 from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, ModelConfig, entry_dir, list_entries,
                                              read_config, write_config)
@@ -67,18 +65,6 @@ def _instance_count(config: ModelConfig) -> int:
     return sum(max(1, g.count) for g in config.instance_group) or 1
 
 
-def _check_gpu_groups(name: str, config: ModelConfig, source: Path) -> None:
-    """KIND_GPU instances need a GPU torch can see; say so before launch rather than as a load failure."""
-    for i, group in enumerate(config.instance_group):
-        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
-            import torch
-
-            if not torch.cuda.is_available():
-                raise InputError(source, f"instance_group[{i}].kind",
-                                 f"KIND_GPU but torch sees no CUDA GPU here; expected KIND_CPU on this machine "
-                                 f"(re-export here, or serve {name} on a GPU host)")
-
-
 def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[str] | None = None,
                        instances: Mapping[str, int] | None = None, threads_per_instance: int | None = None,
                        cuda_graphs: str | None = None, validate: bool = True) -> list[str]:
@@ -88,7 +74,7 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
     ``cuda_graphs`` to TorchScript entries on KIND_GPU instances. With ``validate`` the served entries are checked
     first (:func:`check_served_entries`). Bad input raises :class:`InputError` before ``dest`` is created.
     """
-    from serving_bench.serve.runners import default_threads, runtime_entry
+    from serving_bench.serve.runners import check_servable, default_threads, runtime_entry
 
     repo, dest = Path(repo), Path(dest)
     instances = dict(instances or {})
@@ -96,12 +82,12 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
     unknown = sorted(set(instances) - set(names))
     if unknown:
         raise InputError("--instances", unknown[0], f"not a served model; served: {', '.join(names)}")
+    configs = {name: read_config(entry_dir(repo, name) / CONFIG_NAME) for name in names}
+    for name, config in configs.items():
+        check_servable(entry_dir(repo, name), config)
     if validate:
         check_served_entries(repo, names)
-    configs = {}
-    for name in names:
-        source = entry_dir(repo, name) / CONFIG_NAME
-        config = read_config(source)
+    for name, config in configs.items():
         if name in instances:
             count = int(instances[name])
             if count < 1:
@@ -112,9 +98,6 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
                 config.instance_group.add()
             for group in config.instance_group:
                 group.count = count
-        if config.platform != "ensemble":
-            _check_gpu_groups(name, config, source)
-        configs[name] = config
     if threads_per_instance is None:
         total = sum(_instance_count(c) for c in configs.values() if c.platform != "ensemble")
         threads_per_instance = default_threads(total)

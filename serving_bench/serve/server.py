@@ -153,6 +153,7 @@ class TritonServer:
         self.served_models: list[str] = []
         self.workdir: Path | None = None
         self.log_path: Path | None = None
+        self._failed = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def __enter__(self) -> "TritonServer":
@@ -182,19 +183,26 @@ class TritonServer:
             raise
         self.log_path = self.user_log or self.workdir / "tritonserver.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):
-            ports = {k: v if v is not None else free_port(self.host) for k, v in self.requested_ports.items()}
-            self._launch(install, view, ports)
-            try:
-                self._wait_ready()
-                break
-            except ServerError:
-                if attempt < 2 and self._log_mentions("address already in use") and \
-                        not any(self.requested_ports.values()):
+        try:
+            for attempt in range(3):
+                ports = {k: v if v is not None else free_port(self.host) for k, v in self.requested_ports.items()}
+                self._launch(install, view, ports)
+                try:
+                    self._wait_ready()
+                    break
+                except ServerError:
+                    retry = attempt < 2 and self._log_mentions("address already in use") and \
+                        not any(self.requested_ports.values())
+                    if not retry:
+                        raise
                     self._kill()
-                    continue
-                self._kill()
-                raise
+        except ServerError:
+            self._failed = True  # keep the log the message names
+            self.stop()
+            raise
+        except BaseException:  # Ctrl-C / SIGTERM while starting: leave nothing behind
+            self.stop()
+            raise
         atexit.register(self._kill)
         return self
 
@@ -241,6 +249,7 @@ class TritonServer:
         from any loop that waits on the server, so a crash ends the wait instead of hanging it."""
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
+            self._failed = self.process is not None
             raise ServerError(self._failure_message(f"tritonserver is not running (exit code {code})"))
 
     @contextlib.contextmanager
@@ -256,13 +265,14 @@ class TritonServer:
             while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             if self.process is not None and self.process.poll() is not None:
+                self._failed = True
                 raise ServerError(self._failure_message(f"tritonserver died (exit code {self.process.returncode}) "
                                                         f"while in use [{type(err).__name__}]")) from err
             raise
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop the server and every process it started; remove the temporary folder unless it holds a failure log."""
-        failed = self.process is not None and self.process.poll() not in (None, 0, -signal.SIGTERM)
+        failed = self._failed or self.process is not None and self.process.poll() not in (None, 0, -signal.SIGTERM)
         self._kill(timeout_s)
         if self.workdir is not None:
             if failed and self.user_log is None:

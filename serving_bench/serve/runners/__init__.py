@@ -19,6 +19,8 @@ import os
 import shutil
 from pathlib import Path
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, ModelConfig
 
@@ -54,6 +56,37 @@ def default_threads(total_instances: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, total_instances))
 
 
+def check_servable(src: Path, config: ModelConfig) -> None:
+    """Raise :class:`InputError` (one line naming the config field) if the embedded server cannot run entry ``src``:
+    a platform without a runner, a ``tensorrt_plan`` entry where TensorRT or a GPU is missing, or KIND_GPU instances
+    where torch sees no GPU. Ensembles and python-backend entries pass (their members / runners are checked on their
+    own)."""
+    source = Path(src) / CONFIG_NAME
+    if config.platform == "ensemble":
+        return
+    if config.backend != "python":
+        platform = native_platform(config)
+        if platform is None:
+            raise InputError(source, "platform" if config.platform else "backend",
+                             f"{config.platform or config.backend or 'none'!r} has no python-backend runner in the "
+                             f"embedded server; expected one of {', '.join(NATIVE_PLATFORMS)}, ensemble, or backend "
+                             f"python")
+        if platform == "tensorrt_plan":
+            from serving_bench.export.frameworks import get_framework
+
+            reason = get_framework("tensorrt").impl().unavailable_reason()
+            if reason:
+                raise InputError(source, "platform", f"tensorrt_plan cannot be served here: {reason}")
+    for i, group in enumerate(config.instance_group):
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise InputError(source, f"instance_group[{i}].kind",
+                                 "KIND_GPU but torch sees no CUDA GPU here; expected KIND_CPU on this machine "
+                                 "(re-export here, or serve it on a GPU host)")
+
+
 def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_instance: int | None = None,
                   cuda_graphs: str | None = None) -> ModelConfig:
     """Fill ``out`` (an empty folder) with the served form of entry ``src``; return the config to serve it with.
@@ -61,7 +94,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
     ``threads_per_instance`` is written into every runner-backed entry (``None``: keep what the config says, else
     1). ``cuda_graphs`` (``all`` or batch sizes ``1,2,4``) turns on CUDA graphs for TorchScript entries on KIND_GPU
     instances. Raises :class:`InputError` (one line naming the config field) for a platform that has no runner, a
-    TensorRT entry where TensorRT or a GPU is missing, or a missing artifact.
+    TensorRT entry where TensorRT or a GPU is missing (:func:`check_servable`), or a missing artifact.
     """
     from serving_bench.serve.runtime_view import link_tree
 
@@ -81,18 +114,9 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
             link_tree(src, out)
         _set_threads(served, threads_per_instance)
         return served
+    check_servable(src, config)
     platform = native_platform(config)
-    if platform is None:
-        raise InputError(source, "platform" if config.platform else "backend",
-                         f"{config.platform or config.backend or 'none'!r} has no python-backend runner in the embedded"
-                         f" server; expected one of {', '.join(NATIVE_PLATFORMS)}, ensemble, or backend python")
     framework = NATIVE_PLATFORMS[platform]
-    if framework == "tensorrt":
-        from serving_bench.export.frameworks import get_framework
-
-        reason = get_framework("tensorrt").impl().unavailable_reason()
-        if reason:
-            raise InputError(source, "platform", f"tensorrt_plan cannot be served here: {reason}")
     artifact = config.default_model_filename or ARTIFACTS[platform]
     versions = sorted((p for p in src.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
     if not versions:

@@ -1,0 +1,70 @@
+"""``serving-bench serve``: starts the real server, prints endpoints and a working readiness probe, stops cleanly on
+SIGTERM with nothing left; bad options are one line before anything starts."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from serving_bench.serving_config import parse_instances
+
+pytestmark = pytest.mark.server
+
+
+def _serve(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _read_until(proc: subprocess.Popen, pattern: str, timeout_s: float = 120.0) -> str:
+    seen = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return "".join(seen)
+    proc.kill()
+    raise AssertionError(f"no line matching {pattern!r}; got:\n{''.join(seen)}\n{proc.stderr.read()}")
+
+
+def test_serve_prints_endpoints_answers_probe_and_stops_on_sigterm(sleep_repo, tmp_path):
+    log = tmp_path / "server.log"
+    proc = _serve(str(sleep_repo), "--models", "sleep_python", "--instances", "sleep_python=2", "--log", str(log))
+    out = _read_until(proc, r"^ready\?  curl")
+    server_pid = int(re.search(r"ready \(pid (\d+)\)", out).group(1))
+    assert re.search(r"^gRPC    127\.0\.0\.1:\d+$", out, re.M)
+    assert re.search(r"sleep_python: python, max_batch_size 32, 2 instance\(s\)", out)
+    probe = re.search(r"(http://127\.0\.0\.1:\d+/v2/health/ready)", out.splitlines()[-1]).group(1)
+    with urllib.request.urlopen(probe, timeout=5) as reply:
+        assert reply.status == 200
+    assert len(subprocess.run(["pgrep", "-g", str(server_pid)], capture_output=True, text=True).stdout.split()) >= 3
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert "SIGTERM: stopped tritonserver" in proc.stderr.read()
+    assert subprocess.run(["pgrep", "-g", str(server_pid)], capture_output=True, text=True).stdout.split() == []
+    assert "Started GRPCInferenceService" in log.read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--instances", "sleep_python=0"], "error: --instances: sleep_python=0: expected MODEL=COUNT with COUNT >= 1"),
+    (["--instances", "nope=2"], "error: --instances: nope: not a served model"),
+    (["--models", "nope"], "nope: no such model in the repository; available: sleep_python, sleep_zero"),
+])
+def test_bad_options_are_one_line_before_launch(sleep_repo, args, message):
+    proc = subprocess.run([sys.executable, "-m", "serving_bench.cli", "serve", str(sleep_repo), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stdout == ""
+
+
+def test_parse_instances():
+    assert parse_instances("a=2, b=1,") == {"a": 2, "b": 1}
