@@ -1,0 +1,752 @@
+"""The driver: sends a Schedule to a real Triton over gRPC and records what happened to every request.
+
+One async core (:func:`_sender_main` / :class:`_Sender`, ``grpc.aio``), used by every mode:
+
+* **open loop** — each request leaves at its scheduled time, whatever is in flight (optionally capped:
+  ``max_in_flight`` with ``on_cap="wait"`` — it leaves late and the lateness is recorded — or ``"drop"`` — it is
+  not sent, status ``not_sent``, error ``dropped: ...``);
+* **closed loop** — ``concurrency`` requests in flight per model, the next one sent when one returns (perf_analyzer's
+  concurrency mode); requests are taken from the schedule in order, their arrival times ignored, and ``intended_s``
+  is set to the send time; requests never reached by the end of ``duration_s`` are dropped from the records.
+
+The driver owns the clock: ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process on the machine), seconds
+from the run start ``t0``. Targets never time themselves. Every scheduled request ends with exactly one status:
+``ok``; ``error`` (the server or transport answered with an error, or the call was cancelled when the run stopped);
+``timeout`` (no answer within ``timeout_s``, the gRPC deadline); ``rejected`` (the server refused it: queue full);
+``not_sent``. A stop — Ctrl-C, the server gone, a ``stop()`` — ends sending at once; in-flight requests get
+``grace_s`` to finish, then are cancelled; the records are marked ``partial`` with ``stop_reason``.
+
+Why it looks like this (measured on 2 cores, no-op python model, see ``docs/load.md``): asyncio's epoll waits in
+whole milliseconds (rounded up), so a plain ``asyncio.sleep`` sender is 0.5 ms late on average and > 1 ms at p99. The
+sender's event loop therefore waits on its epoll descriptor with ``select()``, which has microsecond resolution, and
+runs with 1 µs timer slack. Requests are serialized up front and sent as bytes (no protobuf or tensor work on the
+clock). Several sender processes (``senders=N``) can share one schedule — each owns every N-th request, all use the
+same ``t0`` — when one Python process cannot keep up with the rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import math
+import multiprocessing as mp
+import os
+import queue
+import select
+import selectors
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from serving_bench.errors import InputError, ServerError
+from serving_bench.load.schedule import Schedule
+from serving_bench.records import STATUSES, new_records
+
+OK, ERROR, TIMEOUT, REJECTED, NOT_SENT = (STATUSES.index(s) for s in ("ok", "error", "timeout", "rejected",
+                                                                       "not_sent"))
+IN_FLIGHT = 100  # internal, never left in finished records
+INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_OPTIONS = (("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1))
+
+
+# -- modes -----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """Send each request at its scheduled time. ``max_in_flight`` caps outstanding requests (``None``: no cap);
+    at the cap a request waits (``on_cap="wait"``, it leaves late) or is dropped (``"drop"``, status ``not_sent``)."""
+
+    name = "open"
+    max_in_flight: int | None = None
+    on_cap: str = "wait"
+
+    def __post_init__(self):
+        if self.on_cap not in ("wait", "drop"):
+            raise ValueError(f"on_cap must be 'wait' or 'drop', got {self.on_cap!r}")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """``concurrency`` requests in flight per model (an int for every model, or a mapping model -> int) for
+    ``duration_s`` (default: the schedule's duration) or until the schedule's requests run out."""
+
+    name = "closed"
+    concurrency: int | Mapping[str, int] = 1
+    duration_s: float | None = None
+
+    def per_model(self, models: Sequence[str]) -> dict[str, int]:
+        if isinstance(self.concurrency, Mapping):
+            return {m: int(self.concurrency.get(m, 0)) for m in models}
+        return {m: int(self.concurrency) for m in models}
+
+
+MODES = {"open": OpenLoop, "closed": ClosedLoop}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A live view of a run for progress bars: counts, completion rate and p99 (from intended time) of the
+    completions in the last ``window_s``."""
+
+    elapsed_s: float
+    scheduled: int
+    sent: int
+    finished: int
+    in_flight: int
+    ok: int
+    failed: int
+    rate_rps: float
+    p99_s: float | None
+
+
+# -- the precise event loop --------------------------------------------------------------------------------------------
+
+class _PreciseSelector(selectors.EpollSelector):
+    """An epoll selector that can sleep for less than a millisecond.
+
+    ``epoll_wait`` takes whole milliseconds (Python rounds up), which makes every timer up to 1 ms late.
+    ``select()`` on the epoll descriptor itself (readable when any registered fd is ready) takes microseconds; then a
+    zero-timeout ``epoll_wait`` collects the events."""
+
+    def select(self, timeout=None):
+        if timeout is not None and timeout > 0:
+            select.select([self.fileno()], [], [], timeout)
+            timeout = 0
+        return super().select(timeout)
+
+
+def _tight_timer_slack() -> None:
+    """Ask Linux for 1 µs timer slack on this thread (default 50 µs); harmless where it is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK, nanoseconds
+    except (OSError, AttributeError):
+        pass
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """An asyncio loop whose timers fire within tens of microseconds (see :class:`_PreciseSelector`)."""
+    return asyncio.SelectorEventLoop(_PreciseSelector())
+
+
+# -- what one sender does ----------------------------------------------------------------------------------------------
+
+@dataclass
+class _Share:
+    """One sender's part of the run (plain data: sent to a sender process as is)."""
+
+    url: str
+    rows: np.ndarray              # schedule rows this sender owns, in arrival order
+    arrival_s: np.ndarray         # all rows
+    model: np.ndarray             # all rows
+    payload: np.ndarray           # all rows: index into payloads
+    payloads: list[bytes]
+    warmup: list[int]             # payload indices to send once before the clock starts (one per model)
+    mode: str
+    max_in_flight: int | None
+    on_cap: str
+    concurrency: dict[int, int]   # closed loop: model index -> workers in this sender
+    closed_duration_s: float
+    timeout_s: float
+    grace_s: float
+
+
+@dataclass
+class _Arrays:
+    """Per-request outcome, written by the senders and read by the parent (numpy views; shared memory across
+    processes)."""
+
+    sent: np.ndarray
+    done: np.ndarray
+    status: np.ndarray
+
+    @classmethod
+    def allocate(cls, n: int, shared: bool) -> tuple["_Arrays", Any]:
+        if not shared:
+            arrays = cls(np.full(n, np.nan), np.full(n, np.nan), np.full(n, NOT_SENT, dtype=np.int8))
+            return arrays, None
+        from multiprocessing import shared_memory
+
+        size = max(1, n) * (8 + 8 + 1)
+        shm = shared_memory.SharedMemory(create=True, size=size)
+        arrays = cls.attach(shm.buf, n)
+        arrays.sent[:] = np.nan
+        arrays.done[:] = np.nan
+        arrays.status[:] = NOT_SENT
+        return arrays, shm
+
+    @classmethod
+    def attach(cls, buf, n: int) -> "_Arrays":
+        m = max(1, n)
+        return cls(np.ndarray((n,), np.float64, buf, 0), np.ndarray((n,), np.float64, buf, 8 * m),
+                   np.ndarray((n,), np.int8, buf, 16 * m))
+
+
+class _Sender:
+    """The async core: one event loop, one gRPC channel, the rows of one share."""
+
+    def __init__(self, share: _Share, arrays: _Arrays, t0: float, stop: Any):
+        self.share = share
+        self.arrays = arrays
+        self.t0 = t0
+        self.stop_event = stop
+        self.errors: dict[int, str] = {}
+        self.in_flight = 0
+        self.stopping = False
+        self.stop_reason: str | None = None
+        self.unavailable_streak = 0
+        self.tasks: set[asyncio.Task] = set()
+        self.slot_free: asyncio.Event | None = None
+
+    async def connect(self):
+        import grpc
+
+        self.channel = grpc.aio.insecure_channel(self.share.url, options=list(GRPC_OPTIONS))
+        self.rpc = self.channel.unary_unary(INFER_METHOD, request_serializer=None, response_deserializer=None)
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout=10.0)
+            for k in self.share.warmup:
+                await self.rpc(self.share.payloads[k], timeout=max(self.share.timeout_s, 30.0))
+        except (asyncio.TimeoutError, grpc.aio.AioRpcError) as err:
+            await self.channel.close()
+            raise ServerError(f"cannot reach Triton at {self.share.url} before the run: {_describe(err)}") from None
+
+    async def run(self) -> None:
+        self.slot_free = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch())
+        try:
+            if self.share.mode == "open":
+                await self._open_loop()
+            else:
+                await self._closed_loop()
+            await self._drain()
+        finally:
+            watcher.cancel()
+            await self.channel.close()
+
+    # -- loops -------------------------------------------------------------------------------------------------
+    async def _open_loop(self) -> None:
+        share, arrays, t0 = self.share, self.arrays, self.t0
+        arrival, pc, cap = share.arrival_s, time.perf_counter, share.max_in_flight
+        loop = asyncio.get_running_loop()
+        for i in share.rows:
+            if self.stopping:
+                return
+            delay = t0 + arrival[i] - pc()
+            while delay > 0:  # never early: a timer may fire a few microseconds before its time
+                await asyncio.sleep(delay)
+                if self.stopping:
+                    return
+                delay = t0 + arrival[i] - pc()
+            if cap is not None and self.in_flight >= cap:
+                if share.on_cap == "drop":
+                    self.errors[int(i)] = f"dropped: max_in_flight={cap} requests were outstanding"
+                    continue
+                while self.in_flight >= cap and not self.stopping:
+                    self.slot_free.clear()
+                    await self.slot_free.wait()
+                if self.stopping:
+                    return
+            task = loop.create_task(self._one(int(i)))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            await asyncio.sleep(0)  # let the call start now (its send happens in this loop pass)
+
+    async def _closed_loop(self) -> None:
+        share = self.share
+        end = self.t0 + share.closed_duration_s
+        queues: dict[int, deque] = {m: deque() for m in share.concurrency}
+        for i in share.rows:
+            m = int(share.model[i])
+            if m in queues:
+                queues[m].append(int(i))
+
+        async def worker(m: int):
+            q = queues[m]
+            while q and not self.stopping and time.perf_counter() < end:
+                await self._one(q.popleft())
+
+        workers = [worker(m) for m, n in share.concurrency.items() for _ in range(n)]
+        await asyncio.gather(*workers)
+
+    async def _one(self, i: int) -> None:
+        """Send request ``i`` and record exactly one outcome for it."""
+        import grpc
+
+        arrays, share = self.arrays, self.share
+        self.in_flight += 1
+        arrays.status[i] = IN_FLIGHT
+        arrays.sent[i] = time.perf_counter() - self.t0
+        try:
+            await self.rpc(share.payloads[share.payload[i]], timeout=share.timeout_s)
+            arrays.done[i] = time.perf_counter() - self.t0
+            arrays.status[i] = OK
+            self.unavailable_streak = 0
+        except grpc.aio.AioRpcError as err:
+            now = time.perf_counter() - self.t0
+            code = err.code()
+            details = err.details() or ""
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                arrays.status[i] = TIMEOUT
+                self.errors[i] = f"timeout: no response within {share.timeout_s:g} s"
+            else:
+                arrays.done[i] = now
+                rejected = code == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
+                arrays.status[i] = REJECTED if rejected else ERROR
+                self.errors[i] = f"{code.name}: {details}"
+                if code == grpc.StatusCode.UNAVAILABLE and not rejected:
+                    self._note_unavailable(details)
+                elif code == grpc.StatusCode.CANCELLED:
+                    self.errors[i] = "cancelled: the run stopped before the response"
+        except asyncio.CancelledError:
+            arrays.status[i] = ERROR
+            self.errors[i] = "cancelled: the run stopped before the response"
+        finally:
+            self.in_flight -= 1
+            self.slot_free.set()
+
+    def _note_unavailable(self, details: str) -> None:
+        """The server is gone when the transport says so (refused, reset, closed) or a run of requests fail."""
+        self.unavailable_streak += 1
+        lost = any(s in details.lower() for s in ("connect", "refused", "reset", "socket closed", "broken pipe",
+                                                  "unavailable", "eof"))
+        if lost or self.unavailable_streak >= 20:
+            self._stop(f"server unavailable: {details}")
+
+    def _stop(self, reason: str) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.stop_reason = reason
+            self.slot_free.set()
+
+    async def _watch(self) -> None:
+        while not self.stopping:
+            if self.stop_event.is_set():
+                self._stop("stopped")
+            await asyncio.sleep(0.02)
+
+    async def _drain(self) -> None:
+        """Wait for in-flight requests (each bounded by its deadline); after a stop, only ``grace_s``."""
+        pending = set(self.tasks)
+        if not pending:
+            return
+        limit = self.share.grace_s if self.stopping else self.share.timeout_s + 5.0
+        done, pending = await asyncio.wait(pending, timeout=limit)
+        if not pending:
+            return
+        watching_stop = not self.stopping
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=5.0)
+        if watching_stop:  # requests outlived their own deadline: the transport is stuck
+            self.stop_reason = self.stop_reason or "requests outlived their deadline"
+
+
+def _describe(err: BaseException) -> str:
+    details = getattr(err, "details", None)
+    if callable(details):
+        code = err.code()
+        return f"{code.name}: {details()}"
+    return type(err).__name__
+
+
+def _sender_main(share: _Share, arrays: _Arrays | None, shm_name: str | None, n: int, messages, go, t0_value,
+                 stop) -> None:
+    """Entry point of one sender (a thread, or a spawned process): connect and warm up, report ready, wait for the
+    common ``t0``, run, report the error texts."""
+    shm = None
+    if arrays is None:  # a sender process: attach to the parent's shared arrays
+        from multiprocessing import shared_memory
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and tells us through ``stop``
+        shm = shared_memory.SharedMemory(name=shm_name)
+        arrays = _Arrays.attach(shm.buf, n)
+    _tight_timer_slack()
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    sender = None
+    try:
+        sender = _Sender(share, arrays, 0.0, stop)
+        loop.run_until_complete(sender.connect())
+        messages.put(("ready", None))
+        while not go.wait(0.1):
+            if stop.is_set():
+                messages.put(("done", ({}, "stopped before the start")))
+                return
+        sender.t0 = t0_value.value
+        loop.run_until_complete(sender.run())
+        messages.put(("done", (sender.errors, sender.stop_reason)))
+    except BaseException as err:  # report, never hang the parent
+        messages.put(("failed", f"{type(err).__name__}: {err}"))
+    finally:
+        loop.close()
+        if shm is not None:
+            del arrays
+            shm.close()
+
+
+class _Value:
+    def __init__(self):
+        self.value = 0.0
+
+
+# -- the target ----------------------------------------------------------------------------------------------------
+
+class TritonTarget:
+    """Runs a :class:`Schedule` against a real Triton server; ``run(schedule) -> records``.
+
+    ``endpoints``: an ``Endpoints``, a ``TritonServer`` (its death then stops the run at once) or a gRPC
+    ``host:port``. ``mode``: :class:`OpenLoop` (default) or :class:`ClosedLoop`. ``timeout_s``: per-request deadline.
+    ``senders``: sender processes (1 = a thread in this process). ``progress``: called about every
+    ``progress_interval_s`` with a :class:`Progress` from a monitor thread. ``stop()`` ends a run early (partial
+    records); so do Ctrl-C and the server dying.
+    """
+
+    name = "triton"
+
+    def __init__(self, endpoints: Any, *, mode: OpenLoop | ClosedLoop | None = None, timeout_s: float = 30.0,
+                 senders: int = 1, grace_s: float = 5.0, alive: Callable[[], None] | None = None,
+                 progress: Callable[[Progress], None] | None = None, progress_interval_s: float = 0.5,
+                 source: str | None = None):
+        self.url, server = _grpc_url(endpoints)
+        self.alive = alive or (server.check_alive if server is not None else None)
+        self.mode = mode or OpenLoop()
+        self.timeout_s = float(timeout_s)
+        self.senders = max(1, int(senders))
+        self.grace_s = float(grace_s)
+        self.progress = progress
+        self.progress_interval_s = progress_interval_s
+        self.source = source
+        self._stop = threading.Event()
+        self.specs: dict[str, Any] = {}
+
+    def stop(self) -> None:
+        """Ask a running :meth:`run` to stop (thread-safe)."""
+        self._stop.set()
+
+    def _stats(self, models: Sequence[str] | None = None) -> dict:
+        """Triton's cumulative statistics for ``models`` (default: every served model)."""
+        return asyncio.run(_statistics(self.url, models))
+
+    # -- preparation (before the clock) ------------------------------------------------------------------------
+    def prepare(self, schedule: Schedule) -> tuple[list[bytes], np.ndarray, list[int], dict]:
+        """Check the schedule's models against the server and serialize every request it needs.
+
+        Returns ``(payloads, payload index per request, one warm-up payload per model, facts)``; raises
+        :class:`InputError` (unknown model: the list of served ones; impossible batch size; bad input files)
+        before anything is sent."""
+        from serving_bench.load.inputs import ModelSpec, SampleBank, check_batch, infer_request
+
+        source = self.source or schedule.meta.get("profile") or "schedule"
+        specs = asyncio.run(_fetch_specs(self.url, schedule.models, source))
+        self.specs = specs
+        inputs_meta = schedule.meta.get("inputs", {})
+        seed = int(schedule.meta.get("seed", 0))
+        payloads: list[bytes] = []
+        index = np.zeros(len(schedule), dtype=np.int64)
+        warmup: list[int] = []
+        for m, name in enumerate(schedule.models):
+            rows = np.flatnonzero(schedule.model == m)
+            if not len(rows):
+                continue
+            spec: ModelSpec = specs[name]
+            info = inputs_meta.get(name, {})
+            samples = int(info.get("samples", 16))
+            bank = SampleBank(spec, samples=samples, seed=int(info.get("seed", seed)), files=info.get("files"),
+                              shapes=info.get("shapes"), source=source)
+            for b in np.unique(schedule.batch[rows]):
+                check_batch(spec, int(b), source)
+            keys = schedule.sample[rows].astype(np.int64) * 100003 + schedule.batch[rows]
+            unique, inverse = np.unique(keys, return_inverse=True)
+            base = len(payloads)
+            for key in unique:
+                sample, batch = divmod(int(key), 100003)
+                payloads.append(infer_request(spec, bank.batch(sample, batch)))
+            index[rows] = base + inverse
+            warmup.append(base)
+        facts = {"ensembles": {n: list(s.ensemble_members) for n, s in specs.items() if s.ensemble_members},
+                 "platforms": {n: s.platform for n, s in specs.items()}}
+        return payloads, index, warmup, facts
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(self, schedule: Schedule) -> pd.DataFrame:
+        """Send ``schedule`` and return its records (one row per request, see :mod:`serving_bench.records`)."""
+        payloads, index, warmup, facts = self.prepare(schedule)
+        n = len(schedule)
+        closed = isinstance(self.mode, ClosedLoop)
+        duration = float(self.mode.duration_s or schedule.duration_s) if closed else schedule.duration_s
+        concurrency = self.mode.per_model(schedule.models) if closed else {}
+        senders = max(1, min(self.senders, n)) if n else 1
+        shares = []
+        for k in range(senders):
+            rows = np.arange(k, n, senders, dtype=np.int64)
+            per = {m: _split(concurrency.get(name, 0), senders, k) for m, name in enumerate(schedule.models)}
+            shares.append(_Share(self.url, rows, schedule.arrival_s, schedule.model, index, payloads,
+                                 warmup if k == 0 else warmup[:1], self.mode.name,
+                                 None if closed or self.mode.max_in_flight is None
+                                 else max(1, _split(self.mode.max_in_flight, senders, k)),
+                                 "wait" if closed else self.mode.on_cap,
+                                 {m: c for m, c in per.items() if c > 0}, duration, self.timeout_s, self.grace_s))
+        arrays, shm = _Arrays.allocate(n, shared=senders > 1)
+        try:
+            errors, reasons, elapsed, stats_before = self._execute(shares, arrays, shm, n, schedule)
+            records = self._records(schedule, arrays, errors, reasons, closed)
+        finally:
+            if shm is not None:
+                del arrays
+                shm.close()
+                shm.unlink()
+        try:
+            stats_after = asyncio.run(_statistics(self.url, list(self.specs)))
+            records.attrs["server_stats"] = _stats_delta(stats_before, stats_after)
+        except Exception:  # the server may be gone (that is recorded already)
+            records.attrs["server_stats"] = {}
+        records.attrs["meta"].update(facts)
+        records.attrs.update(mode=self.mode.name, senders=senders, url=self.url, elapsed_s=elapsed,
+                             timeout_s=self.timeout_s)
+        if closed:
+            records.attrs["concurrency"] = concurrency
+        return records
+
+    def _execute(self, shares: list[_Share], arrays: _Arrays, shm, n: int, schedule: Schedule):
+        """Start the senders, give them a common t0, watch (progress, server liveness, Ctrl-C) until they finish."""
+        self._stop.clear()
+        threaded = shm is None
+        if threaded:
+            messages: Any = queue.Queue()
+            go: Any = threading.Event()
+            stop: Any = self._stop
+            t0_value: Any = _Value()
+            workers = [threading.Thread(target=_sender_main, name="serving-bench-sender",
+                                        args=(s, arrays, None, n, messages, go, t0_value, stop), daemon=True)
+                       for s in shares]
+        else:
+            ctx = mp.get_context("spawn")
+            messages, go, stop, t0_value = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+            workers = [ctx.Process(target=_sender_main, name="serving-bench-sender",
+                                   args=(s, None, shm.name, n, messages, go, t0_value, stop), daemon=True)
+                       for s in shares]
+        for w in workers:
+            w.start()
+        errors: dict[int, str] = {}
+        reasons: list[str] = []
+        failures: list[str] = []
+        try:
+            ready = 0
+            deadline = time.monotonic() + 120.0
+            while ready < len(workers) and not failures:
+                try:
+                    kind, payload = messages.get(timeout=0.2)
+                except queue.Empty:
+                    dead = [w for w in workers if not w.is_alive()]
+                    if dead or time.monotonic() > deadline:
+                        failures.append("a sender process exited before it was ready (senders > 1 start new "
+                                        "Python processes: the calling script needs `if __name__ == '__main__':`)"
+                                        if dead else "the senders were not ready within 120 s")
+                    continue
+                if kind == "ready":
+                    ready += 1
+                else:
+                    failures.append(payload if kind == "failed" else str(payload))
+            if failures:
+                stop.set()
+                go.set()
+                raise ServerError(failures[0])
+            stats_before = asyncio.run(_statistics(self.url, list(self.specs)))  # after the warm-up requests
+            t0 = time.perf_counter() + 0.02
+            t0_value.value = t0
+            go.set()
+            finished = 0
+            last_progress = 0.0
+            interrupted = False
+            while finished < len(workers):
+                try:
+                    try:
+                        kind, payload = messages.get(timeout=0.1)
+                    except queue.Empty:
+                        kind = None
+                    if kind == "done":
+                        finished += 1
+                        errs, reason = payload
+                        errors.update(errs)
+                        if reason:
+                            reasons.append(reason)
+                            stop.set()  # one sender lost the server: stop the others too
+                    elif kind == "failed":
+                        finished += 1
+                        failures.append(payload)
+                        stop.set()
+                    if self._stop.is_set() and not stop.is_set():
+                        stop.set()
+                    if self.alive is not None and not stop.is_set():
+                        try:
+                            self.alive()
+                        except ServerError as err:
+                            reasons.append(f"server died: {err}")
+                            stop.set()
+                    now = time.perf_counter()
+                    if self.progress is not None and now - last_progress >= self.progress_interval_s:
+                        last_progress = now
+                        self.progress(_progress(arrays, schedule, now - t0))
+                except KeyboardInterrupt:
+                    if interrupted:
+                        raise
+                    interrupted = True
+                    reasons.append("interrupted (Ctrl-C)")
+                    stop.set()
+            elapsed = time.perf_counter() - t0
+        finally:
+            stop.set()
+            go.set()
+            for w in workers:
+                w.join(timeout=30)
+                if not threaded and w.is_alive():
+                    w.kill()
+        if failures:
+            raise ServerError(f"a sender failed: {failures[0]}")
+        if self.progress is not None:
+            self.progress(_progress(arrays, schedule, elapsed))
+        return errors, reasons, elapsed, stats_before
+
+    def _records(self, schedule: Schedule, arrays: _Arrays, errors: dict[int, str], reasons: list[str],
+                 closed: bool) -> pd.DataFrame:
+        records = new_records(schedule, target=self.name)
+        status = arrays.status.copy()
+        leftover = status == IN_FLIGHT  # cannot happen unless a sender died mid-request
+        status[leftover] = ERROR
+        for i in np.flatnonzero(leftover):
+            errors.setdefault(int(i), "lost: the sender ended before the response")
+        records["sent_s"] = arrays.sent.copy()
+        records["done_s"] = arrays.done.copy()
+        records["status"] = pd.Categorical.from_codes(status.astype(np.int8), categories=list(STATUSES))
+        if errors:
+            idx = np.fromiter(errors.keys(), dtype=np.int64)
+            err = records["error"].to_numpy()
+            err[idx] = list(errors.values())
+            records["error"] = err
+        stopped = [r for r in reasons if r]
+        if closed:
+            # arrivals are not used in a closed loop: the request was "intended" when a worker sent it; requests
+            # never reached are not part of the run
+            reached = ~np.isnan(records["sent_s"].to_numpy()) | (records["error"].to_numpy() != "")
+            records = records[reached].reset_index(drop=True)
+            records["intended_s"] = records["sent_s"]
+            records["request_id"] = np.arange(len(records), dtype=np.int64)
+            records.attrs.update(target=self.name, partial=False, meta=dict(schedule.meta))
+        records.attrs["partial"] = bool(stopped)
+        records.attrs["stop_reason"] = "; ".join(dict.fromkeys(stopped)) if stopped else None
+        records.attrs["dropped"] = int(sum(1 for e in errors.values() if e.startswith("dropped:")))
+        return records
+
+
+def _split(total: int, parts: int, k: int) -> int:
+    return total // parts + (1 if k < total % parts else 0)
+
+
+def _grpc_url(endpoints: Any) -> tuple[str, Any]:
+    server = None
+    if hasattr(endpoints, "endpoints") and hasattr(endpoints, "check_alive"):
+        server = endpoints
+        endpoints = server.endpoints
+    if hasattr(endpoints, "grpc_url"):
+        return endpoints.grpc_url, server
+    if isinstance(endpoints, str):
+        from serving_bench.serve.server import Endpoints
+
+        return Endpoints.from_url(endpoints).grpc_url, None
+    raise TypeError(f"expected Endpoints, TritonServer or 'host:port', got {type(endpoints).__name__}")
+
+
+def _progress(arrays: _Arrays, schedule: Schedule, elapsed: float, window_s: float = 2.0) -> Progress:
+    status = arrays.status
+    sent = int(np.count_nonzero(~np.isnan(arrays.sent)))
+    finished_mask = (status != NOT_SENT) & (status != IN_FLIGHT)
+    ok_mask = status == OK
+    done = arrays.done
+    recent = ok_mask & (done >= elapsed - window_s)
+    n_recent = int(recent.sum())
+    p99 = None
+    if n_recent:
+        lat = done[recent] - schedule.arrival_s[recent]
+        p99 = float(np.percentile(lat, 99))
+    return Progress(elapsed, len(status), sent, int(finished_mask.sum()), int((status == IN_FLIGHT).sum()),
+                    int(ok_mask.sum()), int(((status == ERROR) | (status == REJECTED) | (status == TIMEOUT)).sum()),
+                    n_recent / min(window_s, max(elapsed, 1e-9)), p99)
+
+
+# -- control plane (tritonclient.grpc.aio) -------------------------------------------------------------------------
+
+async def _fetch_specs(url: str, models: Sequence[str], source: str) -> dict:
+    import tritonclient.grpc.aio as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from serving_bench.load.inputs import ModelSpec
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        try:
+            index = await client.get_model_repository_index()
+        except InferenceServerException as err:
+            raise ServerError(f"cannot reach Triton at {url}: {err.message()}") from None
+        served = sorted(m.name for m in index.models if m.state == "READY")
+        specs = {}
+        for name in models:
+            if name not in served:
+                raise InputError(source, f"models.{name}",
+                                 f"not served by the server at {url}; served models: {', '.join(served) or 'none'}")
+            metadata = await client.get_model_metadata(name)
+            config = await client.get_model_config(name)
+            specs[name] = ModelSpec.from_server(metadata, config)
+        return specs
+    finally:
+        await client.close()
+
+
+async def _statistics(url: str, models: Sequence[str] | None) -> dict:
+    """Triton's cumulative per-model statistics (counts and ns) for the models of the run."""
+    import tritonclient.grpc.aio as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        if models is None:
+            index = await client.get_model_repository_index()
+            models = [m.name for m in index.models if m.state == "READY"]
+        out = {}
+        for name in models:
+            stats = await client.get_inference_statistics(name)
+            for s in stats.model_stats:
+                inf = s.inference_stats
+                out[name] = {"inference_count": s.inference_count, "execution_count": s.execution_count,
+                             **{f"{k}_count": getattr(inf, k).count for k in _PHASES},
+                             **{f"{k}_ns": getattr(inf, k).ns for k in _PHASES}}
+        return out
+    finally:
+        await client.close()
+
+
+_PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+
+
+def _stats_delta(before: dict, after: dict) -> dict:
+    """Per model during the run: requests, executions, mean batch and the server's mean time per phase (s)."""
+    out = {}
+    for name, a in after.items():
+        b = before.get(name, {})
+        d = {k: a[k] - b.get(k, 0) for k in a}
+        count = d.get("success_count", 0)
+        row = {"inference_count": d["inference_count"], "execution_count": d["execution_count"],
+               "success_count": count, "fail_count": d.get("fail_count", 0),
+               "mean_exec_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else None}
+        for phase in ("queue", "compute_input", "compute_infer", "compute_output", "success"):
+            c = d.get(f"{phase}_count", 0)
+            row[f"{phase}_mean_s"] = d[f"{phase}_ns"] / c / 1e9 if c else None
+        out[name] = row
+    return out

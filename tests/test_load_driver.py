@@ -1,0 +1,147 @@
+"""TritonTarget against the real tritonserver: accounting, open and closed loop, caps, timeouts, unknown models,
+coordinated-omission safety under a stalled server, and M/D/1 agreement on the sleep model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from conformance import assert_target_contract
+
+from serving_bench.errors import InputError
+from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
+from serving_bench.load.schedule import Schedule
+from serving_bench.metrics import summarize
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.serve.server import TritonServer
+
+    repo = tmp_path_factory.mktemp("load_repo")
+    write_sleep_entry(repo, "sleep_zero", base_ms=0.0, per_item_ms=0.0)
+    # one request at a time, a fixed service time: an M/D/1 queue
+    write_sleep_entry(repo, "sleep_md1", base_ms=8.0, per_item_ms=0.0, max_batch_size=1)
+    write_sleep_entry(repo, "sleep_slow", base_ms=400.0, per_item_ms=0.0, max_batch_size=4)
+    with TritonServer(repo) as srv:
+        yield srv
+
+
+def poisson_schedule(rate, duration, model="sleep_zero", seed=0, batch=1, **meta):
+    rng = np.random.default_rng(seed)
+    n = rng.poisson(rate * duration)
+    t = np.sort(rng.random(n) * duration)
+    return Schedule(t, np.zeros(n), (model,), rng.integers(0, 8, n), np.full(n, batch),
+                    {"seed": seed, "duration_s": duration, **meta})
+
+
+def test_open_loop_answers_every_request_once(server):
+    schedule = poisson_schedule(200, 2.0, batch=2)
+    records = TritonTarget(server).run(schedule)
+    c = assert_target_contract(schedule, records)
+    assert c["ok"] == len(schedule) and not records.attrs["partial"]
+    lateness = (records["sent_s"] - records["intended_s"]).to_numpy()
+    assert np.median(lateness) < 0.005  # sent on time (loose: the CI machine is shared)
+    stats = records.attrs["server_stats"]["sleep_zero"]
+    assert stats["success_count"] == len(schedule)  # Triton saw exactly what we sent
+
+
+def test_several_sender_processes_share_one_schedule(server):
+    schedule = poisson_schedule(300, 1.5, seed=1)
+    records = TritonTarget(server, senders=2).run(schedule)
+    c = assert_target_contract(schedule, records)
+    assert c["ok"] == len(schedule) and records.attrs["senders"] == 2
+
+
+def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server):
+    schedule = poisson_schedule(1000, 3.0, model="sleep_md1")  # far more requests than 1 s can serve
+    records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0)).run(schedule)
+    c = assert_target_contract(schedule, records, closed_loop=True)
+    assert 40 < c["ok"] < 260  # ~8 ms each, one instance: about 125 in 1 s
+    sent = np.sort(records["sent_s"].to_numpy())
+    done = np.sort(records["done_s"].to_numpy())
+    # never more than 2 outstanding: the k-th send happens after the (k-2)-th completion
+    assert np.all(sent[2:] >= done[:-2] - 1e-6)
+
+
+def test_cap_drop_and_wait_are_accounted(server):
+    schedule = poisson_schedule(100, 1.0, model="sleep_slow", seed=2)
+    dropped = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="drop")).run(schedule)
+    c = assert_target_contract(schedule, dropped)
+    assert c["not_sent"] > 0 and dropped.attrs["dropped"] == c["not_sent"] and c["ok"] == c["sent"]
+    short = schedule.select(np.arange(len(schedule)) < 12)
+    waited = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="wait")).run(short)
+    c = assert_target_contract(short, waited)
+    assert c["ok"] == len(short)
+    late = (waited["sent_s"] - waited["intended_s"]).to_numpy()
+    assert late.max() > 0.3  # the 5th request waited for a slot
+
+
+def test_timeout_status(server):
+    schedule = Schedule([0.0, 0.01], [0, 0], ("sleep_slow",), [0, 1], [1, 1], {"duration_s": 0.1})
+    records = TritonTarget(server, timeout_s=0.1).run(schedule)
+    c = assert_target_contract(schedule, records)
+    assert c["timeout"] == 2 and records["error"].str.startswith("timeout").all()
+
+
+def test_unknown_model_lists_served_models_and_sends_nothing(server):
+    before = TritonTarget(server)._stats()
+    schedule = Schedule([0.0, 0.1], [0, 1], ("sleep_zero", "no_such_model"), [0, 0], [1, 1],
+                        {"profile": "p.yaml"})
+    with pytest.raises(InputError) as err:
+        TritonTarget(server).run(schedule)
+    line = err.value.line()
+    assert line.startswith("p.yaml: models.no_such_model: not served") and "sleep_md1, sleep_slow, sleep_zero" in line
+    assert TritonTarget(server)._stats()["sleep_zero"]["inference_count"] == before["sleep_zero"]["inference_count"]
+
+
+def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server):
+    """A synchronous client (one request outstanding) stops sending while the server is stalled (SIGSTOP): latency
+    from the send time hides the stall (coordinated omission), latency from the intended time shows it."""
+    schedule = poisson_schedule(100, 4.0, seed=3)
+    pgid = server.process.pid
+
+    def stall():
+        time.sleep(1.5)
+        os.killpg(pgid, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.killpg(pgid, signal.SIGCONT)
+
+    thread = threading.Thread(target=stall)
+    thread.start()
+    try:
+        records = TritonTarget(server, mode=OpenLoop(max_in_flight=1, on_cap="wait")).run(schedule)
+    finally:
+        thread.join()
+        os.killpg(pgid, signal.SIGCONT)
+    assert_target_contract(schedule, records)
+    summary = summarize(records)["overall"]
+    assert summary["p99_s"] > 0.5, summary["p99_s"]           # the stall: up to ~1 s late
+    assert summary["service_p99_s"] < 0.1, summary["service_p99_s"]  # one slow request in ~400 is below p99
+
+
+def test_mean_latency_agrees_with_md1_at_load_half(server):
+    """M/D/1 at rho = 0.5. The deterministic service time D is what the instance is busy per request, measured by
+    Triton at no load (compute input + infer + output, ~8 ms of sleep plus the python backend's own work); the
+    no-load overhead is the rest of the no-load latency (client, transport, scheduling) and does not queue.
+    Predicted mean latency = rho * D / (2 (1 - rho)) + no-load latency; agreement within 10 %."""
+    warm = poisson_schedule(50, 2.0, model="sleep_md1", seed=9)
+    no_load = TritonTarget(server, mode=ClosedLoop(concurrency=1, duration_s=2.0)).run(warm)
+    base = float((no_load["done_s"] - no_load["sent_s"]).mean())
+    stats = no_load.attrs["server_stats"]["sleep_md1"]
+    d = stats["compute_input_mean_s"] + stats["compute_infer_mean_s"] + stats["compute_output_mean_s"]
+    assert 0.008 <= d < base
+    rate = 0.5 / d
+    schedule = poisson_schedule(rate, 16.0, model="sleep_md1", seed=4, warmup_s=1.0)
+    records = TritonTarget(server).run(schedule)
+    assert_target_contract(schedule, records)
+    measured = summarize(records)["overall"]["mean_s"]
+    predicted = 0.5 * d / (2 * (1 - 0.5)) + base
+    assert abs(measured - predicted) / predicted < 0.10, (measured, predicted, base, d)
