@@ -2,7 +2,8 @@
 
 Latency is measured from the *intended* time (``done_s - intended_s``): a late client or a stalled server shows up as
 latency, not as missing load (coordinated omission). ``service_s = done_s - sent_s`` is what perf_analyzer reports.
-Latency statistics use the requests whose intended time falls in the measurement window
+Entries listed in ``meta['ensembles']`` (name -> member models, set by the target) get a second copy of their
+figures under ``summary['ensembles']``. Latency statistics use the requests whose intended time falls in the measurement window
 ``[warmup_s, duration_s - cooldown_s)``; throughput counts completions inside that window. Accounting (counts by status)
 covers every scheduled request. All times in seconds; rates per second.
 """
@@ -125,6 +126,10 @@ def summarize(records: pd.DataFrame, *, slos: Mapping[str, Slo] | None = None, w
         "models": {m: summarize_group(records[records["model"] == m], window=window, slo=slos.get(m))
                    for m in models},
     }
+    ensembles = meta.get("ensembles") or {}
+    if ensembles:  # an ensemble is requested like a model; listed again here with the members it calls
+        summary["ensembles"] = {name: {**summary["models"][name], "members": list(members)}
+                                for name, members in ensembles.items() if name in summary["models"]}
     summary["valid"] = all(s.get("slo_met", True) for s in summary["models"].values()) and not summary["partial"]
     if telemetry is not None:
         summary["telemetry"] = dict(telemetry)

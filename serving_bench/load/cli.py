@@ -1,0 +1,159 @@
+"""``serving-bench replay PROFILE.yaml --repo model_repo/ [--url host:port] --out results/NAME/``
+
+Builds the schedule from the profile (or loads ``--schedule saved.npz``), starts the embedded tritonserver with only
+the models the profile needs (unless ``--url`` names a running server), replays the schedule open loop (or closed
+loop with ``--concurrency``) with a progress bar showing the live rate and p99, samples telemetry, and writes the
+results folder (:mod:`serving_bench.load.results`). On Ctrl-C or server death the partial records are saved,
+marked partial; the exit status is then 130 or 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from serving_bench.errors import InputError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", metavar="PROFILE.yaml", help="load profile (see docs/load.md)")
+    parser.add_argument("--repo", default="model_repo", help="model repository for the embedded server")
+    parser.add_argument("--url", help="gRPC host:port of a running Triton (then no server is started)")
+    parser.add_argument("--out", required=True, help="results folder")
+    parser.add_argument("--schedule", help="replay this saved schedule (.npz) instead of building one")
+    parser.add_argument("--concurrency", type=int, help="closed loop: requests in flight per model")
+    parser.add_argument("--max-in-flight", type=int, help="open loop: cap on outstanding requests")
+    parser.add_argument("--on-cap", choices=["wait", "drop"], default="wait",
+                        help="at the cap, send late (wait) or not at all (drop)")
+    parser.add_argument("--timeout", default="30s", help="per-request deadline (default 30s)")
+    parser.add_argument("--senders", type=int, default=1, help="sender processes (default 1)")
+    parser.add_argument("--instances", action="append", default=[], metavar="MODEL=N",
+                        help="instance count override for the embedded server (repeatable)")
+    parser.add_argument("--no-telemetry", action="store_true", help="do not sample /metrics, CPU and GPU")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing results folder")
+
+
+def _schedule(args):
+    from serving_bench.load.profile import LoadProfile, build_schedule
+    from serving_bench.load.schedule import Schedule
+
+    profile = LoadProfile.load(args.profile)
+    if args.schedule:
+        return Schedule.load(args.schedule)
+    return build_schedule(profile)
+
+
+def _instances(values) -> dict[str, int]:
+    out = {}
+    for value in values:
+        name, sep, count = value.partition("=")
+        if not sep or not count.isdigit():
+            raise InputError("--instances", value, "expected MODEL=N")
+        out[name] = int(count)
+    return out
+
+
+class _Bar:
+    """tqdm progress: finished requests of the schedule, with live completion rate and p99 (from intended time)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="req", dynamic_ncols=True, file=sys.stderr, desc="replay")
+
+    def __call__(self, progress) -> None:
+        if self.bar is None:
+            return
+        self.bar.n = progress.finished
+        p99 = f"{progress.p99_s * 1e3:.1f}ms" if progress.p99_s is not None else "-"
+        self.bar.set_postfix_str(f"rate={progress.rate_rps:.0f}/s p99={p99} in_flight={progress.in_flight} "
+                                 f"failed={progress.failed}", refresh=False)
+        self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(args) -> int:
+    from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
+    from serving_bench.load.fields import Where, seconds
+    from serving_bench.load.results import write_results
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise InputError("--out", None, f"{out} exists and is not empty; choose another folder or pass --overwrite")
+    if args.url and args.instances:
+        raise InputError("--instances", None, "only for the embedded server; it cannot change a server at --url")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
+    if args.max_in_flight is not None and args.max_in_flight < 1:
+        raise InputError("--max-in-flight", None, f"expected an integer >= 1, got {args.max_in_flight}")
+    timeout_s = seconds(args.timeout, Where("--timeout"), allow_zero=False)
+    instances = _instances(args.instances)
+    schedule = _schedule(args)
+    mode = ClosedLoop(concurrency=args.concurrency) if args.concurrency else \
+        OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap)
+
+    server = None
+    if args.url:
+        from serving_bench.serve.server import Endpoints
+
+        endpoints, pid = Endpoints.from_url(args.url), None
+    else:
+        from serving_bench.serve.server import TritonServer
+
+        repo = Path(args.repo)
+        if not repo.is_dir():
+            raise InputError("--repo", None, f"{repo} is not a folder; export models first (serving-bench export)")
+        server = TritonServer(repo, models=list(schedule.models), instances=instances)
+        server.start()
+        endpoints, pid = server.endpoints, server.process.pid
+    bar = _Bar(len(schedule), not args.no_progress)
+    try:
+        target = TritonTarget(server or endpoints, mode=mode, timeout_s=timeout_s, senders=args.senders,
+                              progress=bar, source=args.profile)
+        telemetry = None
+        if not args.no_telemetry:
+            from serving_bench.telemetry import Telemetry
+
+            telemetry = Telemetry(endpoints.metrics_url, interval_s=0.5, pid=pid)
+            telemetry.start()
+        try:
+            records = target.run(schedule)
+        finally:
+            if telemetry is not None:
+                telemetry.stop()
+        bar.close()
+        if out.exists() and args.overwrite:
+            shutil.rmtree(out)
+        summary = write_results(out, records, schedule, telemetry=telemetry)
+    finally:
+        bar.close()
+        if server is not None:
+            server.stop()
+    _print_summary(summary, out)
+    reason = records.attrs.get("stop_reason") or ""
+    if records.attrs.get("partial"):
+        print(f"run stopped early ({reason}); partial records saved", file=sys.stderr)
+        return 130 if "interrupted" in reason else 3
+    return 0
+
+
+def _print_summary(summary: dict, out: Path) -> None:
+    def ms(v):
+        return f"{v * 1e3:8.2f}" if v is not None else "       -"
+
+    print(f"{'model':32s} {'ok':>7s} {'failed':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'SLO':>5s}")
+    for name, s in [*summary["models"].items(), ("overall", summary["overall"])]:
+        c = s["counts"]
+        slo = "" if "slo_met" not in s else ("met" if s["slo_met"] else "MISS")
+        print(f"{name:32s} {c['ok']:7d} {c['failed'] + c['timeout']:7d} {ms(s['p50_s'])} {ms(s['p99_s'])} "
+              f"{s['throughput_rps']:8.1f} {slo:>5s}")
+    late = summary["overall"].get("lateness_p99_s")
+    print(f"send lateness p99: {ms(late).strip()} ms; results in {out}/")
