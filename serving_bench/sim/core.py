@@ -109,6 +109,7 @@ class ModelState:
         self.ui = 0
         self.timer_at = math.inf
         self.idle_since: float | None = None  # when the batcher last went to sleep on an empty queue
+        self.absorbing = False  # see Server._absorb
         # outputs
         self.rejected: list[tuple[int, float]] = []  # (owner, time) rejected at arrival (queue full)
         self.timed_out: list[tuple[int, int, float]] = []  # (a, b, t)
@@ -156,6 +157,8 @@ class ModelState:
         Only the count of queued items changes between steps, so this is a search on the cumulative items."""
         if not self.spec.dynamic:
             return self.t[self.n_arr] if self.n_arr < len(self.t) and self.idle else math.inf
+        if self.absorbing:
+            return math.inf
         if self.n_arr >= len(self.t) or self.pqueue_len() >= self.slots:
             return math.inf
         cur = self.cur
@@ -197,8 +200,9 @@ def _sample(grid: list[float], u: float) -> float:
 class Server:
     """All models and devices of one run; the engine calls ``step``, ``complete`` and ``arrive_dynamic``."""
 
-    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int):
+    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True):
         self.spec = spec
+        self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
         self.devices = {name: Device(name, rule.rates) for name, rule in spec.devices.items()}
@@ -215,6 +219,8 @@ class Server:
             self._direct(st, now)
             return
         st.idle_since = None
+        if st.absorbing:
+            self._absorb(st, now)
         self._dispatch(st, now)
         self._batcher_loop(st, now)
 
@@ -294,10 +300,11 @@ class Server:
                 st.cur = cur = Payload()
                 st.next_pref = 0
             if st.head >= st.n_arr:
-                # Triton sleeps 0.5 s (again and again) on an empty queue; only the first such wake after a later
-                # arrival that does not wake the batcher itself matters, so it is planned when that arrival is known
-                st.idle_since = now
-                timer = st.idle_wake()
+                # Triton sleeps 0.5 s (again and again) on an empty queue; that matters only when a later arrival
+                # does not wake the batcher itself (next_pref > 0): the first such wake after it is planned then
+                if st.next_pref > 0:
+                    st.idle_since = now
+                    timer = st.idle_wake()
                 break
             if st.pqueue_len() >= st.slots:
                 break  # waits for a slot; a payload taken by an instance notifies
@@ -325,6 +332,45 @@ class Server:
         if timer != st.timer_at:
             st.timer_at = timer
             self.clock.timer(st.m, timer)
+        # delay 0, every instance busy, nothing queued: each later arrival would only be absorbed into the growing
+        # payload (or start the next one); the fast engine replays that in bulk at the next step (``_absorb``)
+        st.absorbing = (self.lazy and st.static and st.all_ones and spec.delay_s == 0.0 and not st.idle
+                        and st.head >= st.n_arr and st.next_pref == 0)
+
+    def _absorb(self, st: "ModelState", now: float) -> None:
+        """Replay, in bulk, the steps the arrivals since the last step (strictly before ``now``) would each have
+        taken: exactly what ``_batcher_loop`` does for one request of 1 item with delay 0 and no idle instance."""
+        st.absorbing = False
+        end = bisect_left(st.t, now, st.head, st.n_arr)
+        i = st.head
+        pref = st.spec.preferred
+        t = st.t
+        while i < end:
+            cur = st.cur
+            if cur.saturated or cur.state == EXECUTING:
+                st.cur = cur = Payload()
+            if st.pqueue_len() >= st.slots:
+                break
+            p = cur.items
+            if p == 0:
+                n = 1
+                cur.start = t[i]
+                cur.saturated = 1 in pref
+            else:
+                x = next(v for v in pref if v > p)
+                n = min(x - p, end - i)
+                cur.saturated = p + n == x
+            if cur.ranges and cur.ranges[-1][1] == i:
+                cur.ranges[-1][1] = i + n
+            else:
+                cur.ranges.append([i, i + n])
+            cur.items += n
+            cur.nreq += n
+            i += n
+            if cur.state == UNINIT:
+                cur.state = SCHEDULED
+                st.pqueue.append(cur)
+        st.head = i
 
     def idle_arrival(self, st: "ModelState") -> None:
         """A dynamic arrival did not wake an idle batcher: arm its periodic empty-queue wake."""
@@ -440,7 +486,7 @@ class Server:
             for i in range(a, b):
                 o = owner[i]
                 if o < 0:
-                    self.ensemble_step_done(-1 - o, now)
+                    self.ensemble_step_done(o, now)
 
     def ensemble_step_done(self, slot: int, now: float) -> None:  # set by the target when ensembles are used
         raise NotImplementedError

@@ -1,0 +1,158 @@
+"""``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR``.
+
+Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
+through :class:`SimTarget`, and writes what a replay writes: ``schedule.npz``, ``records.parquet/.csv/.json``,
+``summary.json`` (plus ``sim.json``: utilisation and device busy time). Everything is checked before anything is
+written.
+
+The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
+or, with neither, from the profile's models with one instance each on their first device and no batching.
+
+``--config`` YAML::
+
+    models:
+      resnet50_onnxruntime: {max_batch_size: 8, dynamic_batching: true, max_queue_delay_us: 100,
+                             preferred_batch_sizes: [4, 8], max_queue_size: 0, queue_timeout_us: 0,
+                             instances: [[gpu0, 2]]}
+    ensembles:
+      pipeline: [preprocess_python, resnet50_onnxruntime]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from serving_bench.errors import InputError
+
+CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
+                 "max_queue_size", "queue_timeout_us", "instances")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("load_profile", help="load profile YAML (load_profiles/*.yaml)")
+    parser.add_argument("--profile", required=True, help="simulator profile JSON (serving-bench profile)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", help="serving config YAML (batching and instances per model)")
+    source.add_argument("--repo", help="model repository whose config.pbtxt files give the serving config")
+    parser.add_argument("--out", required=True, help="results folder to write")
+    parser.add_argument("--seed", type=int, default=0, help="simulator seed (service times, overheads)")
+    parser.add_argument("--engine", choices=("fast", "simpy"), default="fast",
+                        help="fast (default) or the SimPy reference (same records, slower)")
+
+
+def load_serving_yaml(path: str | Path):
+    """A :class:`ServingConfig` from the YAML layout in the module docstring."""
+    import yaml
+
+    from serving_bench.serving_config import ModelServing, ServingConfig
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise InputError(path, None, f"cannot read: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise InputError(path, None, f"not valid YAML: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
+        raise InputError(path, "models", "expected a mapping model name -> serving settings")
+    models = []
+    for name, spec in data["models"].items():
+        spec = spec or {}
+        if not isinstance(spec, dict):
+            raise InputError(path, f"models.{name}", "expected a mapping of serving settings")
+        unknown = sorted(set(spec) - set(CONFIG_FIELDS))
+        if unknown:
+            raise InputError(path, f"models.{name}.{unknown[0]}", f"unknown field; expected {', '.join(CONFIG_FIELDS)}")
+        kwargs = {}
+        for key in CONFIG_FIELDS[:-1]:
+            if key in spec:
+                value = spec[key]
+                if key == "dynamic_batching":
+                    if not isinstance(value, bool):
+                        raise InputError(path, f"models.{name}.{key}", "expected true or false")
+                elif key == "preferred_batch_sizes":
+                    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 1 for v in value):
+                        raise InputError(path, f"models.{name}.{key}", "expected a list of batch sizes >= 1")
+                    value = tuple(value)
+                elif not isinstance(value, int) or value < 0:
+                    raise InputError(path, f"models.{name}.{key}", f"expected an integer >= 0, got {value!r}")
+                kwargs[key] = value
+        instances = spec.get("instances", [["cpu", 1]])
+        if not isinstance(instances, list) or not all(
+                isinstance(i, list) and len(i) == 2 and isinstance(i[0], str) and isinstance(i[1], int) and i[1] >= 1
+                for i in instances):
+            raise InputError(path, f"models.{name}.instances", "expected a list of [device, count] pairs, count >= 1")
+        models.append(ModelServing(name=name, instances=tuple((d, c) for d, c in instances), **kwargs))
+    ensembles = data.get("ensembles") or {}
+    if not isinstance(ensembles, dict) or not all(isinstance(v, list) for v in ensembles.values()):
+        raise InputError(path, "ensembles", "expected a mapping ensemble name -> list of member names")
+    return ServingConfig(tuple(models), tuple((k, tuple(v)) for k, v in ensembles.items()))
+
+
+def default_config(profile, names):
+    """One instance on the model's first measured device, no batching: the plainest config the profile supports."""
+    from serving_bench.serving_config import ModelServing, ServingConfig
+
+    models = []
+    for name in names:
+        mp = profile.model(name)
+        device = sorted(mp.devices)[0]
+        models.append(ModelServing(name=name, instances=((device, 1),)))
+    return ServingConfig(tuple(models))
+
+
+def serving_config_for(args_config: str | None, args_repo: str | None, profile, schedule):
+    """The serving config from --config, --repo or the profile (in that order of precedence)."""
+    from serving_bench.serving_config import ServingConfig
+
+    if args_config:
+        return load_serving_yaml(args_config), None
+    if args_repo:
+        config = ServingConfig.from_repo(args_repo, list(schedule.models))
+        from serving_bench.sim.graph import ensemble_graphs
+
+        return config, ensemble_graphs(args_repo, config)
+    return default_config(profile, schedule.models), None
+
+
+def write_results(out: Path, schedule, records, summary: dict) -> None:
+    """What a replay writes, each file atomically."""
+    from serving_bench.records import save_records
+
+    out.mkdir(parents=True, exist_ok=True)
+    schedule.save(out / "schedule.npz")
+    save_records(records, out)
+    for name, data in (("summary.json", summary), ("sim.json", records.attrs.get("sim", {}))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, out / name)
+
+
+def main(args: argparse.Namespace) -> int:
+    from serving_bench.load.profile import LoadProfile, build_schedule
+    from serving_bench.metrics import summarize
+    from serving_bench.profiles.schema import Profile
+    from serving_bench.sim.target import SimTarget
+
+    schedule = build_schedule(LoadProfile.load(args.load_profile))
+    profile = Profile.load(args.profile)
+    config, graphs = serving_config_for(args.config, args.repo, profile, schedule)
+    target = SimTarget(profile, config, seed=args.seed, engine=args.engine, ensemble_deps=graphs)
+    records = target.run(schedule)
+    summary = summarize(records)
+    write_results(Path(args.out), schedule, records, summary)
+    print_summary(summary)
+    print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, sim.json)")
+    return 0
+
+
+def print_summary(summary: dict) -> None:
+    print(f"{'model':<28} {'ok':>8} {'p50 ms':>9} {'p99 ms':>9} {'rps':>9} {'batch':>6}")
+    for name, s in summary["models"].items():
+        def ms(v):
+            return f"{v * 1e3:9.2f}" if v is not None else f"{'-':>9}"
+        batch = f"{s['mean_exec_batch']:6.2f}" if s.get("mean_exec_batch") else f"{'-':>6}"
+        print(f"{name:<28} {s['counts']['ok']:>8} {ms(s['p50_s'])} {ms(s['p99_s'])} {s['throughput_rps']:9.1f} {batch}")

@@ -1,0 +1,248 @@
+"""The simulator: queueing theory with the sleep model, Triton's batcher rules, device sharing, determinism, engine
+identity (fast vs SimPy reference), the Target contract, and one-line errors for bad profiles/configs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from serving_bench.errors import InputError
+from serving_bench.load.schedule import Schedule
+from serving_bench.metrics import summarize
+from serving_bench.profiles import Curve, DeviceInfo, Dist, ModelOnDevice, ModelProfile, Profile
+from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim import SimTarget
+
+from conformance import assert_target_contract
+
+
+def sleep_profile(base=0.005, per=0.001, sizes=(1, 32), overhead=0.0, colocation=(), device="cpu", kind="cpu",
+                  names=("sleep_python",), service=None, **device_kw) -> Profile:
+    """A profile of the sleep model: service ``base + per * items`` exactly (what the sleep runner sleeps)."""
+    models = {}
+    for name in names:
+        batches = service or {b: Dist.constant(base + per * b) for b in sizes}
+        md = ModelOnDevice("n/a", batches, tuple(colocation))
+        models[name] = ModelProfile(name, "python", "fp32", {device: md})
+    info = DeviceInfo(device, kind, "test", cores=2 if kind == "cpu" else None, **device_kw)
+    profile = Profile({device: info}, models, Dist.constant(overhead), path="test_profile.json")
+    return Profile.from_json(profile.to_json(), "test_profile.json")
+
+
+def poisson(rate, n, seed=0, models=("sleep_python",), batch=None):
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, n))
+    which = rng.integers(0, len(models), n)
+    return Schedule(t, which, models, np.zeros(n), np.ones(n) if batch is None else batch,
+                    {"duration_s": float(t[-1])})
+
+
+def one(name="sleep_python", **kw) -> ServingConfig:
+    kw.setdefault("instances", (("cpu", 1),))
+    return ServingConfig((ModelServing(name, **kw),))
+
+
+# -- queueing theory ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_md1_mean_wait_matches_theory(rho):
+    """M/D/1 (Poisson arrivals, deterministic service, FIFO, one server): W = rho S / (2 (1 - rho))."""
+    s = 0.006
+    records = SimTarget(sleep_profile(), one(max_batch_size=1)).run(poisson(rho / s, 200_000, seed=1))
+    wait = (records["done_s"] - records["intended_s"]).to_numpy() - s
+    theory = rho * s / (2 * (1 - rho))
+    assert abs(wait.mean() - theory) / theory < 0.04
+    assert abs(np.mean(wait > 1e-12) - rho) < 0.01  # P(wait) = rho
+
+
+def test_mm1_sojourn_matches_theory():
+    """M/M/1 via an exponential service-time distribution: mean sojourn 1 / (mu - lambda)."""
+    mu, lam = 200.0, 140.0
+    u = np.linspace(0, 1, 2001)[:-1]
+    q = list(u) + [1.0]
+    s = list(-np.log1p(-u) / mu) + [-np.log(1 / 4000) / mu]
+    service = {1: Dist(tuple(q), tuple(s))}
+    records = SimTarget(sleep_profile(service=service), one(max_batch_size=0)).run(poisson(lam, 200_000, seed=2))
+    sojourn = (records["done_s"] - records["intended_s"]).mean()
+    assert abs(sojourn - 1 / (mu - lam)) / (1 / (mu - lam)) < 0.05
+
+
+def test_two_instances_on_two_cores_are_md2():
+    """Two instances on a 2-core device run in parallel (M/D/2): mean wait within 5 % of the Cosmetatos
+    approximation ``W = 0.5 (1 + (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c)) W_M/M/c``."""
+    s, c, rho = 0.006, 2, 0.8
+    a = c * rho
+    sched = poisson(a / s, 100_000, seed=3)
+    wait = (SimTarget(sleep_profile(), one(max_batch_size=1, instances=(("cpu", 2),))).run(sched)["done_s"]
+            - sched.arrival_s).mean() - s
+    erlang_c = (a ** c / 2 / (1 - rho)) / (1 + a + a ** c / 2 / (1 - rho))
+    w_mmc = erlang_c * s / (c * (1 - rho))
+    w_mdc = 0.5 * (1 + (1 - rho) * (c - 1) * (np.sqrt(4 + 5 * c) - 2) / (16 * rho * c)) * w_mmc
+    assert abs(wait - w_mdc) / w_mdc < 0.05
+
+
+# -- Triton's batcher ----------------------------------------------------------------------------------------------
+
+def _single(times, **kw):
+    n = len(times)
+    sched = Schedule(np.asarray(times, float), np.zeros(n), ("sleep_python",), np.zeros(n), np.ones(n),
+                     {"duration_s": float(max(times)) + 1})
+    return SimTarget(sleep_profile(), one(**kw)).run(sched)
+
+
+def test_lone_request_waits_the_queue_delay():
+    r = _single([0.0], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=2000)
+    assert r["done_s"][0] == pytest.approx(0.002 + 0.006)
+
+
+def test_preferred_size_sends_at_once_and_delay_collects_the_rest():
+    # 4 requests within 0.1 ms with preferred [4]: sent as one batch of 4 when the 4th arrives
+    r = _single([0.0, 0.00002, 0.00004, 0.0001], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=5000,
+                preferred_batch_sizes=(4,))
+    assert list(r["exec_batch"]) == [4, 4, 4, 4]
+    assert r["done_s"][0] == pytest.approx(0.0001 + 0.005 + 0.004)
+
+
+def test_delay_zero_busy_instance_grows_one_payload():
+    # the first request runs alone; the next five arrive while it runs and ride together in the next batch
+    times = [0.0] + [0.001 * k for k in range(1, 6)]
+    r = _single(times, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0)
+    assert list(r["exec_batch"]) == [1, 5, 5, 5, 5, 5]
+    assert r["done_s"][5] == pytest.approx(0.006 + 0.010)
+
+
+def test_queue_full_rejects_and_queue_timeout_times_out():
+    times = [0.0] + [0.0001 * k for k in range(1, 40)]
+    r = _single(times, max_batch_size=1, dynamic_batching=True, max_queue_size=3)
+    assert (r["status"] == "rejected").sum() > 20
+    assert (r["error"][r["status"] == "rejected"] == "Exceeds maximum queue size").all()
+    r = _single(times, max_batch_size=1, dynamic_batching=True, queue_timeout_us=15000)
+    timed_out = r["status"] == "timeout"
+    assert 20 < timed_out.sum() < 40 and r["done_s"][timed_out].isna().all()
+    assert_target_contract(Schedule(np.asarray(times), np.zeros(40), ("sleep_python",), np.zeros(40), np.ones(40),
+                                    {"duration_s": float(max(times)) + 1}), r)
+
+
+def test_batch_larger_than_max_batch_size_is_an_error_response():
+    sched = Schedule(np.array([0.0, 0.1]), np.zeros(2), ("sleep_python",), np.zeros(2), np.array([2, 64]), {})
+    r = SimTarget(sleep_profile(), one(max_batch_size=32, dynamic_batching=True)).run(sched)
+    assert list(r["status"].astype(str)) == ["ok", "error"]
+
+
+# -- shared devices ----------------------------------------------------------------------------------------------
+
+def test_time_sliced_gpu_halves_each_batch_speed():
+    curve = Curve(1, (1.0, 2.0), (1.0, 1.0))  # S(2) = 1: two batches at once each run at half speed
+    profile = sleep_profile(colocation=[curve], device="gpu0", kind="gpu")
+    sched = Schedule(np.array([0.0, 0.0]), np.zeros(2), ("sleep_python",), np.zeros(2), np.ones(2), {})
+    r = SimTarget(profile, one(max_batch_size=0, instances=(("gpu0", 2),))).run(sched)
+    assert list(r["done_s"]) == pytest.approx([0.012, 0.012])
+    assert sorted(r["instance"]) == [0, 1]
+
+
+def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
+    serial = Curve(1, (1.0, 2.0), (1.0, 1.0))
+    free = Curve(1, (1.0, 2.0), (1.0, 2.0))
+    base = sleep_profile(device="gpu0", kind="gpu", names=("heavy", "light")).to_json()
+    base["models"]["heavy"]["devices"]["gpu0"]["colocation"] = [serial.to_json()]
+    base["models"]["light"]["devices"]["gpu0"]["colocation"] = [free.to_json()]
+    profile = Profile.from_json(base, "p.json")
+    config = ServingConfig(tuple(ModelServing(n, instances=(("gpu0", 1),)) for n in ("heavy", "light")))
+    sched = Schedule(np.array([0.0, 0.0]), np.array([0, 1]), ("heavy", "light"), np.zeros(2), np.ones(2), {})
+    r = SimTarget(profile, config).run(sched)
+    assert list(r["done_s"]) == pytest.approx([0.006, 0.006])
+
+
+# -- determinism and engines -------------------------------------------------------------------------------------
+
+def _noisy_profile(names=("a", "b")):
+    profile = sleep_profile(names=names, service={1: Dist.from_samples([0.002, 0.003, 0.006]),
+                                                  8: Dist.from_samples([0.005, 0.007, 0.012])}, overhead=0.0)
+    data = profile.to_json()
+    data["overhead"] = {"samples_s": [1e-4, 2e-4, 5e-4]}
+    return Profile.from_json(data, "p.json")
+
+
+def _mixed_config():
+    return ServingConfig((
+        ModelServing("a", max_batch_size=8, dynamic_batching=True, max_queue_delay_us=500,
+                     preferred_batch_sizes=(2, 4), queue_timeout_us=30000, instances=(("cpu", 2),)),
+        ModelServing("b", max_batch_size=8, dynamic_batching=True, max_queue_size=6, instances=(("cpu", 1),)),
+    ))
+
+
+def test_same_inputs_same_records_other_seed_other_records():
+    sched = poisson(900, 4000, seed=4, models=("a", "b"))
+    first = SimTarget(_noisy_profile(), _mixed_config(), seed=7).run(sched)
+    again = SimTarget(_noisy_profile(), _mixed_config(), seed=7).run(sched)
+    other = SimTarget(_noisy_profile(), _mixed_config(), seed=8).run(sched)
+    assert first.equals(again) and first.attrs == again.attrs
+    assert not first["done_s"].equals(other["done_s"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_engine_equals_simpy_reference(seed):
+    rng = np.random.default_rng(seed)
+    n = 1500
+    t = np.cumsum(rng.exponential(1 / rng.uniform(300, 1500), n))
+    if seed % 2:
+        t = np.round(t, 3)  # simultaneous arrivals
+    sched = Schedule(t, rng.integers(0, 2, n), ("a", "b"), np.zeros(n), rng.integers(1, 3, n) if seed == 3
+                     else np.ones(n), {"duration_s": float(t[-1])})
+    config = _mixed_config()
+    if seed == 2:
+        config = ServingConfig(tuple(m.replace(max_queue_delay_us=0, max_queue_size=0) for m in config.models))
+    fast = SimTarget(_noisy_profile(), config, seed=seed).run(sched)
+    ref = SimTarget(_noisy_profile(), config, seed=seed, engine="simpy").run(sched)
+    assert fast.equals(ref)
+
+
+def test_ensemble_fans_out_joins_and_matches_reference():
+    profile = _noisy_profile(("pre", "left", "right", "join"))
+    config = ServingConfig(tuple(ModelServing(n, max_batch_size=8, dynamic_batching=True)
+                                 for n in ("pre", "left", "right", "join")),
+                           (("pipe", ("pre", "left", "right", "join")),))
+    deps = {"pipe": ((), (0,), (0,), (1, 2))}
+    sched = poisson(150, 600, seed=5, models=("pipe", "left"))
+    fast = SimTarget(profile, config, ensemble_deps=deps).run(sched)
+    ref = SimTarget(profile, config, ensemble_deps=deps, engine="simpy").run(sched)
+    assert fast.equals(ref)
+    assert_target_contract(sched, fast)
+    pipe = fast[fast["model"] == "pipe"]
+    assert (pipe["status"] == "ok").all() and ((pipe["done_s"] - pipe["intended_s"]) > 3 * 0.002).all()
+
+
+def test_records_satisfy_target_contract_and_summarize():
+    sched = poisson(900, 3000, seed=6, models=("a", "b"))
+    records = SimTarget(_noisy_profile(), _mixed_config()).run(sched)
+    assert_target_contract(sched, records)
+    summary = summarize(records)
+    assert summary["models"]["a"]["counts"]["scheduled"] + summary["models"]["b"]["counts"]["scheduled"] == 3000
+    assert 1.0 <= summary["models"]["a"]["mean_exec_batch"] <= 8.0
+    util = records.attrs["sim"]["utilisation"]
+    assert 0.0 < util["a"] < 1.0
+    json.dumps(records.attrs)
+
+
+# -- bad input ---------------------------------------------------------------------------------------------------
+
+def test_missing_batch_size_names_profile_and_field():
+    with pytest.raises(InputError, match=r"test_profile.json: models.sleep_python.devices.cpu.batches: .*batch size 33 \(max_batch_size 64\)"):
+        SimTarget(sleep_profile(sizes=(1, 32)), one(max_batch_size=64, dynamic_batching=True))
+
+
+def test_missing_model_or_device_names_the_field():
+    with pytest.raises(InputError, match=r"test_profile.json: models.other: the profile has no model"):
+        SimTarget(sleep_profile(), one("other"))
+    with pytest.raises(InputError, match=r"test_profile.json: devices: the profile has no device 'gpu3'"):
+        SimTarget(sleep_profile(), one(instances=(("gpu3", 1),)))
+    target = SimTarget(sleep_profile(), one())
+    with pytest.raises(InputError, match=r"models.nope: the schedule sends requests to 'nope'"):
+        target.run(poisson(10, 5, models=("nope",)))
+
+
+def test_more_instances_than_the_device_allows():
+    with pytest.raises(InputError, match=r"test_profile.json: devices.cpu.max_instances: .*3 instances.*at most 2"):
+        SimTarget(sleep_profile(max_instances=2), one(instances=(("cpu", 3),)))
