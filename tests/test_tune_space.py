@@ -20,11 +20,11 @@ def base3() -> ServingConfig:
 
 
 def test_parse_slos_units_and_repeats():
-    assert parse_slos("a=p99:20ms,a=p50:500us,b=mean:0.1s,c=p99.9:7") == {
+    assert parse_slos("a=p99:20ms,a=p50:500us,b=mean:0.1s,c=p99.9:7ms") == {
         "a": {"p99": 0.02, "p50": 0.0005}, "b": {"mean": 0.1}, "c": {"p99.9": 0.007}}
 
 
-@pytest.mark.parametrize("text", ["a=p99", "a:p99:20ms", "a=p42:20ms", "a=p99:-1ms", "a=p99:20min", "", "=p99:1ms"])
+@pytest.mark.parametrize("text", ["a=p99", "a:p99:20ms", "a=p42:20ms", "a=p99:-1ms", "a=p99:20min", "a=p99:20", "", "=p99:1ms"])
 def test_parse_slos_errors_are_one_line_with_the_form(text):
     with pytest.raises(InputError) as err:
         parse_slos(text)
@@ -38,7 +38,7 @@ def test_grid_enumerates_canonical_placements_once():
     points = list(space.grid())
     keys = [space.key(p) for p in points]
     assert len(keys) == len(set(keys)) == space.size()
-    # per model: instances 2 x (mbs 0 -> delay normalised: 1, mbs 8: 2 delays) = 6; placements of 3 models on <= 2
+    # per model: instances 2 x (mbs 0: delay normalised away: 1, mbs 8: 2 delays) = 6; placements of 3 models on <= 2
     # GPUs up to renaming: 4
     assert space.size() == 6 ** 3 * 4
     # relabelling GPUs gives the same point

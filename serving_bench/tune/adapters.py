@@ -60,30 +60,86 @@ def replay(endpoints, schedule: Schedule):
     return TritonTarget(endpoints).run(schedule)
 
 
+def profiled_batch_sizes(profile, name: str, device: str | None = None) -> tuple[int, ...]:
+    """Batch sizes the profile measured for ``name`` (on ``device``, else on its first device)."""
+    model = profile.model(name)
+    md = model.devices[device] if device else next(iter(model.devices.values()))
+    return md.batch_sizes
+
+
+def max_servable_batch(profile, name: str, devices) -> int:
+    """The largest ``max_batch_size`` the simulator can run for ``name`` on ``devices`` (every executed batch size
+    1..max must lie in the measured range; 0 when batch 1 was not measured)."""
+    best = None
+    for device in devices:
+        sizes = profile.on_device(name, device).batch_sizes
+        top = sizes[-1] if sizes[0] == 1 else 0
+        best = top if best is None else min(best, top)
+    return best or 0
+
+
 def config_from_profile(profile, models) -> "ServingConfig":
-    """A base serving config for a profile without a repository: one entry per schedule model, batching up to
-    the largest batch size the profile measured (engineer D's profile)."""
+    """A base serving config for a profile without a repository: one entry per schedule model on the profile's
+    first device of the model, batching up to the largest batch size the profile measured (engineer D's profile)."""
     from serving_bench.serving_config import ModelServing, ServingConfig
 
     entries = []
     for name in models:
-        mbs = int(profile.max_batch_size(name))
-        entries.append(ModelServing(name, max_batch_size=mbs, dynamic_batching=mbs > 0))
+        device = sorted(profile.model(name).devices)[0]
+        mbs = max_servable_batch(profile, name, [device])
+        entries.append(ModelServing(name, max_batch_size=mbs, dynamic_batching=mbs > 0, instances=((device, 1),)))
     return ServingConfig(tuple(entries))
 
 
+def with_gpus(profile, count: int):
+    """``profile`` with devices ``gpu0 .. gpu{count-1}``: when it describes one GPU (any name), that GPU's
+    measurements stand for each of ``count`` identical GPUs. Unchanged when it already lists them."""
+    import dataclasses
+
+    wanted = [f"gpu{i}" for i in range(count)]
+    if all(d in profile.devices for d in wanted):
+        return profile
+    gpus = [name for name, info in profile.devices.items() if info.kind == "gpu"]
+    if len(gpus) != 1:
+        from serving_bench.errors import InputError
+
+        raise InputError(profile.path or "profile", "devices", f"--gpus {count} needs devices gpu0..gpu{count - 1} "
+                         f"or exactly one GPU to replicate; the profile has {', '.join(sorted(profile.devices))}")
+    src = gpus[0]
+    devices = dict(profile.devices)
+    for name in wanted:
+        devices[name] = dataclasses.replace(profile.devices[src], name=name)
+    models = {}
+    for name, mp in profile.models.items():
+        per = dict(mp.devices)
+        if src in per:
+            for gpu in wanted:
+                per[gpu] = mp.devices[src]
+        models[name] = dataclasses.replace(mp, devices=per)
+    return dataclasses.replace(profile, devices=devices, models=models)
+
+
 def profile_description(profile) -> str:
-    """One line: device and execution mode of a profile (say 'eager mode' where it was measured in eager)."""
-    describe = getattr(profile, "describe", None)
-    return describe() if callable(describe) else str(getattr(profile, "device", "profile"))
+    """One line naming the profile's devices and execution modes ('eager mode' where measured in eager)."""
+    devices = ", ".join(sorted({(info.model or info.name) + (f" ({info.kind})" if info.kind == "gpu" else
+                                                              f" ({info.cores} cores)") for info in
+                                profile.devices.values()}))
+    modes = sorted({md.execution_mode for mp in profile.models.values() for md in mp.devices.values()})
+    named = {"eager": "torch eager mode", "cuda_graphs": "CUDA graphs", "compiled": "torch.compile",
+             "tensorrt": "TensorRT", "n/a": None}
+    mode_text = ", ".join(filter(None, (named.get(m, m) for m in modes)))
+    return f"{devices}" + (f", measured in {mode_text}" if mode_text else "")
 
 
-def utilisation(records, summary) -> float | None:
-    """Busy fraction of the simulated device, where the simulator reports it (else None)."""
-    value = records.attrs.get("utilisation") if hasattr(records, "attrs") else None
-    if isinstance(value, dict):
-        value = max(value.values()) if value else None
-    return float(value) if isinstance(value, (int, float)) else None
+def utilisation(records, summary=None) -> float | None:
+    """Busiest simulated device's busy fraction (``records.attrs['sim']``), else None."""
+    sim = records.attrs.get("sim") if hasattr(records, "attrs") else None
+    if not sim or not sim.get("device_busy_s"):
+        return None
+    duration = float(sim.get("duration_s") or 0.0)
+    if duration <= 0:
+        return None
+    return max(float(v) / duration for v in sim["device_busy_s"].values())
 
 
 def measure_profile(repo, models, out_path, log=None):

@@ -27,7 +27,7 @@ from serving_bench.tune.load import Load, load_from_file
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig
 from serving_bench.tune.recommend import config_dict, tune_recommendation
 from serving_bench.tune.search import SearchSettings, run_search
-from serving_bench.tune.slo import SLO_FORM, parse_slos, slos_from_mapping
+from serving_bench.tune.slo import SLO_FORM, parse_slos, slos_from_meta
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
 
 
@@ -121,7 +121,7 @@ def resolve_slos(text: str | None, load: Load) -> dict[str, dict[str, float]]:
         slos = parse_slos(text)
         source = "--slo"
     else:
-        slos = slos_from_mapping(load.base.meta.get("slos") or {}, "load profile", "slos")
+        slos = slos_from_meta(load.base.meta.get("slos") or {}, str(load.base.meta.get("profile") or "load profile"))
         source = "load profile"
     if not slos:
         raise InputError("--slo", None, "no SLOs: pass --slo or set slos in the load profile; " + SLO_FORM)
@@ -154,6 +154,8 @@ def run_tune(opts: TuneOptions) -> dict:
     load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
     slos = resolve_slos(opts.slos, load)
     profile = adapters.load_profile(opts.profile)
+    if opts.gpus >= 1:
+        profile = adapters.with_gpus(profile, opts.gpus)
     base = base_config(opts.repo, profile, load)
     tuned = list(opts.models) or list(base.names)
     for m in tuned:
@@ -162,9 +164,11 @@ def run_tune(opts: TuneOptions) -> dict:
     if opts.gpus and any(d == "cpu" for m in base.models for d, _ in m.instances) and opts.repo:
         _log(opts, f"note: --gpus {opts.gpus} places the models on GPUs in the search (the profile's devices); the "
                    f"repository's instances are KIND_CPU here")
+    caps = {m: adapters.max_servable_batch(profile, m, ["gpu0"] if opts.gpus >= 1 else
+                                           [d for d, _ in base[m].instances]) for m in tuned}
     space = SearchSpace(base, knobs_for(tuned, instances=opts.instances, max_batch_size=opts.max_batch_sizes,
-                                        max_queue_delay_us=opts.queue_delays_us, preferred=opts.preferred, base=base),
-                        gpus=opts.gpus)
+                                        max_queue_delay_us=opts.queue_delays_us, preferred=opts.preferred, base=base,
+                                        caps=caps), gpus=opts.gpus)
     ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(opts.objective, max_scale=opts.max_scale))
     if opts.objective == "gpus" and opts.gpus < 1:
         raise InputError("--objective", "gpus", "needs --gpus N (the most GPUs the models may use)")

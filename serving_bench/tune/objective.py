@@ -106,7 +106,7 @@ def evaluate(ctx: EvalContext, params: Params) -> dict:
         if i_max > 0:
             top = _probe(ctx, params, ladder(i_max))
             probes.append(top)
-            lo, hi, capped = (i_max, i_max + 1, True) if top["ok"] else (0, i_max)
+            lo, hi, capped = (i_max, i_max + 1, True) if top["ok"] else (0, i_max, False)
         else:
             capped = True
     else:

@@ -194,9 +194,11 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
     sub_base = ServingConfig(tuple(base[m] for m in members),
                              tuple(e for e in base.ensembles if e[0] in group))
     s = forecast.search
+    on_gpu = all(profile.devices[d].kind == "gpu" for m in sub_base.models for d, _ in m.instances)
+    caps = {m: adapters.max_servable_batch(profile, m, [d for d, _ in sub_base[m].instances]) for m in members}
     space = SearchSpace(sub_base, knobs_for(members, instances=s["instances"], max_batch_size=s["max_batch_size"],
                                             max_queue_delay_us=s["max_queue_delay_us"], preferred=s["preferred"],
-                                            base=sub_base), gpus=1)
+                                            base=sub_base, caps=caps), gpus=1 if on_gpu else 0)
     group_slos = {m: v for m, v in slos.items() if m in group}
     objective = ObjectiveConfig("capacity", max_scale=max(forecast.growth),
                                 min_scale=min(forecast.growth) / forecast.max_gpus)
@@ -310,6 +312,8 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
             raise InputError(forecast.path, f"slos.{model}",
                              f"not a model of the load; models: {', '.join(load.base.models)}")
     profile = adapters.load_profile(forecast.profile)
+    if any(info.kind == "gpu" for info in profile.devices.values()):
+        profile = adapters.with_gpus(profile, 1)
     hardware = adapters.profile_description(profile)
     base = adapters.config_from_profile(profile, load.base.models)
     units = list(load.base.models)

@@ -1,12 +1,14 @@
 """Per-model latency SLOs from the command line or a YAML file, in seconds.
 
-Form: ``MODEL=STAT:VALUE[UNIT],...`` with STAT one of ``p50, p90, p95, p99, p99.9, mean`` and UNIT ``us``, ``ms``
-(default) or ``s``; a model may appear more than once (``a=p99:20ms,a=p50:5ms``). The result maps entry name to
-``{stat: bound_s}``, the shape :func:`serving_bench.metrics.summarize` takes as ``slos``.
+Form: ``MODEL=STAT:VALUEUNIT,...`` with STAT one of ``p50, p90, p95, p99, p99.9, mean`` and UNIT ``us``, ``ms`` or
+``s`` (required: no guessing); a model may appear more than once (``a=p99:20ms,a=p50:5ms``). The result maps entry
+name to ``{stat: bound_s}``, the shape :func:`serving_bench.metrics.summarize` takes as ``slos``. In YAML (forecast
+files) durations follow the load profiles' rule: a bare number is seconds, or a string with a unit.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Mapping
 
@@ -14,25 +16,11 @@ from serving_bench.errors import InputError
 
 STATS = ("p50", "p90", "p95", "p99", "p99.9", "mean")
 UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-SLO_FORM = "expected MODEL=STAT:VALUE[us|ms|s], comma-separated, STAT one of " + ", ".join(STATS) + \
+SLO_FORM = "expected MODEL=STAT:VALUE(us|ms|s), comma-separated, STAT one of " + ", ".join(STATS) + \
     " (e.g. resnet50_onnxruntime=p99:20ms,tiny_cnn_tvm=p99:5ms)"
 
 _ITEM = re.compile(r"^(?P<model>[A-Za-z0-9][A-Za-z0-9_.\-]*)=(?P<stat>p[0-9.]+|mean):(?P<value>[0-9]*\.?[0-9]+)"
-                   r"(?P<unit>us|ms|s)?$")
-
-
-def parse_duration(text: str | float | int, source: str, field: str) -> float:
-    """``"20ms"`` / ``"0.02s"`` / ``"500us"`` / a bare number of milliseconds -> seconds (> 0)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value, unit = float(text), "ms"
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(us|ms|s)?\s*", str(text))
-        if not match:
-            raise InputError(source, field, f"{text!r}: expected a duration such as 20ms, 500us or 0.02s")
-        value, unit = float(match.group(1)), match.group(2) or "ms"
-    if value <= 0:
-        raise InputError(source, field, f"{text!r}: expected a duration > 0")
-    return value * UNITS[unit]
+                   r"(?P<unit>us|ms|s)$")
 
 
 def parse_slos(text: str, source: str = "--slo") -> dict[str, dict[str, float]]:
@@ -45,13 +33,16 @@ def parse_slos(text: str, source: str = "--slo") -> dict[str, dict[str, float]]:
         match = _ITEM.match(item)
         if not match or match.group("stat") not in STATS or float(match.group("value")) <= 0:
             raise InputError(source, item, SLO_FORM)
-        bound = float(match.group("value")) * UNITS[match.group("unit") or "ms"]
+        bound = float(match.group("value")) * UNITS[match.group("unit")]
         out.setdefault(match.group("model"), {})[match.group("stat")] = bound
     return out
 
 
 def slos_from_mapping(data: Mapping, source: str, field: str = "slos") -> dict[str, dict[str, float]]:
-    """SLOs written in YAML as ``{model: {p99: 20ms, ...}}`` (or ``{model: "p99:20ms"}``) -> seconds."""
+    """SLOs written in YAML as ``{model: {p99: 20ms, ...}}`` (or ``{model: "p99:20ms"}``) -> seconds; a bare number
+    is seconds (the load profiles' rule, :func:`serving_bench.load.fields.seconds`)."""
+    from serving_bench.load.fields import Where, seconds
+
     if not isinstance(data, Mapping):
         raise InputError(source, field, "expected a mapping MODEL: {STAT: DURATION}")
     out: dict[str, dict[str, float]] = {}
@@ -64,10 +55,23 @@ def slos_from_mapping(data: Mapping, source: str, field: str = "slos") -> dict[s
         for stat, bound in stats.items():
             if str(stat) not in STATS:
                 raise InputError(source, f"{field}.{model}.{stat}", f"expected a statistic among {', '.join(STATS)}")
-            out.setdefault(str(model), {})[str(stat)] = parse_duration(bound, source, f"{field}.{model}.{stat}")
+            bound_s = seconds(bound, Where(str(source), f"{field}.{model}.{stat}"), allow_zero=False)
+            out.setdefault(str(model), {})[str(stat)] = bound_s
     return out
 
 
 def format_slos(slos: Mapping[str, Mapping[str, float]]) -> str:
     """The ``--slo`` form of ``slos`` (milliseconds), for messages and reports."""
     return ",".join(f"{m}={s}:{b * 1e3:g}ms" for m, stats in slos.items() for s, b in stats.items())
+
+
+def slos_from_meta(data: Mapping, source: str = "load profile") -> dict[str, dict[str, float]]:
+    """The ``slos`` a schedule's meta carries (already seconds, from the load profile)."""
+    out: dict[str, dict[str, float]] = {}
+    for model, stats in (data or {}).items():
+        for stat, bound in dict(stats).items():
+            if stat not in STATS or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound <= 0:
+                raise InputError(source, f"slos.{model}.{stat}", "expected a statistic among "
+                                 f"{', '.join(STATS)} with a bound > 0 s")
+            out.setdefault(str(model), {})[str(stat)] = float(bound)
+    return out

@@ -101,7 +101,7 @@ class SearchSpace:
     # -- points ----------------------------------------------------------------------------------------------------
     def canonical(self, params: Mapping[str, "int | str"]) -> Params:
         """``params`` with GPU indices relabelled in order of first use, and knobs that cannot matter normalised
-        (no batching: queue delay 0 and no preference)."""
+        (batches of at most one: queue delay 0 and no preference)."""
         out: Params = {}
         relabel: dict[int, int] = {}
         for knob in self.knobs:
@@ -109,8 +109,8 @@ class SearchSpace:
             mbs = int(params[f"{m}.max_batch_size"])
             out[f"{m}.instances"] = int(params[f"{m}.instances"])
             out[f"{m}.max_batch_size"] = mbs
-            out[f"{m}.max_queue_delay_us"] = int(params[f"{m}.max_queue_delay_us"]) if mbs > 0 else 0
-            out[f"{m}.preferred"] = str(params[f"{m}.preferred"]) if mbs > 0 else "none"
+            out[f"{m}.max_queue_delay_us"] = int(params[f"{m}.max_queue_delay_us"]) if mbs > 1 else 0
+            out[f"{m}.preferred"] = str(params[f"{m}.preferred"]) if mbs > 1 else "none"
             if self.gpus >= 1:
                 gpu = int(params[f"{m}.gpu"])
                 out[f"{m}.gpu"] = relabel.setdefault(gpu, len(relabel))
@@ -202,15 +202,21 @@ def parse_values(text: str, source: str, field: str, kind=int) -> tuple:
 
 
 def knobs_for(models: Sequence[str], *, instances=(1, 2), max_batch_size=(1, 8, 32), max_queue_delay_us=(0, 1000),
-              preferred=("none",), base: ServingConfig | None = None) -> tuple[ModelKnobs, ...]:
+              preferred=("none",), base: ServingConfig | None = None,
+              caps: Mapping[str, int] | None = None) -> tuple[ModelKnobs, ...]:
     """The same candidate values for each model; models that cannot batch in ``base`` (max_batch_size 0 in the
-    exported config) keep 0."""
+    exported config) keep 0; ``caps`` bounds max_batch_size per model (e.g. the largest batch the profile measured)."""
     out = []
     for m in models:
         mbs = tuple(max_batch_size)
-        if base is not None and base[m].max_batch_size == 0:
+        limit = None
+        if base is not None:
+            limit = base[m].max_batch_size
+        if caps is not None and m in caps:
+            limit = caps[m] if limit is None else min(limit, caps[m])
+        if limit == 0:
             mbs = (0,)
-        elif base is not None and base[m].max_batch_size > 0:
-            mbs = tuple(v for v in mbs if 0 < v <= base[m].max_batch_size) or (base[m].max_batch_size,)
+        elif limit is not None:
+            mbs = tuple(v for v in mbs if 0 < v <= limit) or (limit,)
         out.append(ModelKnobs(m, tuple(instances), mbs, tuple(max_queue_delay_us), tuple(preferred)))
     return tuple(out)
