@@ -20,7 +20,7 @@ h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:
 .recommendation.bad{background:#fbeeee;border-left-color:#d62728}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart{width:100%;max-width:640px;height:auto;background:#fff}
 .chart text{font-size:11px;fill:#333}.chart .ct{font-size:13px;font-weight:600}
-.chart .axis line{stroke:#555}.chart .grid{stroke:#eee}.chart .ref line{stroke:#d62728;stroke-dasharray:4 3}
+.chart .axis line{stroke:#555}.chart .axis line.grid{stroke:#e8e8e8}.chart .ref line{stroke:#d62728;stroke-dasharray:4 3}
 .chart .ref text{fill:#d62728}.legend-item{cursor:pointer}.series.off{display:none}.legend-item.off{opacity:.35}
 table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f4f4f4;cursor:pointer}td:first-child,th:first-child{text-align:left}.empty{color:#777}
@@ -129,14 +129,15 @@ def curves_section(data: dict) -> str:
             probes.sort(key=lambda p: p["scale"])
             series.append((f'#{t["rank"]}', [p["models"][model]["throughput_rps"] for p in probes],
                            [(p["models"][model]["p99_s"] or math.nan) * 1e3 for p in probes]))
-        hl = [(f"SLO p99 {slos[model]['p99'] * 1e3:g} ms", slos[model]["p99"] * 1e3)] \
-            if "p99" in slos.get(model, {}) else []
+        bound = slos.get(model, {}).get("p99")
+        hl = [(f"SLO p99 {bound * 1e3:g} ms", bound * 1e3)] if bound else []
         charts.append(line_chart(series, title=f"{model}: throughput vs p99 (simulated)",
                                  x_label="throughput (req/s)", y_label="p99 latency (ms)", chart_id=f"curve-{i}",
-                                 hlines=hl))
+                                 hlines=hl, y_max=4 * bound * 1e3 if bound else None))
     body = "".join(charts) or '<p class="empty">No tuning results.</p>'
     note = ('<p class="note">Each point is the candidate run on the simulator at a multiple of the profile\'s load; '
-            'numbers (#1, #2, ...) are the ranks of the top candidates.</p>') if charts else ""
+            'numbers (#1, #2, ...) are the ranks of the top candidates; p99 above four times the SLO is drawn at the '
+            'top edge.</p>') if charts else ""
     return f'<section id="throughput-p99"><h2>Throughput vs p99</h2>{note}<div class="charts">{body}</div></section>'
 
 

@@ -56,8 +56,9 @@ def _downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tu
 
 def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *, title: str, x_label: str,
                y_label: str, chart_id: str, log_x: bool = False, markers: bool = True, step: bool = False,
-               hlines: Sequence[tuple[str, float]] = (), max_points: int = 400) -> str:
-    """Lines (one per ``(label, xs, ys)``), optional horizontal reference lines ``(label, y)`` (e.g. an SLO)."""
+               hlines: Sequence[tuple[str, float]] = (), max_points: int = 400, y_max: float | None = None) -> str:
+    """Lines (one per ``(label, xs, ys)``), optional horizontal reference lines ``(label, y)`` (e.g. an SLO).
+    With ``y_max``, larger values are drawn at the top edge (their tooltips keep the true value)."""
     clean = []
     for label, xs, ys in series:
         pts = [(float(x), float(y)) for x, y in zip(xs, ys)
@@ -74,13 +75,15 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *
     if x_hi <= x_lo:
         x_hi = x_lo + 1.0
     y_lo, y_hi = min(0.0, min(all_y)), max(all_y) * 1.05 or 1.0
+    if y_max is not None and y_hi > y_max:
+        y_hi = y_max
     pw, ph = WIDTH - MARGIN["left"] - MARGIN["right"], HEIGHT - MARGIN["top"] - MARGIN["bottom"]
 
     def sx(v):
         return MARGIN["left"] + (fx(v) - x_lo) / (x_hi - x_lo) * pw
 
     def sy(v):
-        return MARGIN["top"] + ph - (v - y_lo) / (y_hi - y_lo) * ph
+        return MARGIN["top"] + ph - (min(v, y_hi) - y_lo) / (y_hi - y_lo) * ph
 
     out = [f'<svg class="chart" id="{escape(chart_id)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
            f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
@@ -143,6 +146,7 @@ def heat_map(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence
     finite = [v for row in values for v in row if v is not None and math.isfinite(v)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     out = [f'<svg class="chart heatmap" id="{escape(chart_id)}" viewBox="0 0 {width} {height}" role="img" '
+           f'style="max-width:{width}px" '
            f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
            f'<text x="{width / 2}" y="16" text-anchor="middle" class="ct">{escape(title)}</text>',
            f'<text x="{left + cell_w * len(cols) / 2}" y="32" text-anchor="middle">{escape(col_label)}</text>']
@@ -165,6 +169,6 @@ def heat_map(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence
                        f'height="{cell_h - 2}" fill="{fill}"><title>{escape(row_label)} {escape(str(r))}, '
                        f'{escape(col_label)} {escape(str(c))}: {escape(value_label)} {text}</title></rect>'
                        f'<text x="{left + j * cell_w + cell_w / 2 - 1}" y="{top + i * cell_h + cell_h / 2 + 4}" '
-                       f'text-anchor="middle" fill="{ink}">{text}</text></g>')
+                       f'text-anchor="middle" style="fill:{ink}">{text}</text></g>')
     out.append("</svg>")
     return "".join(out)
