@@ -34,6 +34,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-telemetry", action="store_true", help="do not sample /metrics, CPU and GPU")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results folder")
+    group = parser.add_argument_group("MLPerf-style scenarios (the profile gives the traffic mix and SLOs)")
+    group.add_argument("--scenario", choices=["server", "offline", "singlestream", "peak"],
+                       help="server: Poisson at --qps, valid if p99 <= bound; offline: --queries at t=0; "
+                            "singlestream: one at a time; peak: highest valid server qps (from --qps)")
+    group.add_argument("--qps", type=float, help="server: target rate; peak: starting rate")
+    group.add_argument("--bound", help="latency bound for server/peak (default: each model's p99 SLO)")
+    group.add_argument("--min-duration", default="10s", help="server/singlestream/peak minimum duration")
+    group.add_argument("--min-queries", type=int, default=256, help="server/singlestream/peak minimum queries")
+    group.add_argument("--queries", type=int, default=1024, help="offline: number of queries")
 
 
 def _schedule(args):
@@ -96,6 +105,8 @@ def main(args) -> int:
         raise InputError("--max-in-flight", None, f"expected an integer >= 1, got {args.max_in_flight}")
     timeout_s = seconds(args.timeout, Where("--timeout"), allow_zero=False)
     instances = _instances(args.instances)
+    if args.scenario:
+        return _run_scenario(args, out, timeout_s, instances)
     schedule = _schedule(args)
     mode = ClosedLoop(concurrency=args.concurrency) if args.concurrency else \
         OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap)
@@ -142,6 +153,64 @@ def main(args) -> int:
     if records.attrs.get("partial"):
         print(f"run stopped early ({reason}); partial records saved", file=sys.stderr)
         return 130 if "interrupted" in reason else 3
+    return 0
+
+
+def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
+    """``--scenario``: run it on the embedded (or ``--url``) server; write the results folder plus scenario.json."""
+    import json
+
+    from serving_bench.load import scenarios
+    from serving_bench.load.driver import OpenLoop, TritonTarget
+    from serving_bench.load.fields import Where, seconds
+    from serving_bench.load.profile import LoadProfile
+    from serving_bench.load.results import write_results
+
+    profile = LoadProfile.load(args.profile)
+    bound = seconds(args.bound, Where("--bound"), allow_zero=False) if args.bound else None
+    min_duration = seconds(args.min_duration, Where("--min-duration"), allow_zero=False)
+    if args.scenario in ("server", "peak") and (args.qps is None or args.qps <= 0):
+        raise InputError("--qps", None, f"the {args.scenario} scenario needs --qps > 0")
+    if args.scenario in ("server", "peak") and bound is None:
+        missing = [m.name for m in profile.models if "p99" not in dict(m.slo)]
+        if missing:
+            raise InputError(args.profile, f"models.{missing[0]}.slo.p99", "missing; give --bound or a p99 SLO")
+    server = None
+    if args.url:
+        from serving_bench.serve.server import Endpoints
+
+        endpoints = Endpoints.from_url(args.url)
+    else:
+        from serving_bench.serve.server import TritonServer
+
+        server = TritonServer(Path(args.repo), models=[m.name for m in profile.models], instances=instances).start()
+        endpoints = server
+    try:
+        target = TritonTarget(endpoints, mode=OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap),
+                              timeout_s=timeout_s, senders=args.senders, source=args.profile)
+        if args.scenario == "server":
+            result = scenarios.Server(args.qps, bound, 99.0, min_duration, args.min_queries).run(target, profile)
+        elif args.scenario == "offline":
+            result = scenarios.Offline(args.queries).run(target, profile)
+        elif args.scenario == "singlestream":
+            result = scenarios.SingleStream(min_duration, args.min_queries).run(target, profile)
+        else:
+            result = scenarios.peak_qps(target, profile, start_qps=args.qps, latency_bound_s=bound,
+                                        min_duration_s=min_duration, min_queries=args.min_queries,
+                                        on_step=lambda s: print(f"qps {s['qps']:9.1f}: "
+                                                                f"{'valid' if s['valid'] else 'invalid'} "
+                                                                f"{'; '.join(s['reasons'])}", file=sys.stderr))
+    finally:
+        if server is not None:
+            server.stop()
+    figures = scenarios.scenario_figures(result)
+    out.mkdir(parents=True, exist_ok=True)
+    if hasattr(result, "records"):
+        write_results(out, result.records)
+    tmp = out / ".scenario.json.tmp"
+    tmp.write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(out / "scenario.json")
+    print(json.dumps(figures, indent=2, default=str))
     return 0
 
 

@@ -428,6 +428,15 @@ class TritonTarget:
         self._stop = threading.Event()
         self.specs: dict[str, Any] = {}
 
+    def with_mode(self, mode: OpenLoop | ClosedLoop) -> "TritonTarget":
+        """The same target with another load mode."""
+        import copy
+
+        other = copy.copy(self)
+        other.mode = mode
+        other._stop = threading.Event()
+        return other
+
     def stop(self) -> None:
         """Ask a running :meth:`run` to stop (thread-safe)."""
         self._stop.set()
