@@ -1,0 +1,106 @@
+"""serving-bench tune on the real simulator: the known optimum, unsatisfiable SLOs, bad input, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serving_bench.cli import main as cli_main
+from serving_bench.tune.cli import TuneOptions, run_tune
+from tune_fixtures import write_load, write_profile
+
+# m: 4 ms + 1 ms/item on a 2-core CPU. At 150 req/s with p99 <= 40 ms, capacity (req/s) is bounded by
+# instances * b / (4 + b) ms: 1 instance, batch 1: 200; 2 x batch 1: 400; 1 x batch 8: 667; 2 x batch 8: 1333.
+SPACE = dict(instances=(1, 2), max_batch_sizes=(1, 8), queue_delays_us=(0, 2000))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tune_inputs")
+    return {"profile": write_profile(d / "profile.json", {"m": (4.0, 1.0, 8)}),
+            "load": write_load(d / "load.yaml", {"m": 150}, {"m": 40}), "dir": d}
+
+
+def opts(inputs, out, **kw) -> TuneOptions:
+    base = dict(load=str(inputs["load"]), profile=str(inputs["profile"]), out=str(out), verify_top=0, quiet=True,
+                report=False, **SPACE)
+    base.update(kw)
+    return TuneOptions(**base)
+
+
+def test_grid_finds_the_known_optimum(inputs, tmp_path):
+    doc = run_tune(opts(inputs, tmp_path / "grid"))
+    assert doc["search"]["generator"] == "grid" and doc["search"]["evaluated"] == 6 == doc["search"]["space_points"]
+    best = doc["best"]
+    assert doc["satisfiable"]
+    assert (best["config"]["m"]["instances"], best["config"]["m"]["max_batch_size"]) == (2, 8)
+    # capacity is within one ladder rung (9 %) plus queueing margin of the closed form 2 * 8 / 12 ms
+    assert 0.75 * 1333 <= best["result"]["capacity_rps"] <= 1333
+    ranked = [(t["config"]["m"]["instances"], t["config"]["m"]["max_batch_size"]) for t in doc["top"]]
+    assert ranked.index((1, 8)) < ranked.index((2, 1))  # 667 before 400 req/s
+    assert "Deploy: m: 2 instances" in doc["recommendation"][0]
+    assert json.loads((tmp_path / "grid" / "tune.json").read_text())["best"]["key"] == best["key"]
+
+
+def test_optuna_finds_the_same_optimum(inputs, tmp_path):
+    doc = run_tune(opts(inputs, tmp_path / "optuna", generator="optuna", max_evals=5))
+    assert doc["search"]["generator"] == "optuna" and doc["search"]["evaluated"] == 5
+    assert (doc["best"]["config"]["m"]["instances"], doc["best"]["config"]["m"]["max_batch_size"]) == (2, 8)
+
+
+def test_unsatisfiable_slos_say_so_with_best_achievable(inputs, tmp_path, capsys):
+    code = cli_main(["tune", str(inputs["load"]), "--profile", str(inputs["profile"]), "--slo", "m=p99:3ms",
+                     "--instances", "1,2", "--max-batch-sizes", "1,8", "--queue-delays-us", "0",
+                     "--verify-top", "0", "--out", str(tmp_path / "unsat")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "The SLOs cannot be met" in out and "Best achievable" in out and "(SLO 3 ms)" in out
+    doc = json.loads((tmp_path / "unsat" / "tune.json").read_text())
+    assert doc["satisfiable"] is False and doc["best"]["result"]["violation"] > 1
+    assert (tmp_path / "unsat" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("slo", ["m=p99", "m=p99:20", "m=p42:20ms", "m:p99:20ms"])
+def test_bad_slo_is_one_line_with_the_expected_form(inputs, tmp_path, capsys, slo):
+    code = cli_main(["tune", str(inputs["load"]), "--profile", str(inputs["profile"]), "--slo", slo,
+                     "--out", str(tmp_path / "bad")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("error: --slo") and "MODEL=STAT:VALUE" in err
+    assert not (tmp_path / "bad" / "tune.json").exists()
+
+
+def test_slo_for_a_model_not_in_the_load_is_rejected(inputs, tmp_path, capsys):
+    code = cli_main(["tune", str(inputs["load"]), "--profile", str(inputs["profile"]), "--slo", "other=p99:20ms",
+                     "--out", str(tmp_path / "bad")])
+    assert code == 2 and "not a model of the load; models: m" in capsys.readouterr().err
+
+
+def test_interrupted_tune_resumes_without_redoing_work(inputs, tmp_path, monkeypatch):
+    import serving_bench.tune.search as search
+
+    full = run_tune(opts(inputs, tmp_path / "full"))
+    out = tmp_path / "resumed"
+    calls = {"n": 0}
+    real = search.evaluate
+
+    def counting(ctx, params):
+        calls["n"] += 1
+        if calls["n"] == 4:  # Ctrl-C during the fourth evaluation
+            raise KeyboardInterrupt
+        return real(ctx, params)
+
+    monkeypatch.setattr(search, "evaluate", counting)
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(opts(inputs, out))
+    lines = (out / "observations.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + 3  # header + the three finished evaluations
+    calls["n"] = -100  # no more interruptions
+    doc = run_tune(opts(inputs, out))
+    assert doc["search"]["resumed"] == 3 and doc["search"]["evaluated"] == 3 and calls["n"] == -97
+    assert doc["best"]["key"] == full["best"]["key"]
+    assert [t["key"] for t in doc["top"]] == [t["key"] for t in full["top"]]
+    # a different search in the same folder is refused, not mixed in
+    with pytest.raises(Exception, match="different search"):
+        run_tune(opts(inputs, out, queue_delays_us=(0, 500)))
