@@ -1,0 +1,66 @@
+"""``serving-bench profile``: measure a simulator profile on real Triton, or import one measured elsewhere.
+
+    serving-bench profile --repo model_repo/ --models sleep_python,tiny_cnn_onnxruntime --out p.json
+        [--batch-sizes 1,2,4,8] [--colocation 1,2,4] [--seconds 2] [--url host:8001]
+    serving-bench profile --csv timings.csv --model resnet50_onnxruntime --device gpu0 --out p.json
+    serving-bench profile --import-h200 --out h200.json      # the bundled H200 torch-eager table
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from serving_bench.errors import InputError
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise InputError(option, None, f"expected comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--repo", help="model repository to measure on the embedded (or --url) Triton")
+    what.add_argument("--csv", help="import a CSV of batch size and latency measured elsewhere")
+    what.add_argument("--import-h200", action="store_true", help="import the bundled H200 torch-eager table")
+    parser.add_argument("--out", required=True, help="profile JSON to write")
+    parser.add_argument("--models", help="comma-separated entries to measure (with --repo)")
+    parser.add_argument("--batch-sizes", help="batch sizes to measure (default 1, 2, 4, ... max_batch_size)")
+    parser.add_argument("--colocation", default="1,2,4", help="instance counts for the co-location curve")
+    parser.add_argument("--seconds", type=float, default=2.0, help="closed-loop seconds per measured point")
+    parser.add_argument("--url", help="an external Triton's gRPC host:port instead of the embedded server")
+    parser.add_argument("--model", help="(--csv) entry name when the CSV has no model column")
+    parser.add_argument("--device", default="gpu0", help="(--csv) device name: cpu or gpuN")
+    parser.add_argument("--cores", type=int, help="(--csv, cpu) core count")
+    parser.add_argument("--execution-mode", default="n/a", help="(--csv) eager, cuda_graphs, compiled, tensorrt")
+
+
+def main(args: argparse.Namespace) -> int:
+    from serving_bench.profiles import importers
+
+    if args.import_h200:
+        profile = importers.import_h200_eager()
+    elif args.csv:
+        profile = importers.import_csv(args.csv, model=args.model, device=args.device, cores=args.cores,
+                                       execution_mode=args.execution_mode)
+    else:
+        from serving_bench.profiles.measure import measure_profile
+
+        if not args.models:
+            raise InputError("--models", None, "expected the comma-separated entries to measure")
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        sizes = _ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None
+        profile = measure_profile(args.repo, models, None, batch_sizes=sizes,
+                                  colocation=_ints(args.colocation, "--colocation"), seconds=args.seconds,
+                                  url=args.url, log=print)
+    profile.save(args.out)
+    names = ", ".join(sorted(profile.models))
+    print(f"wrote {args.out}: {len(profile.models)} models ({names}) on {', '.join(sorted(profile.devices))}")
+    for note in profile.notes:
+        print(f"note: {note}")
+    return 0

@@ -1,0 +1,137 @@
+"""``serving-bench validate LOAD.yaml --profile P.json --repo model_repo/ --out DIR``: the same schedule on the real
+server and in the simulator, and a table of relative errors per model: p50, p90, p99 (latency from intended time),
+throughput, mean executed batch size and utilisation.
+
+Relative error = (simulated - measured) / measured. Utilisation: simulated = busy instance-seconds / (instances x
+run length); measured = Triton's executions x mean compute time per request (``compute_input + compute_infer +
+compute_output`` from ``get_inference_statistics``) / (instances x run length) — the mean per request weights each
+batch by its size, a small upward bias when batch sizes vary. ``--replay DIR`` reuses a replay of the same schedule
+instead of running the server. Writes ``DIR/real/``, ``DIR/sim/`` (the usual results files) and
+``DIR/validation.json`` / ``validation.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+from pathlib import Path
+
+from serving_bench.errors import InputError
+
+METRICS = (("p50_s", "p50"), ("p90_s", "p90"), ("p99_s", "p99"), ("throughput_rps", "throughput"),
+           ("mean_exec_batch", "mean batch"), ("utilisation", "utilisation"))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("load_profile", help="load profile YAML")
+    parser.add_argument("--profile", required=True, help="simulator profile JSON")
+    parser.add_argument("--repo", required=True, help="model repository (served, and the serving config)")
+    parser.add_argument("--out", required=True, help="folder for real/, sim/ and the error table")
+    parser.add_argument("--replay", help="results folder of an earlier replay of the same schedule (skip the server)")
+    parser.add_argument("--url", help="an external Triton (gRPC host:port) serving the repository")
+    parser.add_argument("--seed", type=int, default=0, help="simulator seed")
+
+
+def _measured_utilisation(records, config, duration: float) -> dict[str, float | None]:
+    stats = records.attrs.get("server_stats") or {}
+    out = {}
+    for m in config.models:
+        s = stats.get(m.name)
+        if not s or not s.get("execution_count"):
+            out[m.name] = None
+            continue
+        compute = sum(s.get(f"compute_{p}_mean_s") or 0.0 for p in ("input", "infer", "output"))
+        out[m.name] = s["execution_count"] * compute / (m.instance_count * duration)
+    return out
+
+
+def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: dict,
+            real_stats: dict | None = None) -> list[dict]:
+    """Rows ``{model, metric, measured, simulated, rel_error}`` for every model and metric."""
+    rows = []
+    real_stats = real_stats or {}
+    for model in real_summary["models"]:
+        r, s = real_summary["models"][model], sim_summary["models"].get(model, {})
+        for key, label in METRICS:
+            if key == "utilisation":
+                mv, sv = real_util.get(model), sim_util.get(model)
+            else:
+                mv, sv = r.get(key), s.get(key)
+                if key == "mean_exec_batch" and mv is None:  # replay records do not know it; Triton's stats do
+                    mv = (real_stats.get(model) or {}).get("mean_exec_batch")
+            err = (sv - mv) / mv if mv not in (None, 0) and sv is not None else None
+            rows.append({"model": model, "metric": label, "measured": mv, "simulated": sv, "rel_error": err})
+    return rows
+
+
+def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *, url: str | None = None,
+                   seed: int = 0) -> list[dict]:
+    """Run (or reuse) the replay and the simulation of one schedule; write results; return the error rows."""
+    from serving_bench.load.profile import LoadProfile, build_schedule
+    from serving_bench.metrics import summarize
+    from serving_bench.profiles.schema import Profile
+    from serving_bench.records import load_records
+    from serving_bench.serving_config import ServingConfig
+    from serving_bench.sim.cli import write_results
+    from serving_bench.sim.graph import ensemble_graphs
+    from serving_bench.sim.target import SimTarget
+
+    schedule = build_schedule(LoadProfile.load(load_profile) if not isinstance(load_profile, LoadProfile)
+                              else load_profile)
+    profile = Profile.load(profile_path)
+    config = ServingConfig.from_repo(repo, list(schedule.models))
+    target = SimTarget(profile, config, seed=seed, ensemble_deps=ensemble_graphs(repo, config))  # checks first
+    if replay_dir is not None:
+        real = load_records(replay_dir)
+        if len(real) != len(schedule):
+            raise InputError(replay_dir, "records", f"{len(real)} requests, but the schedule has {len(schedule)}")
+    else:
+        from serving_bench.load.driver import TritonTarget
+        from serving_bench.serve.server import Endpoints, TritonServer
+
+        if url:
+            real = TritonTarget(Endpoints.from_url(url)).run(schedule)
+        else:
+            with TritonServer(repo, models=list(schedule.models)) as server:
+                real = TritonTarget(server).run(schedule)
+    sim = target.run(schedule)
+    real_summary, sim_summary = summarize(real), summarize(sim)
+    out = Path(out_dir)
+    write_results(out / "sim", schedule, sim, sim_summary)
+    if replay_dir is None:
+        write_results(out / "real", schedule, real, real_summary)
+    rows = compare(real_summary, sim_summary, _measured_utilisation(real, config, schedule.duration_s),
+                   sim.attrs["sim"]["utilisation"], real.attrs.get("server_stats") or {})
+    tmp = out / ".validation.json.tmp"
+    tmp.write_text(json.dumps({"load_profile": str(load_profile), "profile": str(profile_path), "rows": rows},
+                              indent=2) + "\n")
+    os.replace(tmp, out / "validation.json")
+    tmp = out / ".validation.csv.tmp"
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["model", "metric", "measured", "simulated", "rel_error"])
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, out / "validation.csv")
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [f"{'model':<26} {'metric':<12} {'measured':>12} {'simulated':>12} {'rel. error':>10}"]
+    for r in rows:
+        def fmt(v, metric=r["metric"]):
+            if v is None:
+                return f"{'-':>12}"
+            return f"{v * 1e3:10.3f}ms" if metric.startswith("p") else f"{v:12.3f}"
+        err = f"{r['rel_error'] * 100:+9.1f}%" if r["rel_error"] is not None else f"{'-':>10}"
+        lines.append(f"{r['model']:<26} {r['metric']:<12} {fmt(r['measured'])} {fmt(r['simulated'])} {err}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    rows = run_validation(args.load_profile, args.repo, args.profile, args.out, replay_dir=args.replay,
+                          url=args.url, seed=args.seed)
+    print(format_table(rows))
+    print(f"wrote {args.out}/validation.json, validation.csv, sim/" + ("" if args.replay else ", real/"))
+    return 0
