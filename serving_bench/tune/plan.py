@@ -272,7 +272,7 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
             best = (key, groups)
     offered = len(load.base) / max(load.duration_s, 1e-12) * g
     if best is None:
-        return {"growth": g, "gpus": None, "offered_rps": offered, "headroom": None, "utilisation": None,
+        return {"growth": g, "gpus": None, "offered_rps": offered, "headroom": None, "utilisation": None, "unit": "GPU",
                 "layout": f"not possible within {forecast.max_gpus} GPUs", "groups": []}
     rows = []
     for group, n in best[1]:
@@ -287,11 +287,12 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
                      "headroom": n * cap.capacity_scale / g - 1, "utilisation": g / (n * cap.capacity_scale),
                      "slo_met": met, "per_gpu": figures})
     total = sum(r["gpus"] for r in rows)
-    layout = " + ".join(f"{r['gpus']}× GPU[" + "; ".join(describe_model(cap_model) for cap_model in
+    unit = "GPU" if all(info.kind == "gpu" for info in profile.devices.values()) else "device"
+    layout = " + ".join(f"{r['gpus']}× {unit}[" + "; ".join(describe_model(cap_model) for cap_model in
                                                           caps[tuple(r['models'])].config.models) + "]" for r in rows)
     return {"growth": g, "gpus": total, "offered_rps": offered, "headroom": min(r["headroom"] for r in rows),
             "utilisation": max(r["utilisation"] for r in rows), "layout": layout, "groups": rows,
-            "slo_met": all(r["slo_met"] for r in rows)}
+            "slo_met": all(r["slo_met"] for r in rows), "unit": unit}
 
 
 def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", ray_address: str | None = None,
@@ -335,7 +336,7 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
             lines.append(f"{row['growth']:g}× ({row['offered_rps']:,.0f} req/s): not possible within "
                          f"{forecast.max_gpus} GPUs with the searched settings.")
         else:
-            lines.append(f"{row['growth']:g}× ({row['offered_rps']:,.0f} req/s): {row['gpus']} GPU"
+            lines.append(f"{row['growth']:g}× ({row['offered_rps']:,.0f} req/s): {row['gpus']} {row['unit']}"
                          f"{'s' if row['gpus'] != 1 else ''} — {row['layout']}; headroom "
                          f"{row['headroom'] * 100:.0f} %, load at {row['utilisation'] * 100:.0f} % of SLO capacity.")
     doc = {"forecast": forecast.path, "load": forecast.load, "profile": forecast.profile, "hardware": hardware,

@@ -1,0 +1,79 @@
+"""serving-bench plan on a synthetic forecast: fewest devices per growth factor, checked against closed form."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from serving_bench.cli import main as cli_main
+from serving_bench.errors import InputError
+from serving_bench.tune.plan import load_forecast, run_plan
+from tune_fixtures import write_load, write_profile
+
+# One-core devices (no parallel speed-up): a device serves model a at most 16 / (2 + 0.25 * 16) ms = 2,667 req/s
+# (batch 16) and model b at most 8 / (3 + 0.5 * 8) ms = 1,143 req/s.
+RATES = {"a": 400, "b": 150}
+PEAK = {"a": 16 / 6e-3, "b": 8 / 7e-3}
+
+
+def write_forecast(d, **extra) -> str:
+    write_profile(d / "profile.json", {"a": (2.0, 0.25, 16), "b": (3.0, 0.5, 8)}, cores=1)
+    write_load(d / "load.yaml", RATES, {"a": 50, "b": 60}, duration_s=10.0)
+    body = {"load": "load.yaml", "profile": "profile.json", "growth": [1, 2, 5, 10], "max_gpus": 32,
+            "search": {"instances": [1], "max_batch_size": [1, 8, 16], "max_queue_delay_us": [0]}, "max_evals": 6}
+    body.update(extra)
+    (d / "forecast.yaml").write_text(json.dumps(body))  # JSON is YAML
+    return str(d / "forecast.yaml")
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    return run_plan(load_forecast(write_forecast(d)), d / "out", quiet=True), d
+
+
+def test_plan_meets_slos_with_no_fewer_devices_than_physics_allows(plan):
+    doc, _ = plan
+    rows = {r["growth"]: r for r in doc["rows"]}
+    assert list(rows) == [1.0, 2.0, 5.0, 10.0]
+    gpus = [rows[g]["gpus"] for g in rows]
+    assert gpus == sorted(gpus) and gpus[0] == 1
+    for g, row in rows.items():
+        # any layout needs at least the device-seconds the traffic demands at each model's best batch size
+        floor = math.ceil(sum(RATES[m] * g / PEAK[m] for m in RATES) - 1e-9)
+        assert floor <= row["gpus"] <= 2 * floor + 1, (g, row["gpus"], floor)
+        assert row["slo_met"] and row["headroom"] >= -1e-9 and 0 < row["utilisation"] <= 1 + 1e-9
+        for group in row["groups"]:
+            for model in group["models"]:
+                assert group["per_gpu"][model]["p99_s"] <= {"a": 0.05, "b": 0.06}[model]
+    assert rows[10.0]["gpus"] >= 3
+    assert any("10× (" in line and " devices — " in line for line in doc["recommendation"])  # CPU devices here
+
+
+def test_plan_resumes_from_its_group_checkpoints(plan, tmp_path):
+    doc, d = plan
+    again = run_plan(load_forecast(d / "forecast.yaml"), d / "out", quiet=True)
+    assert [r["gpus"] for r in again["rows"]] == [r["gpus"] for r in doc["rows"]]
+    assert all(g["evaluated"] >= 1 for g in again["groups"])
+
+
+def test_plan_cli_writes_plan_and_report(plan, capsys):
+    _, d = plan
+    assert cli_main(["plan", str(d / "forecast.yaml"), "--out", str(d / "out")]) == 0  # resumes: fast
+    out = capsys.readouterr().out
+    assert "report:" in out and (d / "out" / "plan.json").is_file() and (d / "out" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("change,field", [({"growth": []}, "growth"), ({"growth": [1, -2]}, "growth"),
+                                          ({"grouping": "random"}, "grouping"), ({"load": "missing.yaml"}, "load"),
+                                          ({"search": {"instances": [0]}}, "search.instances"),
+                                          ({"slos": {"a": {"p99": "fast"}}}, "slos.a.p99"),
+                                          ({"colour": "red"}, "colour")])
+def test_bad_forecast_is_one_line_naming_the_field(tmp_path, change, field):
+    path = write_forecast(tmp_path, **change)
+    with pytest.raises(InputError) as err:
+        load_forecast(path)
+    line = err.value.line()
+    assert "\n" not in line and line.startswith(path) and f": {field}: " in line
