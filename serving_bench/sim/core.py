@@ -88,12 +88,9 @@ class ModelState:
         self.t: list[float] = t
         self.owner: list[int] = owner
         self.items: list[int] = items
-        self.cum: list[int] = [0]
-        acc = 0
-        for x in items:
-            acc += x
-            self.cum.append(acc)
-        self.all_ones = all(x == 1 for x in items)
+        arr = np.asarray(items, dtype=np.int64)
+        self.cum: list[int] = [0] + np.cumsum(arr).tolist()
+        self.all_ones = bool(np.all(arr == 1))
         self.static = True
         self.n_arr = 0  # requests arrived (admitted) so far
         self.head = 0  # first request still in the FIFO

@@ -8,7 +8,7 @@ running batches *as seen by j*:
 * all running batches of one model: ``k_j = k``, so the measured curve applies as it is;
 * exactly two models whose pair curve was measured: that curve, ``rate = S_pair(k) / k``;
 * any other mix: ``k_j = 1 + sum_{i != j} w_ij`` with ``w_ij = 1`` for the same model and
-  ``w_ij = sqrt(rho_i / rho_j)`` otherwise, where ``rho`` is a model's interference coefficient fitted from its own
+  ``w_ij = sqrt(rho_i / rho_j)`` otherwise (linear-time form in ``spec.DeviceRule.rates``), where ``rho`` is a model's interference coefficient fitted from its own
   curve (0: runs beside anything untouched, like ``sleep``; 1: time-sliced). A model that does not slow itself
   is not slowed by others, and one that uses no device capacity slows nobody.
 
@@ -76,6 +76,8 @@ class Device:
         rates = self.cache.get(key)
         if rates is None:
             rates = self.rate_fn(key)
+            if len(self.cache) > 200_000:  # mixes of batch sizes are many; keep memory bounded
+                self.cache.clear()
             self.cache[key] = rates
         for job in jobs:
             job.rate = rates[job.kind]

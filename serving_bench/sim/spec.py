@@ -87,33 +87,44 @@ class DeviceRule:
         self.name = name
         self.curves: dict[tuple[int, int], Curve] = {}
         self.rho: dict[tuple[int, int], float] = {}
+        self.root: dict[tuple[int, int], float] = {}
         self.pair_curves = pair_curves
 
     def add_kind(self, kind: tuple[int, int], curve: Curve) -> None:
         self.curves[kind] = curve
         self.rho[kind] = curve.interference
+        self.root[kind] = math.sqrt(curve.interference)
 
     def rates(self, kinds: tuple) -> dict:
-        """Rate of each kind present in ``kinds`` (a sorted tuple with repetition), per the module rule."""
-        models = {k[0] for k in kinds}
-        out: dict = {}
+        """Rate of each kind present in ``kinds`` (a sorted tuple with repetition), per the rule in ``device.py``.
+
+        With ``r = sqrt(rho)``: ``k_j = n_model(j) + (R - R_model(j)) / r_j`` where ``R`` sums ``r`` over running
+        batches (``w_ij = r_i / r_j`` summed over the other models' batches), so the cost is linear in the batches."""
+        models: dict = {}
+        for kind in kinds:
+            models[kind[0]] = models.get(kind[0], 0) + 1
         if len(models) == 2:
             pair = self.pair_curves.get(frozenset(models))
             if pair is not None:
                 n = len(kinds)
                 rate = pair(n) / n
                 return {kind: rate for kind in kinds}
-        counts: dict = {}
+        root = self.root
+        r_model: dict = {}
+        total = 0.0
         for kind in kinds:
-            counts[kind] = counts.get(kind, 0) + 1
-        for kind in counts:
-            rho_j = self.rho[kind]
-            k_eff = 1.0
-            for other, n in counts.items():
-                if other[0] == kind[0]:
-                    k_eff += n - (1 if other == kind else 0)
-                elif rho_j > 0.0:
-                    k_eff += n * math.sqrt(self.rho[other] / rho_j)
+            r = root[kind]
+            r_model[kind[0]] = r_model.get(kind[0], 0.0) + r
+            total += r
+        out: dict = {}
+        for kind in kinds:
+            if kind in out:
+                continue
+            m = kind[0]
+            k_eff = float(models[m])
+            r_j = root[kind]
+            if r_j > 0.0 and len(models) > 1:
+                k_eff += (total - r_model[m]) / r_j
             out[kind] = self.curves[kind](k_eff) / k_eff
         return out
 
