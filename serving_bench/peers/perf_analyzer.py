@@ -1,0 +1,175 @@
+"""Triton's perf_analyzer 2.50 (the C++ binary from the ``tritonclient==2.50.0`` wheel), located, run and parsed.
+
+Install with ``scripts/install_perf_analyzer.sh`` (it needs Debian's ``libb64-0d`` and ``libcudart.so.12`` from the
+``nvidia-cuda-runtime-cu12`` wheel, put on ``LD_LIBRARY_PATH`` here; no GPU is needed). Newer wheels need glibc 2.38.
+
+    pa = find_perf_analyzer()                       # PeerMissing with the install command if it cannot run
+    m = pa.measure("sleep_zero", url, concurrency=4, measurement_s=3)
+    m.throughput_ips, m.p99_s, m.delayed_pct
+
+How perf_analyzer measures (why our figures can differ): latency from the *actual* send, not the intended time;
+request-rate mode is synchronous (a few threads) unless ``async_mode`` (``-a``); a send later than scheduled counts
+as "delayed" and it warns with the percentage. ``python -m serving_bench.peers.perf_analyzer --check`` prints where
+the binary is and exits non-zero (with the reason) if it cannot run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class PeerMissing(RuntimeError):
+    """perf_analyzer is not installed or cannot run here; the message says why and how to install it."""
+
+
+INSTALL_HINT = "run scripts/install_perf_analyzer.sh (tritonclient==2.50.0 wheel + libb64-0d + nvidia-cuda-runtime-cu12)"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One perf_analyzer measurement (seconds; rates per second)."""
+
+    mode: str                 # "concurrency" | "request_rate"
+    level: float              # concurrency or requests per second
+    throughput_ips: float
+    p50_s: float
+    p90_s: float
+    p95_s: float
+    p99_s: float
+    avg_s: float | None
+    delayed_pct: float        # share of requests sent later than scheduled (request-rate mode), percent
+    server_queue_s: float | None = None
+    server_compute_infer_s: float | None = None
+    raw: dict = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PerfAnalyzer:
+    binary: Path
+    env: dict
+
+    def version(self) -> str:
+        out = subprocess.run([str(self.binary), "--version"], env=self.env, capture_output=True, text=True, timeout=30)
+        text = (out.stdout + out.stderr).strip()
+        if out.returncode != 0:
+            raise PeerMissing(f"{self.binary} does not run: {text.splitlines()[-1] if text else out.returncode}; "
+                              f"{INSTALL_HINT}")
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            wheel = f"tritonclient {version('tritonclient')} wheel"
+        except PackageNotFoundError:
+            wheel = "no tritonclient wheel"
+        return f"{text.splitlines()[0] if text else 'perf_analyzer'}; {wheel}"
+
+    def measure(self, model: str, url: str, *, concurrency: int | None = None, request_rate: float | None = None,
+                async_mode: bool = True, distribution: str = "poisson", batch: int = 1,
+                measurement_s: float = 5.0, stability_pct: float = 10.0, max_trials: int = 10,
+                shapes: dict | None = None, extra: tuple[str, ...] = (), timeout_s: float = 300.0) -> Measurement:
+        """Run one level (``concurrency`` or ``request_rate``) against ``url`` (gRPC host:port) and parse it."""
+        if (concurrency is None) == (request_rate is None):
+            raise ValueError("give exactly one of concurrency and request_rate")
+        with tempfile.TemporaryDirectory(prefix="serving-bench-pa-") as tmp:
+            csv_path = Path(tmp) / "pa.csv"
+            args = [str(self.binary), "-m", model, "-u", url, "-i", "grpc", "-b", str(batch),
+                    "--measurement-mode", "time_windows", "--measurement-interval", str(int(measurement_s * 1000)),
+                    "-s", str(stability_pct), "--max-trials", str(max_trials), "--percentile", "99",
+                    "-f", str(csv_path)]
+            if concurrency is not None:
+                args += ["--concurrency-range", str(int(concurrency))]
+                mode, level = "concurrency", float(concurrency)
+            else:
+                args += ["--request-rate-range", f"{request_rate:g}", "--request-distribution", distribution]
+                mode, level = "request_rate", float(request_rate)
+            if async_mode:
+                args.append("-a")
+            for name, dims in (shapes or {}).items():
+                args += ["--shape", f"{name}:{','.join(str(d) for d in dims)}"]
+            args += list(extra)
+            out = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout_s)
+            text = out.stdout + out.stderr
+            if out.returncode != 0 or not csv_path.is_file():
+                tail = " | ".join(line.strip() for line in text.splitlines()[-4:] if line.strip())
+                raise RuntimeError(f"perf_analyzer failed (exit {out.returncode}): {tail}")
+            rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+        return parse_measurement(rows[-1], text, mode, level, tuple(args))
+
+
+def parse_measurement(row: dict, text: str, mode: str, level: float, command: tuple[str, ...] = ()) -> Measurement:
+    """A :class:`Measurement` from one row of perf_analyzer's ``-f`` CSV (µs) and its console output."""
+    def us(key):
+        value = row.get(key)
+        return float(value) / 1e6 if value not in (None, "") else None
+
+    delayed = re.search(r"([0-9.]+)% of the requests were delayed", text)
+    avg = re.search(r"Avg (?:gRPC|HTTP) time: (\d+) usec", text) or re.search(r"Avg latency: (\d+) usec", text)
+    return Measurement(mode, level, float(row["Inferences/Second"]), us("p50 latency"), us("p90 latency"),
+                       us("p95 latency"), us("p99 latency"), float(avg.group(1)) / 1e6 if avg else None,
+                       float(delayed.group(1)) if delayed else 0.0, us("Server Queue"), us("Server Compute Infer"),
+                       dict(row), command)
+
+
+def _cuda_runtime_dir() -> str | None:
+    try:
+        import nvidia.cuda_runtime as rt  # the nvidia-cuda-runtime-cu12 wheel
+    except ImportError:
+        return None
+    for base in getattr(rt, "__path__", []):
+        lib = Path(base) / "lib"
+        if (lib / "libcudart.so.12").exists():
+            return str(lib)
+    return None
+
+
+def find_perf_analyzer() -> PerfAnalyzer:
+    """The installed perf_analyzer with the environment it needs; :class:`PeerMissing` (with the reason) if none
+    runs here."""
+    candidates = [Path(sys.executable).parent / "perf_analyzer"]
+    found = shutil.which("perf_analyzer")
+    if found:
+        candidates.append(Path(found))
+    binary = next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+    if binary is None:
+        raise PeerMissing(f"perf_analyzer not found next to {sys.executable} or on PATH; {INSTALL_HINT}")
+    env = dict(os.environ)
+    cudart = _cuda_runtime_dir()
+    if cudart:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (cudart, env.get("LD_LIBRARY_PATH", "")) if p)
+    pa = PerfAnalyzer(binary, env)
+    out = subprocess.run([str(binary), "--help"], env=env, capture_output=True, text=True, timeout=30)
+    text = out.stdout + out.stderr
+    if "error while loading shared libraries" in text:
+        missing = re.search(r"loading shared libraries: ([^:]+)", text)
+        raise PeerMissing(f"{binary} cannot start: {missing.group(1) if missing else 'a library'} is missing; "
+                          f"{INSTALL_HINT}")
+    if "perf_analyzer" not in text and "Usage" not in text:  # the PyPI placeholder package prints something else
+        raise PeerMissing(f"{binary} is not the perf_analyzer 2.50 binary; {INSTALL_HINT}")
+    return pa
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["--check"]:
+        print("usage: python -m serving_bench.peers.perf_analyzer --check")
+        return 2
+    try:
+        pa = find_perf_analyzer()
+        print(f"{pa.binary} ({pa.version()})")
+        return 0
+    except PeerMissing as err:
+        print(f"perf_analyzer unavailable: {err}")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

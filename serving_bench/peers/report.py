@@ -1,0 +1,36 @@
+"""Where benchmark results go: ``benchmarks/results/<name>[_quick]_<date>_<host>.json`` with the machine facts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def machine() -> dict:
+    """Facts that make a figure comparable: date, host, CPU model and count, load average at the start, Python."""
+    cpu = ""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"date": dt.date.today().isoformat(), "host": socket.gethostname() or platform.node(), "cpu": cpu,
+            "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0], "python": platform.python_version()}
+
+
+def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None) -> Path:
+    """Write ``data`` (plus :func:`machine`) as JSON; returns the path."""
+    facts = machine()
+    out_dir = Path(out_dir) if out_dir else RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}{'_quick' if quick else ''}_{facts['date']}_{facts['host']}.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({**facts, **data}, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return path
