@@ -39,7 +39,8 @@ SCRIPT = """
       });
     });
   });
-  document.querySelectorAll('table.sortable th').forEach(function(th, col){
+  document.querySelectorAll('table.sortable th').forEach(function(th){
+    var col = th.cellIndex;
     th.addEventListener('click', function(){
       var table = th.closest('table'), body = table.tBodies[0];
       var rows = Array.prototype.slice.call(body.rows), asc = th.getAttribute('data-asc') !== '1';

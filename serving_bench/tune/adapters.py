@@ -54,7 +54,8 @@ def simulate(profile, config, schedule: Schedule, seed: int = 0):
 
 
 def replay(endpoints, schedule: Schedule):
-    """Records of ``schedule`` replayed open loop against a running Triton (engineer C's ``TritonTarget``)."""
+    """Records of ``schedule`` replayed open loop against a running Triton (engineer C's ``TritonTarget``);
+    ``endpoints`` is an ``Endpoints``, a ``TritonServer`` (its death then ends the run) or a gRPC host:port."""
     from serving_bench.load import TritonTarget
 
     return TritonTarget(endpoints).run(schedule)

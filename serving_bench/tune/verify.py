@@ -95,7 +95,7 @@ def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *
             copy = copy_repo(repo, Path(tmp) / "repo")
             config.apply_to_repo(copy)
             with TritonServer(copy, models=served) as server:
-                records = adapters.replay(server.endpoints, schedule)
+                records = adapters.replay(server, schedule)
     save_records(records, out_dir)
     summary = summarize(records, slos={m: dict(s) for m, s in slos.items()})
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
