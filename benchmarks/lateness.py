@@ -1,6 +1,6 @@
 """Send lateness and the highest sustained open-loop rate: serving-bench vs perf_analyzer 2.50, same run.
 
-    .venv/bin/python benchmarks/lateness.py [--quick] [--senders 1,2] [--out DIR]
+    .venv/bin/python benchmarks/lateness.py [--quick] [--senders 0,1,2] [--out DIR]
 
 One tritonserver (127.0.0.1) serves ``sleep_zero`` (no service time: the client is the limit). Then:
 
@@ -95,7 +95,8 @@ def max_sustained(trial, start: float, tolerance: float, limit: float = 32000.0)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (about 2 minutes)")
-    parser.add_argument("--senders", default="1,2", help="sender process counts to try (comma-separated)")
+    parser.add_argument("--senders", default="0,1,2",
+                        help="sender process counts to try (0 = a thread of this process; comma-separated)")
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     args = parser.parse_args(argv)
     duration = 3.0 if args.quick else 10.0
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         write_sleep_entry(tmp, MODEL, base_ms=0.0, per_item_ms=0.0)
         with TritonServer(tmp) as server:
             url = server.endpoints.grpc_url
-            ours(url, 500, 1.0, 1)  # warm the server and the client libraries
+            ours(url, 500, 1.0, 0)  # warm the server and the client libraries
             lateness = []
             for rate in (500, 1000, 2000):
                 for s in senders:

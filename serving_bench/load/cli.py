@@ -28,7 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-cap", choices=["wait", "drop"], default="wait",
                         help="at the cap, send late (wait) or not at all (drop)")
     parser.add_argument("--timeout", default="30s", help="per-request deadline (default 30s)")
-    parser.add_argument("--senders", type=int, default=1, help="sender processes (default 1)")
+    parser.add_argument("--senders", type=int, default=1,
+                        help="sender processes (default 1: a process of its own, away from telemetry and the "
+                             "progress bar; 0: a thread of this process)")
     parser.add_argument("--instances", action="append", default=[], metavar="MODEL=N",
                         help="instance count override for the embedded server (repeatable)")
     parser.add_argument("--no-telemetry", action="store_true", help="do not sample /metrics, CPU and GPU")
