@@ -30,8 +30,25 @@ def server(tmp_path_factory):
     # one request at a time, a fixed service time: an M/D/1 queue
     write_sleep_entry(repo, "sleep_md1", base_ms=8.0, per_item_ms=0.0, max_batch_size=1)
     write_sleep_entry(repo, "sleep_slow", base_ms=400.0, per_item_ms=0.0, max_batch_size=4)
+    _write_ensemble(repo, "sleep_ens", "sleep_zero")
     with TritonServer(repo) as srv:
         yield srv
+
+
+def _write_ensemble(repo, name, member):
+    """A one-step ensemble over a sleep entry (input -> output), written by hand."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from serving_bench.export.repository import ModelConfig, write_config
+
+    config = ModelConfig(name=name, platform="ensemble", max_batch_size=32)
+    config.input.add(name="input", data_type=mc.TYPE_FP32, dims=[4])
+    config.output.add(name="output", data_type=mc.TYPE_FP32, dims=[4])
+    step = config.ensemble_scheduling.step.add(model_name=member, model_version=-1)
+    step.input_map["input"] = "input"
+    step.output_map["output"] = "output"
+    (repo / name / "1").mkdir(parents=True)
+    write_config(config, repo / name / "config.pbtxt")
 
 
 def poisson_schedule(rate, duration, model="sleep_zero", seed=0, batch=1, **meta):
@@ -51,6 +68,32 @@ def test_open_loop_answers_every_request_once(server):
     assert np.median(lateness) < 0.005  # sent on time (loose: the CI machine is shared)
     stats = records.attrs["server_stats"]["sleep_zero"]
     assert stats["success_count"] == len(schedule)  # Triton saw exactly what we sent
+
+
+def test_ensemble_is_summarized_with_its_members(server):
+    rng = np.random.default_rng(5)
+    n = 60
+    schedule = Schedule(np.sort(rng.random(n)), rng.integers(0, 2, n), ("sleep_zero", "sleep_ens"),
+                        rng.integers(0, 4, n), np.ones(n), {"duration_s": 1.0})
+    records = TritonTarget(server).run(schedule)
+    assert_target_contract(schedule, records)
+    summary = summarize(records)
+    assert summary["ensembles"]["sleep_ens"]["members"] == ["sleep_zero"]
+    assert summary["ensembles"]["sleep_ens"]["counts"]["ok"] == int((schedule.model == 1).sum())
+    assert "sleep_ens" in summary["models"] and "sleep_zero" not in summary["ensembles"]
+
+
+def test_perf_analyzer_wrapper_measures_the_same_server(server):
+    from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer
+
+    try:
+        pa = find_perf_analyzer()
+    except PeerMissing as err:
+        pytest.skip(f"perf_analyzer cannot run here: {err}")
+    m = pa.measure("sleep_md1", server.endpoints.grpc_url, concurrency=1, measurement_s=1.0, stability_pct=999,
+                   max_trials=3)
+    assert m.mode == "concurrency" and 40 < m.throughput_ips < 130  # one 8 ms request at a time
+    assert 0.008 <= m.p50_s <= m.p99_s < 0.1 and m.server_compute_infer_s >= 0.008
 
 
 def test_several_sender_processes_share_one_schedule(server):
