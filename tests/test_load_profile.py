@@ -13,7 +13,9 @@ from serving_bench.load.profile import LoadProfile, build_schedule
 from serving_bench.load.schedule import Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = sorted((ROOT / "load_profiles").glob("*.yaml"))
+PROFILES = [ROOT / "load_profiles" / name for name in ("smoke.yaml", "bursty.yaml", "diurnal_sleep.yaml",
+                                                      "ramp_step.yaml", "azure_hour.yaml", "trace_replay.yaml",
+                                                      "demo.yaml")]
 
 BASE = {"duration": "10s", "seed": 3, "warmup": "1s", "cooldown": 0.5,
         "arrival": {"process": "poisson", "rate": 200},
