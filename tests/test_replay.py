@@ -96,7 +96,10 @@ def test_bad_profile_is_one_line_and_exit_2(repo, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: {path}: arrival.cv: missing; the gamma process needs rate, cv"
 
 
-def test_accounting_holds_when_the_server_is_killed_mid_run(repo, tmp_path, capsys):
+def test_ctrl_c_saves_partial_results_and_accounting_holds_when_the_server_is_killed(repo, tmp_path, capsys):
+    import subprocess
+    import sys
+
     from serving_bench.serve.server import TritonServer
 
     path = tmp_path / "long.yaml"
@@ -105,6 +108,25 @@ def test_accounting_holds_when_the_server_is_killed_mid_run(repo, tmp_path, caps
     out = tmp_path / "killed"
     server = TritonServer(repo, models=["sleep_zero"]).start()
     try:
+        # Ctrl-C: SIGINT to a real `serving-bench replay` process
+        interrupted = tmp_path / "interrupted"
+        proc = subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "replay", str(path), "--url",
+                                 server.endpoints.grpc_url, "--out", str(interrupted), "--no-progress",
+                                 "--no-telemetry"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 60
+        while not _running(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, output
+        records = load_records(interrupted)
+        c = assert_target_contract(Schedule.load(interrupted / "schedule.npz"), records)
+        assert records.attrs["partial"] and records.attrs["stop_reason"] == "interrupted (Ctrl-C)"
+        assert c["ok"] > 50 and c["not_sent"] > 100
+
+        # server death: SIGKILL of the server's process group mid-run
         killer = threading.Timer(2.0, lambda: os.killpg(server.process.pid, signal.SIGKILL))
         killer.start()
         started = time.monotonic()
@@ -122,3 +144,11 @@ def test_accounting_holds_when_the_server_is_killed_mid_run(repo, tmp_path, caps
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False
     assert "partial records saved" in capsys.readouterr().err
+
+
+def _running(server) -> bool:
+    """True once the server has answered an inference (the replay's warm-up request reached it)."""
+    from serving_bench.load.driver import TritonTarget
+
+    stats = TritonTarget(server)._stats(["sleep_zero"])
+    return stats["sleep_zero"]["inference_count"] > 0

@@ -653,6 +653,8 @@ class TritonTarget:
             err[idx] = list(errors.values())
             records["error"] = err
         stopped = [r for r in reasons if r]
+        if len(stopped) > 1:  # the senders' plain "stopped" only echoes the reason the parent gave
+            stopped = [r for r in stopped if r != "stopped"]
         if closed:
             # arrivals are not used in a closed loop: the request was "intended" when a worker sent it; requests
             # never reached are not part of the run

@@ -31,9 +31,13 @@ PA_COLUMNS = ("Model", "Mode", "Concurrency", "Request Rate", "Inferences/Second
 
 
 def run_summary(records: pd.DataFrame, telemetry: Mapping | None = None) -> dict:
-    """:func:`serving_bench.metrics.summarize` plus the facts of the run (mode, stop reason, server statistics)."""
-    summary = summarize(records, telemetry=telemetry)
+    """:func:`serving_bench.metrics.summarize` plus the facts of the run (mode, stop reason, server statistics).
+    A partial run's window ends when it stopped, so rates are over the part that ran."""
     attrs = records.attrs
+    duration = None
+    if attrs.get("partial") and attrs.get("elapsed_s"):  # rates over the part that ran, not the whole schedule
+        duration = min(float(attrs.get("meta", {}).get("duration_s", attrs["elapsed_s"])), float(attrs["elapsed_s"]))
+    summary = summarize(records, telemetry=telemetry, duration_s=duration)
     summary["run"] = {k: attrs.get(k) for k in ("mode", "senders", "url", "elapsed_s", "timeout_s", "stop_reason",
                                                  "dropped", "concurrency") if k in attrs}
     if attrs.get("server_stats"):
