@@ -129,9 +129,12 @@ class Demo:
     def profile(self) -> str:
         from serving_bench.tune import adapters
 
+        from serving_bench.serving_config import ServingConfig
+
         self.profile_path = self.out / "profile.json"
-        adapters.measure_profile(self.repo, list(self.schedule.models), self.profile_path,
-                                 log=lambda line: self.say("  " + line))
+        served = list(ServingConfig.from_repo(self.repo, list(self.schedule.models)).names)  # ensemble members too
+        self.say(f"  measuring {', '.join(served)}")
+        adapters.measure_profile(self.repo, served, self.profile_path, log=lambda line: self.say("  " + line))
         return str(self.profile_path)
 
     def simulate_and_validate(self) -> str:
@@ -144,9 +147,12 @@ class Demo:
     def tune(self) -> str:
         from serving_bench.tune.cli import TuneOptions, run_tune
 
-        models = tuple(m for m in self.schedule.models if not m.startswith("tiny_ensemble"))
+        from serving_bench.serving_config import ServingConfig
+
+        config = ServingConfig.from_repo(self.repo, list(self.schedule.models))
+        models = tuple(m for m in self.schedule.models if m in config.names)  # the single models the load calls
         doc = run_tune(TuneOptions(load=str(self.load_profile), profile=str(self.profile_path),
-                                   out=str(self.out / "tune"), repo=str(self.repo), instances=(1, 2),
+                                   out=str(self.out / "tune"), repo=str(self.repo), models=models, instances=(1, 2),
                                    max_batch_sizes=(1, 4, MAX_BATCH), queue_delays_us=(0, 2000),
                                    max_evals=self.tune_evals, verify_top=1, report=False))
         return "SLOs met" if doc["satisfiable"] else "SLOs not met (see the report)"

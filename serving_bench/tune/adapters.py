@@ -39,8 +39,16 @@ class ScheduleBuilder:
         return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)))
 
 
+BUILTIN_PROFILES = {"builtin:h200-eager": "the bundled H200 torch-eager table (engineer D's import_h200_eager)"}
+
+
 def load_profile(path: str | Path):
-    """The simulator's hardware profile (engineer D's ``Profile.load``)."""
+    """The simulator's hardware profile (engineer D's ``Profile.load``); ``builtin:h200-eager`` is the bundled H200
+    torch **eager mode** table imported by ``serving_bench.profiles.importers.import_h200_eager``."""
+    if str(path) == "builtin:h200-eager":
+        from serving_bench.profiles.importers import import_h200_eager
+
+        return import_h200_eager()
     from serving_bench.profiles import Profile
 
     return Profile.load(path)

@@ -67,7 +67,8 @@ class TuneOptions:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("load", metavar="PROFILE.yaml", help="load profile (or a saved schedule .npz)")
-    parser.add_argument("--profile", required=True, help="simulator profile JSON (serving-bench profile)")
+    parser.add_argument("--profile", required=True, help="simulator profile JSON (serving-bench profile), or "
+                        "builtin:h200-eager (the bundled H200 torch eager-mode table)")
     parser.add_argument("--slo", help="per-model SLOs, " + SLO_FORM + "; default: the load profile's slos")
     parser.add_argument("--repo", help="model repository: base configs, the tuned copy and verification")
     parser.add_argument("--models", help="comma-separated entries to tune (default: every served entry)")
@@ -111,6 +112,10 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
 
 def file_id(path: str | Path) -> str:
     """Name and content hash of a file (a checkpoint is only resumed with the same profile)."""
+    if str(path).startswith("builtin:"):
+        from serving_bench.profiles.importers import H200_CSV
+
+        return f"{path}:{hashlib.sha256(H200_CSV.read_bytes()).hexdigest()[:16]}"
     path = Path(path)
     return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
 

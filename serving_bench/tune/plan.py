@@ -4,7 +4,8 @@ of each GPU) that meet the SLOs, with headroom and utilisation.
 Forecast file (YAML; relative paths are relative to it)::
 
     load: demo.yaml              # load profile (serving-bench replay's format) or a saved schedule .npz
-    profile: h200.json           # simulator profile of the hardware to plan for (it need not be present)
+    profile: h200.json           # simulator profile of the hardware to plan for (it need not be present);
+                                 # builtin:h200-eager is the bundled H200 torch eager-mode table
     growth: [1, 2, 5, 10]        # multiples of the load (the load's shape in time is kept)
     slos: {resnet50: {p99: 50ms}}  # optional; default: the load profile's slos
     max_gpus: 64                 # give up above this many GPUs per growth factor
@@ -18,7 +19,7 @@ Forecast file (YAML; relative paths are relative to it)::
     seed: 1                      # optional; default: the load profile's seed
 
 Method: the traffic is split into groups of models that share GPUs (``together``: one group; ``separate``: one per
-model; ``auto``: every partition when there are at most 3 models, else both extremes). For each group the search
+model; ``auto``: both extremes, which for two models are all the partitions). For each group the search
 finds the single-GPU configuration with the largest *capacity* c (the largest multiple of the group's load at which
 its SLOs hold on one GPU). At growth g a group needs n = ceil(g / c) GPUs, each taking 1/n of the group's traffic
 (even load balancing); a layout's GPUs are the sum over its groups, and the plan takes the layout with the fewest
@@ -99,6 +100,16 @@ def load_forecast(path: str | Path) -> Forecast:
             raise InputError(path, name, f"{value}: file not found (relative to the forecast file)")
         return str(resolved)
 
+    profile_value = data.get("profile")
+    if isinstance(profile_value, str) and profile_value.startswith("builtin:"):
+        from serving_bench.tune.adapters import BUILTIN_PROFILES
+
+        if profile_value not in BUILTIN_PROFILES:
+            raise InputError(path, "profile", f"{profile_value!r}: expected a file or one of "
+                                              f"{', '.join(BUILTIN_PROFILES)}")
+        profile_path = profile_value
+    else:
+        profile_path = file_field("profile")
     growth = data.get("growth", [1, 2, 5, 10])
     if not isinstance(growth, list) or not growth or not all(
             isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0 for g in growth):
@@ -134,7 +145,7 @@ def load_forecast(path: str | Path) -> Forecast:
     duration = data.get("duration_s")
     if duration is not None and (not isinstance(duration, (int, float)) or duration <= 0):
         raise InputError(path, "duration_s", "expected a positive number of seconds")
-    return Forecast(str(path), file_field("load"), file_field("profile"), tuple(float(g) for g in growth), slos,
+    return Forecast(str(path), file_field("load"), profile_path, tuple(float(g) for g in growth), slos,
                     int_field("max_gpus", 64, 1), grouping, search, int_field("max_evals", 40, 1),
                     None if data.get("seed") is None else int_field("seed", 0, 0),
                     None if duration is None else float(duration))
@@ -159,7 +170,7 @@ def layouts(units: list[str], grouping: str) -> list[tuple[tuple[str, ...], ...]
         return [together]
     if grouping == "separate":
         return [separate]
-    if len(units) <= 3:
+    if len(units) <= 2:
         return [tuple(tuple(sorted(g)) for g in p) for p in partitions(units)]
     return [together, separate]
 
