@@ -7,7 +7,8 @@ What the bundled server needs (DESIGN.md): a backend directory whose ``python`` 
 the ``triton_python_backend_stub`` built for the running Python (we assemble one in the cache folder), the pytriton
 libraries and the running interpreter's ``libpython`` on ``LD_LIBRARY_PATH`` (else the stub loads Debian's libpython and
 fails with ``'_thread.RLock' object has no attribute '_recursion_count'``), and this environment's ``bin`` first on
-``PATH`` so runners import the same torch / onnxruntime / tvm.
+``PATH`` so runners import the same torch / onnxruntime / tvm. The stub's Python ignores ``PYTHONPATH``; the runtime
+view links the ``serving_bench`` package into each entry folder (which is on the stub's ``sys.path``) instead.
 
 The server runs in its own process group; stopping sends SIGTERM, waits, then kills the whole group (stubs included).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -78,11 +80,10 @@ class TritonInstall:
 
 def find_tritonserver() -> TritonInstall:
     """Locate pytriton's tritonserver and assemble a backend folder with the stub for the running Python."""
-    try:
-        import pytriton  # noqa: F401  (only to find its folder)
-    except ImportError as err:  # pragma: no cover - install problem
-        raise ServerError("nvidia-pytriton is not installed: run `make test` or `pip install nvidia-pytriton==0.7.0`") from err
-    root = Path(pytriton.__file__).parent / "tritonserver"
+    spec = importlib.util.find_spec("pytriton")  # its folder only: importing pytriton pulls in zmq, gevent, ...
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - install problem
+        raise ServerError("nvidia-pytriton is not installed: run `make test` or `pip install nvidia-pytriton==0.7.0`")
+    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
     server_bin = root / "bin" / "tritonserver"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
@@ -108,8 +109,6 @@ def find_tritonserver() -> TritonInstall:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join([d for d in lib_dirs if d] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    package_parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([package_parent, env.get("PYTHONPATH", "")]).rstrip(":")
     return TritonInstall(server_bin, backend_dir, env)
 
 
@@ -225,15 +224,20 @@ class TritonServer:
                                    f"{self.host}:{ports['metrics']}")
 
     def _wait_ready(self) -> None:
+        """Ready = HTTP ``/v2/health/ready`` answers 200 *and* ``/metrics`` answers (the metrics service starts last,
+        so a caller that samples telemetry right away would otherwise find it refusing connections)."""
         deadline = time.monotonic() + self.startup_timeout_s
-        url = f"http://{self.endpoints.http_url}/v2/health/ready"
+        pending = [f"http://{self.endpoints.http_url}/v2/health/ready", f"http://{self.endpoints.metrics_url}/metrics"]
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerError(self._failure_message(f"tritonserver exited with code {self.process.returncode}"))
             try:
-                with urllib.request.urlopen(url, timeout=1.0) as reply:
+                with urllib.request.urlopen(pending[0], timeout=1.0) as reply:
                     if reply.status == 200:
-                        return
+                        pending.pop(0)
+                        if not pending:
+                            return
+                        continue
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(0.1)

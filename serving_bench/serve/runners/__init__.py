@@ -9,7 +9,8 @@
   ``dynamic_batching``, ``instance_group`` and I/O are kept, and parameters record ``original_platform`` and
   ``framework``.
 
-Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance).
+Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance) and a link
+to the ``serving_bench`` package (:func:`link_package`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, ModelConfig
 
 RUNNERS_DIR = Path(__file__).parent
+PACKAGE_DIR = RUNNERS_DIR.parents[1]  # serving_bench/
 SAFE_RUNNER_NAME = "serving_bench_runner.py"  # runner file name no artifact can shadow
 NATIVE_RUNNER = RUNNERS_DIR / "native_model.py"
 # native Triton platform (or its backend name) -> serving-bench framework name (the exporter registry's keys)
@@ -112,6 +114,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
             served.default_model_filename = SAFE_RUNNER_NAME
         else:
             link_tree(src, out)
+        link_package(out)
         _set_threads(served, threads_per_instance)
         return served
     check_servable(src, config)
@@ -133,6 +136,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
     for name in os.listdir(src):  # anything beside the versions (labels files, ...) is linked too
         if name != CONFIG_NAME and not (src / name).is_dir() and not (out / name).exists():
             os.symlink((src / name).resolve(), out / name)
+    link_package(out)
     served.ClearField("platform")
     served.backend = "python"
     served.ClearField("default_model_filename")
@@ -143,6 +147,14 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
         served.parameters["cuda_graphs"].string_value = cuda_graphs
     _set_threads(served, threads_per_instance)
     return served
+
+
+def link_package(out: Path) -> None:
+    """Link this ``serving_bench`` package into the entry folder ``out``: the python backend puts the entry folder on
+    the stub's ``sys.path`` but starts its Python ignoring ``PYTHONPATH``, so a runner's ``from serving_bench...``
+    would otherwise work only where the package is installed in the stub's site-packages."""
+    if not (out / PACKAGE_DIR.name).exists():
+        os.symlink(PACKAGE_DIR, out / PACKAGE_DIR.name)
 
 
 def _shadowed_versions(src: Path, runner: str):
