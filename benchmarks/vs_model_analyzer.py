@@ -96,7 +96,8 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
         "triton_server_flags": {"backend-directory": str(install.backend_dir), "http-address": "127.0.0.1",
                                 "grpc-address": "127.0.0.1", "metrics-address": "127.0.0.1", "http-port": http,
                                 "grpc-port": grpc, "metrics-port": metrics},
-        "triton_server_environment": {"LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"], "PATH": env["PATH"],
+        # Model Analyzer also hands this environment to perf_analyzer, so it carries libcudart's folder as well
+        "triton_server_environment": {"LD_LIBRARY_PATH": peer_env(env)["LD_LIBRARY_PATH"], "PATH": env["PATH"],
                                       "PYTHONPATH": env.get("PYTHONPATH", "")},
         "triton_http_endpoint": f"127.0.0.1:{http}", "triton_grpc_endpoint": f"127.0.0.1:{grpc}",
         "triton_metrics_url": f"http://127.0.0.1:{metrics}/metrics",
@@ -112,7 +113,6 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
         "run_config_search_max_model_batch_size": 8 if quick else 32,
         "constraints": {"perf_latency_p99": {"max": p99_ms}},
         "objectives": ["perf_throughput"],
-        "gpus": ["[]"] if False else None,
         "skip_summary_reports": True,
         "num_configs_per_model": 3,
     }

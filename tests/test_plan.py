@@ -77,3 +77,20 @@ def test_bad_forecast_is_one_line_naming_the_field(tmp_path, change, field):
         load_forecast(path)
     line = err.value.line()
     assert "\n" not in line and line.startswith(path) and f": {field}: " in line
+
+
+def test_plan_for_an_h200_from_its_eager_mode_profile(tmp_path):
+    """Hardware that is not here: the bundled H200 torch-eager table (engineer D's importer)."""
+    (tmp_path / "load.yaml").write_text("name: h200\nduration: 2s\nseed: 5\nmodels:\n"
+                                        "  resnet50_fp16: {rate: 3000, slo: {p99: 40ms}}\n")
+    body = {"load": "load.yaml", "profile": "builtin:h200-eager", "growth": [1, 4], "max_gpus": 16,
+            "search": {"instances": [1, 2], "max_batch_size": [8, 32], "max_queue_delay_us": [0]}, "max_evals": 4}
+    (tmp_path / "forecast.yaml").write_text(json.dumps(body))
+    doc = run_plan(load_forecast(tmp_path / "forecast.yaml"), tmp_path / "out", quiet=True)
+    assert "NVIDIA H200" in doc["hardware"] and "eager mode" in doc["hardware"]
+    assert "eager mode" in doc["recommendation"][0]
+    one, four = doc["rows"]
+    # resnet50 fp16 eager takes >= 4.2 ms per batch of up to 32 on one H200: at most ~7,600 img/s per GPU
+    assert one["gpus"] >= 1 and four["gpus"] >= math.ceil(4 * 3000 / (32 / 4.2e-3))
+    assert four["gpus"] >= one["gpus"] and all(r["slo_met"] for r in doc["rows"])
+    assert all(g["config"]["resnet50_fp16"]["device"] == "gpu0" for g in four["groups"])

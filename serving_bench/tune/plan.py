@@ -298,12 +298,13 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
                      "headroom": n * cap.capacity_scale / g - 1, "utilisation": g / (n * cap.capacity_scale),
                      "slo_met": met, "per_gpu": figures})
     total = sum(r["gpus"] for r in rows)
+    at_least = any(r["capacity_capped"] for r in rows)  # capacity only known to be >= the largest scale searched
     unit = "GPU" if all(info.kind == "gpu" for info in profile.devices.values()) else "device"
     layout = " + ".join(f"{r['gpus']}× {unit}[" + "; ".join(describe_model(cap_model) for cap_model in
                                                           caps[tuple(r['models'])].config.models) + "]" for r in rows)
     return {"growth": g, "gpus": total, "offered_rps": offered, "headroom": min(r["headroom"] for r in rows),
             "utilisation": max(r["utilisation"] for r in rows), "layout": layout, "groups": rows,
-            "slo_met": all(r["slo_met"] for r in rows), "unit": unit}
+            "slo_met": all(r["slo_met"] for r in rows), "unit": unit, "capped": at_least}
 
 
 def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", ray_address: str | None = None,
@@ -349,7 +350,9 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
         else:
             lines.append(f"{row['growth']:g}× ({row['offered_rps']:,.0f} req/s): {row['gpus']} {row['unit']}"
                          f"{'s' if row['gpus'] != 1 else ''} — {row['layout']}; headroom "
-                         f"{row['headroom'] * 100:.0f} %, load at {row['utilisation'] * 100:.0f} % of SLO capacity.")
+                         f"{'≥ ' if row.get('capped') else ''}{row['headroom'] * 100:.0f} %, load at "
+                         f"{'≤ ' if row.get('capped') else ''}{row['utilisation'] * 100:.0f} % of SLO capacity"
+                         + (" (capacity searched up to the largest growth factor)." if row.get("capped") else "."))
     doc = {"forecast": forecast.path, "load": forecast.load, "profile": forecast.profile, "hardware": hardware,
            "hardware_note": f"Simulated with the profile {Path(forecast.profile).name}: {hardware}.",
            "slos": slos, "growth": list(forecast.growth), "grouping": forecast.grouping,
