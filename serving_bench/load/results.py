@@ -55,7 +55,8 @@ def _pa_row(name: str, frame: pd.DataFrame, summary: dict, stats: Mapping | None
     def q(p):
         return round(float(np.percentile(service, p)) * us) if len(service) else ""
 
-    row = {"Model": name, "Mode": records.attrs.get("mode", "")}
+    row = dict.fromkeys(PA_COLUMNS, "")
+    row.update({"Model": name, "Mode": records.attrs.get("mode", "")})
     conc = records.attrs.get("concurrency")
     row["Concurrency"] = (sum(conc.values()) if name == "overall" else conc.get(name, "")) if conc else ""
     duration = float(records.attrs.get("meta", {}).get("duration_s", 0) or 0)
