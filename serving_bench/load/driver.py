@@ -278,8 +278,12 @@ class _Sender:
             while q and not self.stopping and time.perf_counter() < end:
                 await self._one(q.popleft())
 
-        workers = [worker(m) for m, n in share.concurrency.items() for _ in range(n)]
-        await asyncio.gather(*workers)
+        loop = asyncio.get_running_loop()
+        workers = {loop.create_task(worker(m)) for m, n in share.concurrency.items() for _ in range(n)}
+        self.tasks.update(workers)  # a stop hands them to _drain: grace, then cancel
+        pending = workers
+        while pending and not self.stopping:
+            _, pending = await asyncio.wait(pending, timeout=0.05)
 
     async def _one(self, i: int) -> None:
         """Send request ``i`` and record exactly one outcome for it."""
