@@ -113,7 +113,7 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
         "run_config_search_max_model_batch_size": 8 if quick else 32,
         "constraints": {"perf_latency_p99": {"max": p99_ms}},
         "objectives": ["perf_throughput"],
-        "skip_summary_reports": True,
+        "skip_summary_reports": False,  # the summary tables hold metrics-model-inference.csv
         "num_configs_per_model": 3,
     }
     config = {k: v for k, v in config.items() if v is not None}

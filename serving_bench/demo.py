@@ -90,6 +90,12 @@ class Demo:
                  + (f" — {stage.detail}" if stage.detail else ""))
         return stage.status == "ok"
 
+    def show_progress(self, p) -> None:
+        """One line per progress tick of a replay (engineer C's ``Progress``)."""
+        p99 = f", p99 {p.p99_s * 1e3:.1f} ms" if p.p99_s is not None else ""
+        self.say(f"  replay {p.elapsed_s:5.1f} s: {p.finished}/{p.scheduled} done, {p.in_flight} in flight, "
+                 f"{p.rate_rps:.0f} req/s{p99}, {p.failed} failed")
+
     # -- stages ----------------------------------------------------------------------------------------------------
     def export(self) -> str:
         from serving_bench.export.api import export_models
@@ -115,7 +121,7 @@ class Demo:
         with TritonServer(self.repo, models=list(self.schedule.models)) as server:
             self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving {', '.join(server.served_models)}")
             with Telemetry(server.endpoints.metrics_url, interval_s=0.5) as telemetry:
-                records = adapters.replay(server.endpoints, self.schedule)
+                records = adapters.replay(server, self.schedule, progress=self.show_progress)
             frame = telemetry.frame()
         save_records(records, out)
         frame.to_csv(out / "telemetry.csv", index=False)

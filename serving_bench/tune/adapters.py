@@ -61,12 +61,13 @@ def simulate(profile, config, schedule: Schedule, seed: int = 0):
     return SimTarget(profile, config, seed=seed).run(schedule)
 
 
-def replay(endpoints, schedule: Schedule):
+def replay(endpoints, schedule: Schedule, progress=None, progress_interval_s: float = 5.0):
     """Records of ``schedule`` replayed open loop against a running Triton (engineer C's ``TritonTarget``);
-    ``endpoints`` is an ``Endpoints``, a ``TritonServer`` (its death then ends the run) or a gRPC host:port."""
+    ``endpoints`` is an ``Endpoints``, a ``TritonServer`` (its death then ends the run) or a gRPC host:port;
+    ``progress(Progress)`` is called about every ``progress_interval_s``."""
     from serving_bench.load import TritonTarget
 
-    return TritonTarget(endpoints).run(schedule)
+    return TritonTarget(endpoints, progress=progress, progress_interval_s=progress_interval_s).run(schedule)
 
 
 def profiled_batch_sizes(profile, name: str, device: str | None = None) -> tuple[int, ...]:

@@ -265,8 +265,12 @@ def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, ou
         config = ctx.space.config(obs["params"])
         _log(opts, f"verify #{rank} on {'Triton at ' + opts.url if opts.url else 'embedded Triton'}: "
                    f"{len(load.base)} requests")
+        def progress(p) -> None:
+            _log(opts, f"  replay {p.elapsed_s:5.1f} s: {p.finished}/{p.scheduled} done, {p.rate_rps:.0f} req/s"
+                       + (f", p99 {p.p99_s * 1e3:.1f} ms" if p.p99_s is not None else ""))
+
         measured = verify.verify_candidate(config, load.base, slos, repo=opts.repo, url=opts.url,
-                                           out_dir=out / "verify" / f"rank{rank}")
+                                           out_dir=out / "verify" / f"rank{rank}", progress=progress)
         simulated = ctx.summary(obs["params"], 1.0)
         met, _ = check_slos(measured, slos, ctx.objective.max_failed_fraction)
         row = {"rank": rank, "key": obs["key"], "slo_met": met, "server": opts.url or "embedded"}

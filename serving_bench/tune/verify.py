@@ -81,7 +81,7 @@ def apply_to_server(url: str, config: ServingConfig) -> None:
 
 
 def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *, repo: str | Path | None,
-                     url: str | None, out_dir: Path) -> dict:
+                     url: str | None, out_dir: Path, progress=None) -> dict:
     """Replay ``schedule`` on Triton configured with ``config``; returns the measured summary (and saves records)."""
     from serving_bench.records import save_records
     from serving_bench.serve.server import Endpoints, TritonServer
@@ -89,13 +89,13 @@ def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *
     served = list(schedule.models)
     if url:
         apply_to_server(url, config)
-        records = adapters.replay(Endpoints.from_url(url), schedule)
+        records = adapters.replay(Endpoints.from_url(url), schedule, progress)
     else:
         with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
             copy = copy_repo(repo, Path(tmp) / "repo")
             config.apply_to_repo(copy)
             with TritonServer(copy, models=served) as server:
-                records = adapters.replay(server, schedule)
+                records = adapters.replay(server, schedule, progress)
     save_records(records, out_dir)
     summary = summarize(records, slos={m: dict(s) for m, s in slos.items()})
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
