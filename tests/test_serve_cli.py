@@ -36,9 +36,22 @@ def _read_until(proc: subprocess.Popen, pattern: str, timeout_s: float = 120.0) 
     raise AssertionError(f"no line matching {pattern!r}; got:\n{''.join(seen)}\n{proc.stderr.read()}")
 
 
+def _triton_layout_ports() -> int:
+    """A gRPC port P with P-1 and P+1 free too (Triton's default layout: HTTP 8000, gRPC 8001, metrics 8002)."""
+    from serving_bench.serve.ports import free_port, port_is_free
+
+    for _ in range(50):
+        port = free_port()
+        if port_is_free(port - 1) and port_is_free(port + 1):
+            return port
+    pytest.skip("no three consecutive free ports")
+
+
 def test_serve_prints_endpoints_answers_probe_and_stops_on_sigterm(sleep_repo, tmp_path):
     log = tmp_path / "server.log"
-    proc = _serve(str(sleep_repo), "--models", "sleep_python", "--instances", "sleep_python=2", "--log", str(log))
+    grpc = _triton_layout_ports()
+    proc = _serve(str(sleep_repo), "--models", "sleep_python", "--instances", "sleep_python=2", "--log", str(log),
+                  "--http-port", str(grpc - 1), "--grpc-port", str(grpc), "--metrics-port", str(grpc + 1))
     out = _read_until(proc, r"^ready\?  curl")
     server_pid = int(re.search(r"ready \(pid (\d+)\)", out).group(1))
     assert re.search(r"^gRPC    127\.0\.0\.1:\d+$", out, re.M)
@@ -47,6 +60,15 @@ def test_serve_prints_endpoints_answers_probe_and_stops_on_sigterm(sleep_repo, t
     with urllib.request.urlopen(probe, timeout=5) as reply:
         assert reply.status == 200
     assert len(subprocess.run(["pgrep", "-g", str(server_pid)], capture_output=True, text=True).stdout.split()) >= 3
+    assert f"gRPC    127.0.0.1:{grpc}\n" in out
+
+    # the same server as an external one: nothing is started, the facts are printed, exit 0
+    external = subprocess.run([sys.executable, "-m", "serving_bench.cli", "serve", "--url", f"127.0.0.1:{grpc}"],
+                              capture_output=True, text=True, timeout=60)
+    assert external.returncode == 0, external.stderr
+    assert f"HTTP    http://127.0.0.1:{grpc - 1}" in external.stdout
+    assert "sleep_python: python, max_batch_size 32, 2 instance(s)" in external.stdout
+
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     assert "SIGTERM: stopped tritonserver" in proc.stderr.read()
@@ -58,6 +80,7 @@ def test_serve_prints_endpoints_answers_probe_and_stops_on_sigterm(sleep_repo, t
     (["--instances", "sleep_python=0"], "error: --instances: sleep_python=0: expected MODEL=COUNT with COUNT >= 1"),
     (["--instances", "nope=2"], "error: --instances: nope: not a served model"),
     (["--models", "nope"], "nope: no such model in the repository; available: sleep_python, sleep_zero"),
+    (["--url", "no-port"], "error: --url: 'no-port': expected the server's gRPC address as host:port"),
 ])
 def test_bad_options_are_one_line_before_launch(sleep_repo, args, message):
     proc = subprocess.run([sys.executable, "-m", "serving_bench.cli", "serve", str(sleep_repo), *args],
@@ -68,3 +91,13 @@ def test_bad_options_are_one_line_before_launch(sleep_repo, args, message):
 
 def test_parse_instances():
     assert parse_instances("a=2, b=1,") == {"a": 2, "b": 1}
+
+
+def test_unreachable_external_server_is_a_clear_error():
+    from serving_bench.serve.ports import free_port
+
+    port = free_port()
+    proc = subprocess.run([sys.executable, "-m", "serving_bench.cli", "serve", "--url", f"127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert f"server error: Triton at 127.0.0.1:{port - 1} (--url 127.0.0.1:{port}) is not answering" in proc.stderr
