@@ -19,3 +19,16 @@ def sleep_repo(tmp_path_factory):
     write_sleep_entry(repo, "sleep_python", base_ms=5.0, per_item_ms=1.0)
     write_sleep_entry(repo, "sleep_zero", base_ms=0.0, per_item_ms=0.0)
     return repo
+
+
+@pytest.fixture(scope="session")
+def tiny_repo(tmp_path_factory):
+    """tiny_cnn and tiny_mlp exported to every framework (max batch 4; TensorRT is skipped without a GPU), the sleep
+    model, and the ensemble ``ens`` = tiny_cnn_onnxruntime + tiny_cnn_torchscript. Read-only: copy it to change it.
+    Returns ``(repo, records)``."""
+    from serving_bench.export.api import export_models
+
+    repo = tmp_path_factory.mktemp("tiny_repo")
+    records = export_models("tiny_cnn,tiny_mlp,sleep", "torchscript,onnxruntime,tvm,tensorrt", repo,
+                            max_batch_size=4, ensembles=["ens=tiny_cnn_onnxruntime,tiny_cnn_torchscript"])
+    return repo, records

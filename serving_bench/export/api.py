@@ -55,8 +55,8 @@ def _split(values: str | Iterable[str]) -> list[str]:
 def plan(models: Sequence[str], frameworks: Sequence[str], repo: Path, opts: ExportOptions, *, overwrite: bool,
          ensembles: Sequence[EnsembleSpec], model_options: Mapping[str, object]) -> list[PlannedEntry]:
     """Validate the request and list the entries to write; raises :class:`InputError` before anything is written."""
-    if not models:
-        raise InputError("--models", None, "expected at least one model name")
+    if not models and not ensembles:
+        raise InputError("--models", None, "expected at least one model name (or an --ensemble of existing entries)")
     if opts.precision not in PRECISIONS:
         raise InputError("--precision", opts.precision, f"expected one of {', '.join(PRECISIONS)}")
     if opts.max_batch_size < 1:

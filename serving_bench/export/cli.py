@@ -10,8 +10,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from serving_bench.export.frameworks import FRAMEWORKS
     from serving_bench.models import MODELS
 
-    parser.add_argument("--models", required=True,
-                        help=f"comma-separated zoo models: {', '.join(MODELS)}")
+    parser.add_argument("--models", default="",
+                        help=f"comma-separated zoo models: {', '.join(MODELS)} (may be omitted with --ensemble)")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help=f"comma-separated frameworks (default: all): {', '.join(FRAMEWORKS)}")
     parser.add_argument("--repo", default="model_repo", help="model repository folder (default: model_repo)")

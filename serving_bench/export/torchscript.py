@@ -6,6 +6,7 @@ their order in the config, so the names stay the zoo's.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from serving_bench.export.frameworks import ExportOptions, Predictor, outputs_dict
@@ -20,7 +21,8 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
     import torch
 
     example = tuple(torch.from_numpy(a) for a in spec.make_inputs(min(2, opts.max_batch_size), opts.seed).values())
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated; Triton's libtorch needs it
         traced = torch.jit.trace(module, example, check_trace=False)
     traced.save(str(version_dir / "model.pt"))
     return {"torch": torch.__version__, "method": "trace"}
@@ -32,7 +34,9 @@ def load(version_dir: Path, input_names: list[str], output_names: list[str], *, 
 
     if threads:
         torch.set_num_threads(int(threads))
-    module = torch.jit.load(str(version_dir / "model.pt"), map_location=device).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = torch.jit.load(str(version_dir / "model.pt"), map_location=device).eval()
 
     def predict(inputs):
         with torch.inference_mode():
