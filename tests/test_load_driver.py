@@ -27,8 +27,8 @@ def server(tmp_path_factory):
 
     repo = tmp_path_factory.mktemp("load_repo")
     write_sleep_entry(repo, "sleep_zero", base_ms=0.0, per_item_ms=0.0)
-    # one request at a time, a fixed service time: an M/D/1 queue
-    write_sleep_entry(repo, "sleep_md1", base_ms=8.0, per_item_ms=0.0, max_batch_size=1)
+    # one request at a time, a fixed service time: an M/D/1 queue (20 ms: long against the noise of a shared machine)
+    write_sleep_entry(repo, "sleep_md1", base_ms=20.0, per_item_ms=0.0, max_batch_size=1)
     write_sleep_entry(repo, "sleep_slow", base_ms=400.0, per_item_ms=0.0, max_batch_size=4)
     _write_ensemble(repo, "sleep_ens", "sleep_zero")
     with TritonServer(repo) as srv:
@@ -92,8 +92,8 @@ def test_perf_analyzer_wrapper_measures_the_same_server(server):
         pytest.skip(f"perf_analyzer cannot run here: {err}")
     m = pa.measure("sleep_md1", server.endpoints.grpc_url, concurrency=1, measurement_s=1.0, stability_pct=999,
                    max_trials=3)
-    assert m.mode == "concurrency" and 40 < m.throughput_ips < 130  # one 8 ms request at a time
-    assert 0.008 <= m.p50_s <= m.p99_s < 0.1 and m.server_compute_infer_s >= 0.008
+    assert m.mode == "concurrency" and 20 < m.throughput_ips < 55  # one 20 ms request at a time
+    assert 0.020 <= m.p50_s <= m.p99_s < 0.2 and m.server_compute_infer_s >= 0.020
 
 
 def test_several_sender_processes_share_one_schedule(server):
@@ -107,7 +107,7 @@ def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server):
     schedule = poisson_schedule(1000, 3.0, model="sleep_md1")  # far more requests than 1 s can serve
     records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0)).run(schedule)
     c = assert_target_contract(schedule, records, closed_loop=True)
-    assert 40 < c["ok"] < 260  # ~8 ms each, one instance: about 125 in 1 s
+    assert 20 < c["ok"] < 110  # ~20 ms each, one instance: about 50 in 1 s
     sent = np.sort(records["sent_s"].to_numpy())
     done = np.sort(records["done_s"].to_numpy())
     # never more than 2 outstanding: the k-th send happens after the (k-2)-th completion
@@ -179,17 +179,20 @@ def _busy_s(records, model):
 def test_mean_latency_agrees_with_md1_at_load_half(server):
     """M/D/1 at rho = 0.5: mean latency = rho * D / (2 (1 - rho)) + D + the no-load overhead.
 
-    D is the deterministic service time: what the single instance is busy per request (~8 ms of sleep plus the
+    D is the deterministic service time: what the single instance is busy per request (20 ms of sleep plus the
     python backend's own work), as Triton measures it; the load is set from D measured at no load, and the
     prediction uses D measured during the run (on a shared machine other processes stretch it a little). The
     no-load overhead is the no-load latency minus D (client, transport, scheduling: it does not queue)."""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load > 1.5 * cpus:  # other processes make the service time random and the client late: not M/D/1 any more
+        pytest.skip(f"machine overloaded (load average {load:.1f} on {cpus} CPUs): queueing-theory check not meaningful")
     warm = poisson_schedule(50, 2.0, model="sleep_md1", seed=9)
     no_load = TritonTarget(server, mode=ClosedLoop(concurrency=1, duration_s=2.0)).run(warm)
     d0 = _busy_s(no_load, "sleep_md1")
     overhead = float((no_load["done_s"] - no_load["sent_s"]).mean()) - d0
-    assert d0 >= 0.008 and overhead > 0
+    assert d0 >= 0.020 and overhead > 0
     rate = 0.5 / d0
-    schedule = poisson_schedule(rate, 16.0, model="sleep_md1", seed=4, warmup_s=1.0)
+    schedule = poisson_schedule(rate, 20.0, model="sleep_md1", seed=4, warmup_s=1.0)
     records = TritonTarget(server).run(schedule)
     assert_target_contract(schedule, records)
     measured = summarize(records)["overall"]["mean_s"]

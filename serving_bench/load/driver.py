@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import math
 import multiprocessing as mp
@@ -294,32 +295,38 @@ class _Sender:
         arrays.status[i] = IN_FLIGHT
         arrays.sent[i] = time.perf_counter() - self.t0
         try:
-            await self.rpc(share.payloads[share.payload[i]], timeout=share.timeout_s)
-            arrays.done[i] = time.perf_counter() - self.t0
+            call = self.rpc(share.payloads[share.payload[i]], timeout=share.timeout_s)
+            # stamped by the call's own completion, a loop pass or two before this coroutine resumes
+            call.add_done_callback(functools.partial(self._stamp_done, i))
+            await call
             arrays.status[i] = OK
             self.unavailable_streak = 0
         except grpc.aio.AioRpcError as err:
-            now = time.perf_counter() - self.t0
             code = err.code()
             details = err.details() or ""
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                arrays.done[i] = math.nan  # no response
                 arrays.status[i] = TIMEOUT
                 self.errors[i] = f"timeout: no response within {share.timeout_s:g} s"
             else:
-                arrays.done[i] = now
                 rejected = code == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
                 arrays.status[i] = REJECTED if rejected else ERROR
                 self.errors[i] = f"{code.name}: {details}"
                 if code == grpc.StatusCode.UNAVAILABLE and not rejected:
                     self._note_unavailable(details)
                 elif code == grpc.StatusCode.CANCELLED:
+                    arrays.done[i] = math.nan
                     self.errors[i] = "cancelled: the run stopped before the response"
         except asyncio.CancelledError:
+            arrays.done[i] = math.nan
             arrays.status[i] = ERROR
             self.errors[i] = "cancelled: the run stopped before the response"
         finally:
             self.in_flight -= 1
             self.slot_free.set()
+
+    def _stamp_done(self, i: int, call) -> None:
+        self.arrays.done[i] = time.perf_counter() - self.t0
 
     def _note_unavailable(self, details: str) -> None:
         """The server is gone when the transport says so (refused, reset, closed) or a run of requests fail."""
