@@ -215,6 +215,7 @@ class ModelOnDevice:
     threads: int = 1
     per_request_s: float = 0.0
     memory_bytes: int | None = None
+    batch_gap_s: float = 0.0
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -236,7 +237,7 @@ class ModelOnDevice:
 
     def to_json(self) -> dict:
         return {"execution_mode": self.execution_mode, "threads": self.threads, "memory_bytes": self.memory_bytes,
-                "per_request_s": self.per_request_s,
+                "per_request_s": self.per_request_s, "batch_gap_s": self.batch_gap_s,
                 "batches": {str(b): self.batches[b].to_json() for b in self.batch_sizes},
                 "colocation": [c.to_json() for c in self.colocation]}
 
@@ -407,7 +408,8 @@ class Profile:
                     raise InputError(source, f"{dwhere}.memory_bytes", "expected bytes >= 0 or null")
                 per_device[dev] = ModelOnDevice(mode, batches, curves, threads,
                                                 _number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
-                                                memory)
+                                                memory,
+                                                _number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"))
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
                                         overhead)

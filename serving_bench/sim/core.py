@@ -64,7 +64,8 @@ class Clock:
     """What the core needs from an engine. ``notify`` requests a step of a model at the end of the current instant;
     ``timer`` (re)arms a model's batcher timer (inf: none); ``device_changed`` re-plans a device's next completion;
     ``wake`` re-plans the next arrival that would wake a model's batcher (the fast engine uses it, SimPy ignores it);
-    ``arrive`` schedules a dynamic arrival (an ensemble step) of model ``m`` at ``t``."""
+    ``arrive`` schedules a dynamic arrival (an ensemble step) of model ``m`` at ``t``; ``release`` calls
+    ``Server.release(m, instance)`` at time ``t`` (an instance's gap between batches has passed)."""
 
     now: float = 0.0
 
@@ -75,6 +76,8 @@ class Clock:
     def device_changed(self, device: Device) -> None: ...
 
     def arrive(self, m: int, t: float, slot: int) -> None: ...
+
+    def release(self, m: int, instance: int, t: float) -> None: ...
 
 
 class ModelState:
@@ -111,8 +114,20 @@ class ModelState:
         self.rejected: list[tuple[int, float]] = []  # (owner, time) rejected at arrival (queue full)
         self.timed_out: list[tuple[int, int, float]] = []  # (a, b, t)
         self.errors: list[int] = []
-        self.batches: list[tuple] = []  # (ranges, done_t, items, instance)
+        # executed request ranges [out_a, out_b) with their batch's end time, items and instance (flat, one per range)
+        self.out_a: list[int] = []
+        self.out_b: list[int] = []
+        self.out_t: list[float] = []
+        self.out_items: list[int] = []
+        self.out_inst: list[int] = []
         self.busy_s = 0.0
+        # per instance, filled by the Server: its device, service-time table, sharing rule per batch size, per-request
+        # cost and the gap before it takes the next payload
+        self.inst_device: list = []
+        self.inst_table: list = []
+        self.inst_shares: list = []
+        self.inst_per_request: list[float] = []
+        self.inst_gap: list[float] = []
 
     # -- arrivals ---------------------------------------------------------------------------------------------------
     def queued_items(self) -> int:
@@ -176,23 +191,6 @@ class ModelState:
         t = t0 + k * DEFAULT_WAIT_S
         return t if t >= after else t0 + (k + 1) * DEFAULT_WAIT_S
 
-    # -- service -----------------------------------------------------------------------------------------------------
-    def draw(self) -> float:
-        ui = self.ui
-        if ui >= len(self.u):
-            self.u = self.rng.random(4096).tolist()
-            ui = 0
-        self.ui = ui + 1
-        return self.u[ui]
-
-
-def _sample(grid: list[float], u: float) -> float:
-    x = u * (len(grid) - 1)
-    i = int(x)
-    if i >= len(grid) - 1:
-        return grid[-1]
-    return grid[i] + (x - i) * (grid[i + 1] - grid[i])
-
 
 class Server:
     """All models and devices of one run; the engine calls ``step``, ``complete`` and ``arrive_dynamic``."""
@@ -202,7 +200,16 @@ class Server:
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.devices = {name: Device(name, rule.rates) for name, rule in spec.devices.items()}
+        self.devices = {name: Device(name, rule.pairs) for name, rule in spec.devices.items()}
+        for st in self.models:
+            ms = st.spec
+            for device in ms.instance_devices:
+                shares = spec.devices[device].shares
+                st.inst_device.append(self.devices[device])
+                st.inst_table.append(ms.tables[device])
+                st.inst_shares.append([None] + [shares[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
+                st.inst_per_request.append(ms.per_request_s[device])
+                st.inst_gap.append(ms.batch_gap_s.get(device, 0.0))
         self.job_seq = 0
         self.ensemble_done: list = []
 
@@ -260,32 +267,54 @@ class Server:
             self._start(st, p, st.idle.pop(0), now)
 
     def _start(self, st: ModelState, p: Payload, instance: int, now: float) -> None:
-        spec = st.spec
-        device = spec.instance_devices[instance]
-        table = spec.tables[device]
-        work = _sample(table[p.items], st.draw())
+        """Instance ``instance`` starts payload ``p``: one service-time draw (plus the per-request cost of every
+        request after the first) becomes a job on the instance's device."""
+        items = p.items
+        grid = st.inst_table[instance][items]
+        ui = st.ui
+        if ui >= len(st.u):
+            st.u = st.rng.random(4096).tolist()
+            ui = 0
+        st.ui = ui + 1
+        x = st.u[ui] * (len(grid) - 1)
+        i = int(x)
+        work = grid[-1] if i >= len(grid) - 1 else grid[i] + (x - i) * (grid[i + 1] - grid[i])
         if p.nreq > 1:
-            work += spec.per_request_s[device] * (p.nreq - 1)
-        dev = self.devices[device]
+            work += st.inst_per_request[instance] * (p.nreq - 1)
+        dev = st.inst_device[instance]
         self.job_seq += 1
-        dev.add(now, Job(work, (spec.index, p.items), self.job_seq, p, (st.m, instance), now))
+        dev.add(now, Job(work, st.inst_shares[instance][items], self.job_seq, p, (st.m, instance), now))
         self.clock.device_changed(dev)
 
     def complete(self, dev: Device, now: float) -> None:
-        """A device's planned completion time has come: finish the done jobs, free their instances."""
+        """A device's planned completion time has come: finish the done jobs (their requests are answered now) and
+        free their instances, at once or after the instance's measured gap between batches."""
         done = dev.pop_finished(now)
         self.clock.device_changed(dev)
         for job in done:
             m, instance = job.instance
             st = self.models[m]
             p = job.payload
-            st.batches.append((p.ranges, now, p.items, instance))
+            for a, b in p.ranges:
+                st.out_a.append(a)
+                st.out_b.append(b)
+                st.out_t.append(now)
+                st.out_items.append(p.items)
+                st.out_inst.append(instance)
             st.busy_s += now - job.start
-            pos = bisect_left(st.idle, instance)
-            st.idle.insert(pos, instance)
             if self.spec.ensembles:
                 self._ensemble_progress(st, p, now)
-            self.clock.notify(m)
+            gap = st.inst_gap[instance]
+            if gap > 0.0:
+                self.clock.release(m, instance, now + gap)
+            else:
+                self.release(m, instance)
+
+    def release(self, m: int, instance: int) -> None:
+        """Instance ``instance`` of model ``m`` is free again: it joins the idle ones (lowest index first)."""
+        st = self.models[m]
+        st.idle.insert(bisect_left(st.idle, instance), instance)
+        self.clock.notify(m)
 
     # -- Triton's batcher thread --------------------------------------------------------------------------------------
     def _batcher_loop(self, st: ModelState, now: float) -> None:

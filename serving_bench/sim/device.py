@@ -7,14 +7,17 @@ running batches *as seen by j*:
 
 * all running batches of one model: ``k_j = k``, so the measured curve applies as it is;
 * exactly two models whose pair curve was measured: that curve, ``rate = S_pair(k) / k``;
-* any other mix: ``k_j = 1 + sum_{i != j} w_ij`` with ``w_ij = 1`` for the same model and
-  ``w_ij = sqrt(rho_i / rho_j)`` otherwise (linear-time form in ``spec.DeviceRule.rates``), where ``rho`` is a model's interference coefficient fitted from its own
-  curve (0: runs beside anything untouched, like ``sleep``; 1: time-sliced). A model that does not slow itself
-  is not slowed by others, and one that uses no device capacity slows nobody.
+* any other mix: ``k_j = n_j + sum_{i of other models} w_ij`` with ``w_ij = sqrt(rho_i / rho_j)``, where ``n_j``
+  counts the running batches of j's own model and ``rho`` is a model's interference coefficient fitted from its own
+  curve (``S(k)/k = 1 / (1 + (k - 1) rho)``). Written as stretch, batch j is slowed by ``sqrt(rho_i rho_j)`` per
+  batch of another model: the product of two *device-bound fractions* ``d = sqrt(rho)`` (a batch that needs the device
+  a fraction d of its time meets another one's device-bound phase a fraction d_i of that time). A model that does not
+  slow itself (``rho = 0``, like ``sleep``) neither slows others nor is slowed by them.
 
-Work is measured in solo seconds; the device advances every running batch by ``elapsed * rate`` whenever the set of
-running batches changes. The arithmetic depends only on the set, never on the order batches were added, so both
-engines (SimPy reference and fast) produce bit-identical times.
+Work is measured in solo seconds. Each running batch keeps its planned end at its current rate; when the set of
+running batches changes, the batches whose rate changed are re-planned from their remaining work. The sums of
+``sqrt(rho)`` are kept as integers (fixed point, 2^-40), so they are exact and independent of the order batches came
+and went; both engines also add and remove batches in the same order, so they compute bit-identical times.
 """
 
 from __future__ import annotations
@@ -22,89 +25,179 @@ from __future__ import annotations
 import math
 
 
+FIXED = float(1 << 40)  # sqrt(rho) in fixed point: integer sums are exact and order-independent
+
+
+class Share:
+    """How one job kind (model, executed batch size) shares a device: its model, ``root = sqrt(rho)`` (and
+    ``iroot``, the same in fixed point) and its curve as ``rate(k) = min(S(k) / k, 1)``, which is exactly 1 while the
+    curve is still linear (``k <= linear_to``); beyond, the curve's points are kept as plain tuples for a quick
+    evaluation (:class:`serving_bench.profiles.schema.Curve` semantics)."""
+
+    __slots__ = ("model", "root", "iroot", "curve", "linear_to", "ks", "ss", "tail")
+
+    def __init__(self, model: int, curve):
+        self.model = model
+        self.curve = curve
+        self.root = math.sqrt(curve.interference)
+        self.iroot = int(round(self.root * FIXED))
+        linear_to = 1.0
+        for k, s in zip(curve.k, curve.speedup):
+            if s < k:
+                break
+            linear_to = k
+        self.linear_to = linear_to
+        self.ks, self.ss = curve.k, curve.speedup
+        ks, ss = self.ks, self.ss
+        slope = (ss[-1] - ss[-2]) / (ks[-1] - ks[-2]) if len(ks) > 1 else 0.0
+        self.tail = min(max(slope, 0.0), 1.0)
+
+    def rate(self, k: float) -> float:
+        """``min(S(k) / k, 1)``, the same numbers as ``min(curve(k) / k, 1)``."""
+        if k <= self.linear_to:
+            return 1.0
+        ks, ss = self.ks, self.ss
+        last = len(ks) - 1
+        if k >= ks[last]:
+            s = ss[last] + self.tail * (k - ks[last])
+        else:
+            i = 1
+            while ks[i] <= k:
+                i += 1
+            k0, s0 = ks[i - 1], ss[i - 1]
+            s = s0 + (k - k0) / (ks[i] - k0) * (ss[i] - s0)
+        r = s / k
+        return r if r < 1.0 else 1.0
+
+
 class Job:
-    """One executing batch: ``work`` solo seconds left, current ``rate``; ``kind`` is its sharing key."""
+    """One executing batch: ``work`` solo seconds; at its current ``rate`` it ends at ``finish`` (absolute seconds,
+    recomputed only when its rate changes); ``share`` is its sharing rule."""
 
-    __slots__ = ("rem", "rate", "kind", "seq", "payload", "instance", "start")
+    __slots__ = ("work", "finish", "rate", "share", "seq", "payload", "instance", "start")
 
-    def __init__(self, rem: float, kind: tuple, seq: int, payload, instance, start: float):
-        self.rem = rem
-        self.rate = 1.0
-        self.kind = kind
+    def __init__(self, work: float, share: Share, seq: int, payload, instance, start: float):
+        self.work = work
+        self.finish = math.inf
+        self.rate = 0.0  # not placed yet
+        self.share = share
         self.seq = seq
         self.payload = payload
         self.instance = instance
         self.start = start
 
 
-# Remaining work (solo seconds) below which a batch counts as finished; absorbs rounding of elapsed * rate.
+# A batch whose planned end is this close to now counts as finished (absorbs rounding of rescaled end times).
 DONE_TOLERANCE_S = 1e-12
 
 
 class Device:
-    """Processor sharing among the running jobs; ``rates(kinds)`` maps a sorted tuple of job kinds to their rates."""
+    """Processor sharing among the running jobs, per the rule in the module docstring. ``pairs`` maps a frozenset of
+    two model indices to a measured pair curve's :class:`Share` (its ``rate(k)`` is ``S_pair(k) / k``).
 
-    __slots__ = ("name", "jobs", "last", "rate_fn", "cache", "busy_s", "version")
+    A job keeps its planned end ``finish``; when the set of running jobs changes, only the jobs whose rate changed
+    are re-planned (remaining work ``(finish - now) * old_rate`` at the new rate). Per model the count of running
+    jobs and their fixed-point root sum are kept up to date as jobs come and go."""
 
-    def __init__(self, name: str, rate_fn):
+    __slots__ = ("name", "jobs", "last", "pairs", "busy_s", "version", "next", "counts", "roots", "total")
+
+    def __init__(self, name: str, pairs: dict | None = None):
         self.name = name
         self.jobs: list[Job] = []
         self.last = 0.0
-        self.rate_fn = rate_fn
-        self.cache: dict[tuple, dict] = {}
+        self.pairs = pairs or {}
         self.busy_s = 0.0  # time with at least one job running
         self.version = 0
+        self.next = math.inf  # the earliest planned end
+        self.counts: dict[int, int] = {}  # model -> running jobs
+        self.roots: dict[int, int] = {}  # model -> fixed-point sum of their roots
+        self.total = 0
 
-    def advance(self, now: float) -> None:
-        dt = now - self.last
-        if dt > 0.0:
-            jobs = self.jobs
-            if jobs:
-                self.busy_s += dt
-                for job in jobs:
-                    job.rem -= dt * job.rate
-            self.last = now
-
-    def _rerate(self) -> None:
+    def _rerate(self, now: float) -> None:
+        """Set every running job's rate for the current set, re-plan the jobs whose rate changed, update ``next``."""
         jobs = self.jobs
-        if len(jobs) == 1:
-            jobs[0].rate = 1.0
+        n = len(jobs)
+        if n == 1:
+            job = jobs[0]
+            if job.rate != 1.0:
+                job.finish = now + job.work if job.rate == 0.0 else now + (job.finish - now) * job.rate
+                job.rate = 1.0
+            self.next = job.finish
             return
-        if not jobs:
+        if not n:
+            self.next = math.inf
             return
-        key = tuple(sorted(job.kind for job in jobs))
-        rates = self.cache.get(key)
-        if rates is None:
-            rates = self.rate_fn(key)
-            if len(self.cache) > 200_000:  # mixes of batch sizes are many; keep memory bounded
-                self.cache.clear()
-            self.cache[key] = rates
+        counts = self.counts
+        pair = self.pairs.get(frozenset(counts)) if len(counts) == 2 and self.pairs else None
+        pair_rate = pair.rate(float(n)) if pair is not None else 0.0
+        roots = self.roots
+        total = self.total
+        nxt = math.inf
         for job in jobs:
-            job.rate = rates[job.kind]
+            if pair is None:
+                share = job.share
+                m = share.model
+                k = counts[m]
+                if share.iroot:
+                    k += (total - roots[m]) / share.iroot
+                rate = 1.0 if k <= share.linear_to else share.rate(k)
+            else:
+                rate = pair_rate
+            old = job.rate
+            if rate != old:
+                job.finish = now + job.work / rate if old == 0.0 else now + (job.finish - now) * old / rate
+                job.rate = rate
+            if job.finish < nxt:
+                nxt = job.finish
+        self.next = nxt
 
     def add(self, now: float, job: Job) -> None:
-        self.advance(now)
+        if self.jobs:
+            self.busy_s += now - self.last
+        self.last = now
         self.jobs.append(job)
-        self._rerate()
+        share = job.share
+        m = share.model
+        self.counts[m] = self.counts.get(m, 0) + 1
+        self.roots[m] = self.roots.get(m, 0) + share.iroot
+        self.total += share.iroot
+        self._rerate(now)
         self.version += 1
 
     def next_completion(self, now: float) -> float:
         """Absolute time of the next completion if nothing changes (inf when idle)."""
-        jobs = self.jobs
-        if not jobs:
-            return math.inf
-        if len(jobs) == 1:
-            job = jobs[0]
-            return now + max(job.rem, 0.0) / job.rate
-        return now + min(max(job.rem, 0.0) / job.rate for job in jobs)
+        nxt = self.next
+        return nxt if nxt > now else (now if self.jobs else math.inf)
 
     def pop_finished(self, now: float) -> list[Job]:
-        """Advance to ``now`` and remove the jobs whose work is done (sorted by start order)."""
-        self.advance(now)
-        done = [job for job in self.jobs if job.rem <= DONE_TOLERANCE_S * max(1.0, job.rate)]
-        if done:
-            self.jobs = [job for job in self.jobs if job.rem > DONE_TOLERANCE_S * max(1.0, job.rate)]
-            self._rerate()
-            self.version += 1
+        """Remove the jobs whose planned end has come (in start order) and re-plan the others."""
+        jobs = self.jobs
+        if jobs:
+            self.busy_s += now - self.last
+        self.last = now
+        limit = now + DONE_TOLERANCE_S
+        if self.next > limit:
+            return []
+        done = [job for job in jobs if job.finish <= limit]
+        counts, roots = self.counts, self.roots
+        for job in done:
+            share = job.share
+            m = share.model
+            c = counts[m] - 1
+            if c:
+                counts[m] = c
+                roots[m] -= share.iroot
+            else:
+                del counts[m]
+                del roots[m]
+            self.total -= share.iroot
+        if len(done) == len(jobs):
+            self.jobs = []
+            self.next = math.inf
+        else:
+            self.jobs = [job for job in jobs if job.finish > limit]
+            self._rerate(now)
+        self.version += 1
+        if len(done) > 1:
             done.sort(key=lambda j: j.seq)
         return done

@@ -15,7 +15,7 @@ import math
 
 from serving_bench.sim.core import Server
 
-DEVICE, TIMER, WAKE, ARRIVE, FEED = 0, 1, 2, 3, 4
+DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE = 0, 1, 2, 3, 4, 5
 
 
 class FastClock:
@@ -53,6 +53,9 @@ class FastClock:
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
         self.push(t, ARRIVE, m, (owner, items))
+
+    def release(self, m: int, instance: int, t: float) -> None:
+        self.push(t, RELEASE, m, instance)
 
 
 def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> Server:
@@ -118,6 +121,8 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
         elif kind == TIMER:
             if timer_version[target] == version:
                 clock.notify(target)
+        elif kind == RELEASE:
+            server.release(target, version)
         elif kind == ARRIVE:  # a dynamic arrival (an ensemble step)
             arrive(target, t, version[0], version[1])
         else:  # FEED: the next request of an arrival stream delivered one by one

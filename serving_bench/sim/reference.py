@@ -80,6 +80,10 @@ class SimPyClock:
             event.callbacks.append(
                 lambda _ev, d=device, v=version: d.version == v and self.server.complete(d, self.env.now))
 
+    def release(self, m: int, instance: int, t: float) -> None:
+        event = self.env.at(t)
+        event.callbacks.append(lambda _ev, m=m, i=instance: self.server.release(m, i))
+
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
         self.env.process(self._one_arrival(m, t, owner, items))
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Curve, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.device import Share
 
 GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
 DEFAULT_WAIT_S = 0.5  # Triton's batcher thread sleeps this long when its queue is empty and nothing wakes it
@@ -44,6 +45,7 @@ class ModelSpec:
     # per device name: table[b] = quantile grid of the solo service time of an executed batch of b items
     tables: dict[str, list[list[float] | None]] = field(default_factory=dict)
     per_request_s: dict[str, float] = field(default_factory=dict)
+    batch_gap_s: dict[str, float] = field(default_factory=dict)
     overhead_grid: list[float] = field(default_factory=list)
 
     @property
@@ -81,52 +83,17 @@ class SimSpec:
 
 
 class DeviceRule:
-    """The sharing rule of one device: curve and interference per job kind ``(model index, batch)``."""
+    """The sharing rule of one device (see :mod:`serving_bench.sim.device`): a :class:`Share` per job kind
+    ``(model index, executed batch size)`` and the measured pair curves (frozenset of two model indices -> a
+    :class:`Share` whose ``rate(k)`` is ``S_pair(k) / k``)."""
 
     def __init__(self, name: str, pair_curves: dict[frozenset, Curve]):
         self.name = name
-        self.curves: dict[tuple[int, int], Curve] = {}
-        self.rho: dict[tuple[int, int], float] = {}
-        self.root: dict[tuple[int, int], float] = {}
-        self.pair_curves = pair_curves
+        self.shares: dict[tuple[int, int], Share] = {}
+        self.pairs: dict[frozenset, Share] = {key: Share(-1, curve) for key, curve in pair_curves.items()}
 
     def add_kind(self, kind: tuple[int, int], curve: Curve) -> None:
-        self.curves[kind] = curve
-        self.rho[kind] = curve.interference
-        self.root[kind] = math.sqrt(curve.interference)
-
-    def rates(self, kinds: tuple) -> dict:
-        """Rate of each kind present in ``kinds`` (a sorted tuple with repetition), per the rule in ``device.py``.
-
-        With ``r = sqrt(rho)``: ``k_j = n_model(j) + (R - R_model(j)) / r_j`` where ``R`` sums ``r`` over running
-        batches (``w_ij = r_i / r_j`` summed over the other models' batches), so the cost is linear in the batches."""
-        models: dict = {}
-        for kind in kinds:
-            models[kind[0]] = models.get(kind[0], 0) + 1
-        if len(models) == 2:
-            pair = self.pair_curves.get(frozenset(models))
-            if pair is not None:
-                n = len(kinds)
-                rate = pair(n) / n
-                return {kind: rate for kind in kinds}
-        root = self.root
-        r_model: dict = {}
-        total = 0.0
-        for kind in kinds:
-            r = root[kind]
-            r_model[kind[0]] = r_model.get(kind[0], 0.0) + r
-            total += r
-        out: dict = {}
-        for kind in kinds:
-            if kind in out:
-                continue
-            m = kind[0]
-            k_eff = float(models[m])
-            r_j = root[kind]
-            if r_j > 0.0 and len(models) > 1:
-                k_eff += (total - r_model[m]) / r_j
-            out[kind] = self.curves[kind](k_eff) / k_eff
-        return out
+        self.shares[kind] = Share(kind[0], curve)
 
 
 def _default_curve(info_kind: str, cores: int | None, md: ModelOnDevice, batch: int) -> Curve:
@@ -204,6 +171,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                                      "not extrapolated") from None
             spec.tables[device] = table
             spec.per_request_s[device] = md.per_request_s
+            spec.batch_gap_s[device] = md.batch_gap_s
         spec.overhead_grid = _grid(profile.overhead_for(ms.name))
         models.append(spec)
 

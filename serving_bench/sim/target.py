@@ -15,6 +15,7 @@ Besides the table, ``records.attrs["sim"]`` holds what only a simulator knows: p
 
 from __future__ import annotations
 
+import gc
 import numpy as np
 import pandas as pd
 
@@ -74,7 +75,13 @@ class SimTarget:
                 run.add_source(index, ids[~bad], arrival[ids[~bad]], items[~bad])
             else:
                 run.add_ensemble_source(index, ids, arrival[ids], batch[ids])
-        server = run.execute(self.engine)
+        collect = gc.isenabled()
+        gc.disable()  # millions of short-lived acyclic objects: the cyclic collector would only cost time
+        try:
+            server = run.execute(self.engine)
+        finally:
+            if collect:
+                gc.enable()
         self._fill(records, run, server, schedule)
         return records
 
@@ -95,23 +102,17 @@ class SimTarget:
         for st in server.models:
             owners = np.asarray(st.owner, dtype=np.int64)
             m = st.m
-            if st.batches:
-                a = np.fromiter((r[0] for b in st.batches for r in b[0]), dtype=np.int64)
-                b_ = np.fromiter((r[1] for b in st.batches for r in b[0]), dtype=np.int64)
-                per = [(b[1], b[2], b[3]) for b in st.batches for _ in b[0]]
-                t_done = np.array([x[0] for x in per])
-                items = np.array([x[1] for x in per], dtype=np.int32)
-                inst = np.array([x[2] for x in per], dtype=np.int32)
-                lengths = b_ - a
+            if st.out_a:
+                a = np.asarray(st.out_a, dtype=np.int64)
+                lengths = np.asarray(st.out_b, dtype=np.int64) - a
                 local = _expand(a, lengths)
                 who = owners[local]
-                rep_t = np.repeat(t_done, lengths)
                 direct = who >= 0
                 ids = who[direct]
-                done[ids] = rep_t[direct]
+                done[ids] = np.repeat(np.asarray(st.out_t), lengths)[direct]
                 status[ids] = STATUSES.index("ok")
-                exec_batch[ids] = np.repeat(items, lengths)[direct]
-                instance[ids] = np.repeat(inst, lengths)[direct]
+                exec_batch[ids] = np.repeat(np.asarray(st.out_items, dtype=np.int32), lengths)[direct]
+                instance[ids] = np.repeat(np.asarray(st.out_inst, dtype=np.int32), lengths)[direct]
                 overhead_grid_of[ids] = m
                 seen[ids] = True
             for a, b, t in st.timed_out:
