@@ -51,10 +51,12 @@ class Stage:
 
 
 class Demo:
-    def __init__(self, out: Path, repo: Path, load_profile: Path, tune_evals: int, overwrite: bool):
+    def __init__(self, out: Path, repo: Path, load_profile: Path, tune_evals: int, reuse_repo: bool,
+                 profile_seconds: float):
         self.out, self.repo, self.load_profile = out, repo, load_profile
         self.tune_evals = tune_evals
-        self.overwrite = overwrite
+        self.reuse_repo = reuse_repo
+        self.profile_seconds = profile_seconds
         self.t0 = time.perf_counter()
         self.stages: list[Stage] = []
         self.schedule = None
@@ -99,9 +101,15 @@ class Demo:
     # -- stages ----------------------------------------------------------------------------------------------------
     def export(self) -> str:
         from serving_bench.export.api import export_models
+        from serving_bench.export.repository import load_manifest
 
+        wanted = [f"{m}_{f}" for m in EXPORT_MODELS for f in FRAMEWORKS] + [ENSEMBLE.split("=")[0]]
+        if self.reuse_repo and self.repo.is_dir():
+            entries = load_manifest(self.repo)["entries"]
+            if all(entries.get(name, {}).get("status") == "exported" for name in wanted):
+                return f"reused the {len(wanted)} exported entries in {self.repo} (--reuse-repo)"
         records = export_models(list(EXPORT_MODELS), list(FRAMEWORKS), self.repo, max_batch_size=MAX_BATCH,
-                                overwrite=self.overwrite, ensembles=[ENSEMBLE], log=lambda line: self.say("  " + line))
+                                overwrite=True, ensembles=[ENSEMBLE], log=lambda line: self.say("  " + line))
         failed = [r for r in records if r["status"] == "failed"]
         if failed:
             raise RuntimeError("export failed for " + ", ".join(f"{r['name']} ({r['reason']})" for r in failed))
@@ -140,7 +148,8 @@ class Demo:
         self.profile_path = self.out / "profile.json"
         served = list(ServingConfig.from_repo(self.repo, list(self.schedule.models)).names)  # ensemble members too
         self.say(f"  measuring {', '.join(served)}")
-        adapters.measure_profile(self.repo, served, self.profile_path, log=lambda line: self.say("  " + line))
+        adapters.measure_profile(self.repo, served, self.profile_path, seconds=self.profile_seconds,
+                                 log=lambda line: self.say("  " + line))
         return str(self.profile_path)
 
     def simulate_and_validate(self) -> str:
@@ -198,14 +207,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", default="model_repo", help="model repository to export into (default model_repo)")
     parser.add_argument("--load", default=str(DEMO_PROFILE), help="load profile (default load_profiles/demo.yaml)")
     parser.add_argument("--tune-evals", type=int, default=24, help="configurations the tune stage evaluates")
-    parser.add_argument("--no-overwrite", action="store_true", help="keep existing repository entries")
+    parser.add_argument("--reuse-repo", action="store_true",
+                        help="skip the export when the repository already holds every demo entry")
+    parser.add_argument("--profile-seconds", type=float, default=3.0,
+                        help="closed-loop seconds per model and batch size in the profile stage (default 3)")
 
 
 def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, overwrite=not args.no_overwrite)
+    demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, args.reuse_repo, args.profile_seconds)
     return demo.run()
 
 

@@ -1,0 +1,48 @@
+"""The demo's committed load profile, and (opt-in, ~10 minutes) the whole demo end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving_bench.demo import DEMO_PROFILE, ENSEMBLE, EXPORT_MODELS, FRAMEWORKS
+
+
+def test_demo_profile_is_poisson_plus_an_ensemble_burst():
+    from serving_bench.load.profile import LoadProfile, build_schedule
+
+    schedule = build_schedule(LoadProfile.load(DEMO_PROFILE))
+    exported = {f"{m}_{f}" for m in EXPORT_MODELS for f in FRAMEWORKS} | {ENSEMBLE.split("=")[0]}
+    assert set(schedule.models) <= exported and "tiny_ensemble" in schedule.models
+    assert set(schedule.meta["slos"]) == set(schedule.models)
+    names = schedule.model_names()
+    ens = schedule.arrival_s[names == "tiny_ensemble"]
+    burst = ((ens >= 12) & (ens < 18)).sum() / 6.0
+    quiet = ((ens < 12) | (ens >= 18)).sum() / 24.0
+    assert 3.0 < burst / quiet < 12.0  # a 6x burst, within Poisson noise
+    singles = schedule.arrival_s[names != "tiny_ensemble"]
+    gaps = np.diff(singles)
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.15  # Poisson: exponential gaps, CV 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SERVING_BENCH_SLOW") != "1",
+                    reason="the full demo takes ~10 minutes on 2 cores; `make demo` runs it (set SERVING_BENCH_SLOW=1 "
+                           "to run it here)")
+def test_demo_end_to_end(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "serving_bench.cli", "demo", "--out", str(out), "--repo",
+                           str(tmp_path / "repo")], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stages = json.loads((out / "demo.json").read_text())
+    assert all(s["status"] == "ok" for s in stages.values()), stages
+    assert f"report: {(out / 'report.html').resolve()}" in proc.stdout
+    data = json.loads((out / "report.json").read_text())
+    assert data["tune"]["verification"] and data["validation"] and data["telemetry"]
+    assert Path(data["tune"]["tuned_repo"]).is_dir()
