@@ -542,7 +542,7 @@ class TritonTarget:
             records.attrs["server_stats"] = {}
         records.attrs["meta"].update(facts)
         records.attrs.update(mode=self.mode.name, senders=processes, url=self.url, elapsed_s=elapsed,
-                             timeout_s=self.timeout_s)
+                             timeout_s=self.timeout_s, t0_unix=self.t0_unix)
         if closed:
             records.attrs["concurrency"] = concurrency
         return records
@@ -593,6 +593,7 @@ class TritonTarget:
                 raise ServerError(failures[0])
             stats_before = asyncio.run(_statistics(self.url, list(self.specs)))  # after the warm-up requests
             t0 = time.perf_counter() + 0.02
+            t0_unix = time.time() + (t0 - time.perf_counter())
             t0_value.value = t0
             go.set()
             finished = 0
@@ -645,6 +646,7 @@ class TritonTarget:
             raise ServerError(f"a sender failed: {failures[0]}")
         if self.progress is not None:
             self.progress(_progress(arrays, schedule, elapsed))
+        self.t0_unix = t0_unix
         return errors, reasons, elapsed, stats_before
 
     def _records(self, schedule: Schedule, arrays: _Arrays, errors: dict[int, str], reasons: list[str],
