@@ -74,6 +74,13 @@ def test_replay_writes_results_and_a_saved_schedule_replays_exactly(repo, profil
         out2 = tmp_path / "run2"
         assert cli(["replay", str(profile), "--url", server.endpoints.grpc_url, "--out", str(out2),
                     "--schedule", str(out / "schedule.npz"), "--no-progress", "--no-telemetry"]) == 0
+        # an MLPerf-style Server scenario through the same command
+        out3 = tmp_path / "scenario"
+        assert cli(["replay", str(profile), "--url", server.endpoints.grpc_url, "--out", str(out3), "--scenario",
+                    "server", "--qps", "40", "--min-duration", "1s", "--min-queries", "20"]) == 0
+    scenario = json.loads((out3 / "scenario.json").read_text())
+    assert scenario["scenario"] == "server" and scenario["valid"] and scenario["qps"] == 40
+    assert load_records(out3)["status"].astype(str).eq("ok").all()
     again = load_records(out2)
     np.testing.assert_array_equal(again["intended_s"].to_numpy(), records["intended_s"].to_numpy())
     np.testing.assert_array_equal(again["batch"].to_numpy(), records["batch"].to_numpy())
