@@ -176,6 +176,7 @@ def _busy_s(records, model):
     return stats["compute_input_mean_s"] + stats["compute_infer_mean_s"] + stats["compute_output_mean_s"]
 
 
+@pytest.mark.slow
 def test_mean_latency_agrees_with_md1_at_load_half(server):
     """M/D/1 at rho = 0.5: mean latency = rho * D / (2 (1 - rho)) + D + the no-load overhead.
 

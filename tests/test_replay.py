@@ -44,6 +44,7 @@ def profile(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_replay_writes_results_and_a_saved_schedule_replays_exactly(repo, profile, tmp_path, capsys):
     out = tmp_path / "run1"
     assert cli(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"]) == 0
