@@ -73,7 +73,7 @@ def machine_facts(gpu: bool) -> dict:
     import torch
 
     facts = {"python": platform.python_version(), "torch": torch.__version__, "cores": os.cpu_count(),
-             "platform": platform.platform()}
+             "platform": platform.platform(), "load_average_1m": round(os.getloadavg()[0], 2)}
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
