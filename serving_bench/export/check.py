@@ -6,7 +6,7 @@ What is checked, per entry folder:
 - the folder name is a safe entry name and ``config.pbtxt`` parses as a Triton ``ModelConfig``; its ``name`` (if set)
   is the folder name; ``platform``/``backend`` is one this tool writes;
 - ``max_batch_size`` >= 0 (and > 0 with ``dynamic_batching``), inputs and outputs are declared with a data type,
-  unique names and dims > 0 (or -1); instance counts >= 1;
+  unique names and dims > 0 (or -1); instance counts >= 1 (0 = unset = 1);
 - the version folder ``1/`` holds the artifact (``model.pt``, ``model.onnx``, ``model.plan``; ``model.py`` for the
   python backend, plus ``model.so`` for TVM entries);
 - the artifact agrees with the config: ONNX graph inputs/outputs (names, element types, dims after the batch axis)
@@ -62,6 +62,7 @@ def check_repo(repo: str | Path) -> tuple[list[InputError], list[str]]:
         manifest = {"entries": {}}
     entries = manifest.get("entries", {})
     configs: dict[str, ModelConfig] = {}
+    unreadable: set[str] = set()  # already reported; ensembles naming them get no second line
     folders = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
     for folder in folders:
         config_path = folder / CONFIG_NAME
@@ -77,11 +78,12 @@ def check_repo(repo: str | Path) -> tuple[list[InputError], list[str]]:
             configs[folder.name] = read_config(config_path)
         except InputError as err:
             problems.items.append(err)
+            unreadable.add(folder.name)
     for name, config in configs.items():
         _check_entry(repo / name, config, entries.get(name), problems)
     for name, config in configs.items():
         if config.platform == "ensemble":
-            _check_ensemble(repo / name, config, configs, problems)
+            _check_ensemble(repo / name, config, configs, unreadable, problems)
     for name, record in entries.items():
         if isinstance(record, dict) and record.get("status") == "exported" and not (repo / name).is_dir():
             problems.add(repo / MANIFEST_NAME, f"entries.{name}", "lists an exported entry whose folder is missing")
@@ -129,7 +131,7 @@ def _check_entry(entry: Path, config: ModelConfig, record: dict | None, problems
     for which in ("input", "output"):
         _check_tensors(path, config, which, problems)
     for i, group in enumerate(config.instance_group):
-        if group.count < 1 and group.HasField("count") if hasattr(group, "HasField") else group.count < 1:
+        if group.count < 0:  # 0 is proto3's "unset", which Triton reads as 1
             problems.add(path, f"instance_group[{i}].count", f"{group.count}: expected >= 1")
     versions = sorted(p for p in entry.iterdir() if p.is_dir() and p.name.isdigit())
     if not versions:
@@ -259,7 +261,8 @@ def _check_against_manifest(entry: Path, config: ModelConfig, record: dict, prob
             problems.add(path, which, f"{have} differ from the exported artifact's {want} (manifest.json)")
 
 
-def _check_ensemble(entry: Path, config: ModelConfig, configs: dict[str, ModelConfig], problems: Problems) -> None:
+def _check_ensemble(entry: Path, config: ModelConfig, configs: dict[str, ModelConfig], unreadable: set[str],
+                    problems: Problems) -> None:
     path = entry / CONFIG_NAME
     steps = config.ensemble_scheduling.step
     if not steps:
@@ -273,6 +276,8 @@ def _check_ensemble(entry: Path, config: ModelConfig, configs: dict[str, ModelCo
     for i, step in enumerate(steps):
         field = f"ensemble_scheduling.step[{i}]"
         member = configs.get(step.model_name)
+        if step.model_name in unreadable:
+            continue
         if member is None:
             problems.add(path, f"{field}.model_name", f"{step.model_name!r}: expected an entry of this repository")
             continue

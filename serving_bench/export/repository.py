@@ -77,8 +77,8 @@ def parse_config(text: str, source: str | Path = CONFIG_NAME) -> ModelConfig:
         msg = str(err)
         # protobuf puts "line:col : " in front of its message; keep only the reason.
         reason = re.sub(r"^\d+:\d+\s*:\s*", "", msg)
-        field_match = re.search(r'field "?([\w.]+)"?|named "?(\w+)"?', reason)
-        field = field_match.group(1) or field_match.group(2) if field_match else None
+        field_match = re.search(r'named "?(\w+)"?', reason) or re.search(r'field "?([\w.]+)"?', reason)
+        field = field_match.group(1) if field_match else None
         where = f"line {line}" if line else None
         parts = ": ".join(p for p in (where, f"field {field}" if field else None) if p)
         raise InputError(source, parts or None, f"malformed config.pbtxt ({reason}); expected a Triton ModelConfig "
