@@ -22,7 +22,7 @@ fi
 "$PY" -m pip install --quiet "nvidia-cuda-runtime-cu12==12.9.79"
 if [ ! -x "$BIN" ]; then
   WHEEL_DIR="$(mktemp -d)"; trap 'rm -rf "$WHEEL_DIR"' EXIT
-  "$PY" -m pip download --quiet --no-deps "tritonclient==2.50.0" --platform manylinux1_x86_64 --only-binary=:all: -d "$WHEEL_DIR"
+  "$PY" -m pip download --quiet --no-deps "tritonclient==2.50.0" -d "$WHEEL_DIR"
   "$PY" - "$WHEEL_DIR" "$BIN" <<'PYEOF'
 import sys, zipfile, pathlib, os
 wheel = next(pathlib.Path(sys.argv[1]).glob("tritonclient-2.50.0-*.whl"))
