@@ -173,20 +173,36 @@ def heatmap_section(data: dict) -> str:
     return f'<section id="instance-heatmap"><h2>Instance count heat map</h2><div class="charts">{body}</div></section>'
 
 
+LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p99.9", "mean")
+
+
+def _metric_format(metric: str):
+    """(label, formatter) for a comparison row's metric: latencies in ms, utilisation in %, others as numbers."""
+    name = metric[:-2] if metric.endswith("_s") else metric
+    if name in LATENCY_METRICS:
+        return f"{name} (ms)", _ms
+    if "util" in name:
+        return f"{name} (%)", lambda v: "–" if v is None else f"{v * 100:.1f}"
+    if name.startswith("throughput"):
+        return f"{name.replace('_rps', '')} (req/s)", lambda v: _num(v, 1)
+    return name.replace("_", " "), lambda v: _num(v, 2)
+
+
 def validation_section(data: dict) -> str:
     rows = []
     for r in data.get("validation", []):
         err = r.get("rel_error")
         if err is None and r.get("simulated") is not None and r.get("measured"):
             err = (r["simulated"] - r["measured"]) / r["measured"]
-        unit_ms = str(r.get("metric", "")).endswith("_s")
-        fmt = _ms if unit_ms else _num
-        rows.append([r.get("source", ""), r.get("model", ""), str(r.get("metric", "")).replace("_s", " (ms)"),
+        label, fmt = _metric_format(str(r.get("metric", "")))
+        rows.append([r.get("source", ""), r.get("model", ""), label,
                      (fmt(r.get("simulated")), r.get("simulated") or 0), (fmt(r.get("measured")), r.get("measured") or 0),
                      ("–" if err is None else f"{err * 100:+.1f} %", err if err is not None else 0)])
     body = _table(["source", "model", "metric", "simulated", "measured", "error"], rows, "sim-vs-measured") if rows \
         else '<p class="empty">No simulated-vs-measured comparison in this folder.</p>'
-    return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{body}</section>'
+    note = ('<p class="note">Error = (simulated − measured) / measured, for the same schedule on the simulator and on '
+            'real Triton.</p>') if rows else ""
+    return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{note}{body}</section>'
 
 
 def top_section(data: dict) -> str:
