@@ -170,48 +170,42 @@ def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server)
     assert summary["service_p99_s"] < 0.1, summary["service_p99_s"]  # one slow request in ~400 is below p99
 
 
-def _busy_s(records, model):
-    """Mean time the instance was busy per request during the run (Triton: compute input + infer + output)."""
-    stats = records.attrs["server_stats"][model]
-    return stats["compute_input_mean_s"] + stats["compute_infer_mean_s"] + stats["compute_output_mean_s"]
+def md1_waits(arrivals: np.ndarray, service_s: float) -> np.ndarray:
+    """Waiting time of each arrival in a FIFO single-server queue with deterministic service (Lindley's
+    recursion): the M/D/1 queue on this very arrival sequence."""
+    waits = np.zeros(len(arrivals))
+    for k in range(1, len(arrivals)):
+        waits[k] = max(0.0, waits[k - 1] + service_s - (arrivals[k] - arrivals[k - 1]))
+    return waits
 
 
 @pytest.mark.slow
 def test_mean_latency_agrees_with_md1_at_load_half(server):
-    """M/D/1 at rho = 0.5: mean latency = rho * D / (2 (1 - rho)) + D + the no-load overhead.
+    """M/D/1 at rho = 0.5: mean latency = mean M/D/1 wait + L0, within 10 %.
 
-    D is the deterministic service time: what the single instance is busy per request (20 ms of sleep plus the
-    python backend's own work), as Triton measures it; the load is set from D measured at no load, and the
-    prediction uses D measured during the run (on a shared machine other processes stretch it a little). The
-    no-load overhead is the no-load latency minus D (client, transport, scheduling: it does not queue)."""
+    S, the deterministic service time the queue sees, is how long the single instance is occupied per request:
+    1 / its throughput when it is never idle (closed loop, two in flight; ~20 ms of sleep plus the python backend's
+    hand-over). L0, the no-load latency (one request at a time), holds what does not queue: client, transport, the
+    server's own path. The load is rho = lambda * S = 0.5. The M/D/1 wait is computed on the schedule's own Poisson
+    arrivals (Lindley's recursion): over a 20 s run the mean wait of one Poisson realisation scatters by about 20 %
+    around the closed form rho * S / (2 (1 - rho)), so the closed form is only checked loosely."""
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load > 1.5 * cpus:  # other processes make the service time random and the client late: not M/D/1 any more
+    if load > 3 * cpus:  # other processes make the service time random and the client late: not M/D/1 any more
         pytest.skip(f"machine overloaded (load average {load:.1f} on {cpus} CPUs): queueing-theory check not meaningful")
-    warm = poisson_schedule(50, 2.0, model="sleep_md1", seed=9)
-    no_load = TritonTarget(server, mode=ClosedLoop(concurrency=1, duration_s=2.0)).run(warm)
-    d0 = _busy_s(no_load, "sleep_md1")
-    overhead = float((no_load["done_s"] - no_load["sent_s"]).mean()) - d0
-    assert d0 >= 0.020 and overhead > 0
-    rate = 0.5 / d0
+    calibration = poisson_schedule(100, 3.0, model="sleep_md1", seed=9)
+    saturated = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=3.0)).run(calibration)
+    done = np.sort(saturated["done_s"].dropna().to_numpy())
+    s = float(np.mean(np.diff(done[len(done) // 4:])))  # steady state: one completion every S seconds
+    no_load = TritonTarget(server, mode=ClosedLoop(concurrency=1, duration_s=2.0)).run(calibration)
+    l0 = float((no_load["done_s"] - no_load["sent_s"]).mean())
+    assert 0.020 <= s < l0 + 0.005
+    rate = 0.5 / s
     schedule = poisson_schedule(rate, 20.0, model="sleep_md1", seed=4, warmup_s=1.0)
     records = TritonTarget(server).run(schedule)
     assert_target_contract(schedule, records)
     measured = summarize(records)["overall"]["mean_s"]
-    d = _busy_s(records, "sleep_md1")
-    rho = rate * d
-    assert 0.45 < rho < 0.6, rho
-    predicted = rho * d / (2 * (1 - rho)) + d + overhead
-    assert abs(measured - predicted) / predicted < 0.10, (measured, predicted, d0, d, overhead)
-
-
-def test_stop_ends_a_closed_loop_within_the_grace_period(server):
-    """A stop (what Ctrl-C does) must not wait for slow in-flight requests beyond grace_s."""
-    schedule = poisson_schedule(10, 30.0, model="sleep_slow", seed=6)
-    target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0), grace_s=0.2)
-    threading.Timer(0.6, target.stop).start()
-    started = time.monotonic()
-    records = target.run(schedule)
-    assert time.monotonic() - started < 5.0
-    c = assert_target_contract(schedule, records, closed_loop=True)
-    assert records.attrs["partial"] and records.attrs["stop_reason"] == "stopped"
-    assert c["error"] >= 1 and records["error"].str.startswith("cancelled").any()
+    in_window = schedule.arrival_s >= 1.0
+    predicted = float(md1_waits(schedule.arrival_s, s)[in_window].mean()) + l0
+    closed_form = 0.5 * s / (2 * (1 - 0.5)) + l0
+    assert abs(measured - predicted) / predicted < 0.10, (measured, predicted, closed_form, s, l0)
+    assert abs(predicted - closed_form) / closed_form < 0.25  # this realisation is a typical one
