@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -51,12 +52,13 @@ class Plan:
     warmup_s: float
     max_batch_size: int = 8
     seq_len: int = 128
+    senders: int = 1  # client processes driving the closed loop (one Python process tops out at a few 1000 req/s)
     step_estimate_s: float = 30.0  # server start + run, to decide what still fits the budget
 
 
 PLANS = {
     "gpu": Plan("gpu", ("resnet50", "bert_base"), "fp16", (1, 2, 4, 8), (1, 8), duration_s=8.0, warmup_s=2.0,
-                step_estimate_s=40.0),
+                step_estimate_s=45.0, senders=4),
     "cpu": Plan("cpu", ("tiny_cnn", "tiny_mlp"), "fp32", (1, 2), (), duration_s=3.0, warmup_s=1.0,
                 step_estimate_s=15.0),
 }
@@ -138,7 +140,8 @@ def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, 
     from serving_bench.telemetry import Telemetry
 
     total_s = plan.warmup_s + plan.duration_s
-    target = TritonTarget(server, mode=ClosedLoop(concurrency=concurrency, duration_s=total_s))
+    target = TritonTarget(server, mode=ClosedLoop(concurrency=concurrency, duration_s=total_s),
+                          senders=min(plan.senders, max(1, sum(concurrency.values()))))
     start = time.perf_counter()
     with Telemetry(server.endpoints.metrics_url, interval_s=0.5, pid=server.pid) as telemetry:
         records = target.run(closed_schedule(models, total_s))
@@ -163,11 +166,17 @@ def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, 
     return run
 
 
-def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str | None) -> tuple[list, list]:
+def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str | None,
+               saved: Callable[[list, list], None] = lambda runs, skipped: None) -> tuple[list, list]:
+    """Run the plan's steps; ``saved(runs, skipped)`` is called after each, so a run cut short keeps its figures."""
     from serving_bench.serve.server import connect
 
     swept, partner = [f"{m}_torchscript" for m in plan.pair]
     runs, skipped = [], []
+
+    def record(run: dict) -> None:
+        runs.append(run)
+        saved(runs, skipped)
 
     def fits(step: str) -> bool:
         left = budget_s - (time.perf_counter() - started)
@@ -183,9 +192,9 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
     # 1. both models, one instance each: each alone, then the pair
     if fits("pair"):
         with server([swept, partner], {swept: 1, partner: 1}) as srv:
-            runs.append(measure(srv, [swept], {swept: 2}, plan, f"{swept} x1", instances=1, cuda_graphs=False))
-            runs.append(measure(srv, [partner], {partner: 2}, plan, f"{partner} x1", instances=1, cuda_graphs=False))
-            runs.append(measure(srv, [swept, partner], {swept: 2, partner: 2}, plan, f"pair {swept} + {partner}",
+            record(measure(srv, [swept], {swept: 2}, plan, f"{swept} x1", instances=1, cuda_graphs=False))
+            record(measure(srv, [partner], {partner: 2}, plan, f"{partner} x1", instances=1, cuda_graphs=False))
+            record(measure(srv, [swept, partner], {swept: 2, partner: 2}, plan, f"pair {swept} + {partner}",
                                 instances=1, cuda_graphs=False))
     if url:  # an external server's instance counts are its own: nothing more to vary
         return runs, skipped
@@ -193,13 +202,13 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
     for n in plan.sweep[1:]:
         if fits(f"{swept} x{n}"):
             with server([swept], {swept: n}) as srv:
-                runs.append(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n}", instances=n,
+                record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n}", instances=n,
                                     cuda_graphs=False))
     # 3. CUDA graphs (GPU only)
     for n in plan.graphs_at:
         if fits(f"{swept} x{n} cuda graphs"):
             with server([swept], {swept: n}, cuda_graphs="1") as srv:
-                runs.append(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n} cuda graphs", instances=n,
+                record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n} cuda graphs", instances=n,
                                     cuda_graphs=True))
     return runs, skipped
 
@@ -220,6 +229,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {run['label']} | {name} | {run['instances']} | {'yes' if run['cuda_graphs'] else 'no'} "
                          f"| {m['throughput_rps']:.1f} | {m['p50_ms']} | {m['p99_ms']} | {m['server_queue_ms']} | "
                          f"{m['server_compute_ms']} | {util} | {mem} |")
+    if not result.get("complete", True):
+        lines += ["", "INCOMPLETE: the check was cut short after the runs above."]
     if result["skipped"]:
         lines += ["", "Skipped: " + "; ".join(f"{s['step']} ({s['reason']})" for s in result["skipped"])]
     if result["plan"]["mode"] == "cpu":
@@ -263,14 +274,20 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA GPU visible to torch: running the reduced CPU plan (no GPU figures)", flush=True)
     facts = machine_facts(gpu)
     print(f"gpu_check: {plan.mode} plan on {facts.get('gpu') or facts['cpu']}", flush=True)
+    command = " ".join(["scripts/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])])
+
+    def result_of(runs: list, skipped: list, complete: bool) -> dict:
+        return {"date": datetime.date.today().isoformat(), "machine": facts, "plan": dataclasses.asdict(plan),
+                "command": command, "url": args.url, "runs": list(runs), "skipped": list(skipped),
+                "complete": complete, "elapsed_s": round(time.perf_counter() - started, 1)}
+
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         repo = Path(args.repo) if args.repo else Path(tmp) / "repo"
         print(f"export {', '.join(plan.pair)} ({plan.precision}, TorchScript) into {repo}", flush=True)
         export_repo(plan, repo)
-        runs, skipped = run_checks(plan, repo, args.budget_s, started, args.url)
-    result = {"date": datetime.date.today().isoformat(), "machine": facts, "plan": dataclasses.asdict(plan),
-              "command": " ".join(["scripts/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])]),
-              "url": args.url, "runs": runs, "skipped": skipped, "elapsed_s": round(time.perf_counter() - started, 1)}
+        runs, skipped = run_checks(plan, repo, args.budget_s, started, args.url,
+                                   saved=lambda r, s: write_result(result_of(r, s, False), Path(args.out)))
+    result = result_of(runs, skipped, True)
     for path in write_result(result, Path(args.out)):
         print(f"wrote {path}")
     failed = [f"{r['label']}: {n}" for r in runs for n, m in r["models"].items() if m["failed"] or m["ok"] == 0]

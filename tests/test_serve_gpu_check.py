@@ -25,7 +25,7 @@ def test_cpu_plan_measures_sweep_and_pair(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [result_file] = tmp_path.glob("gpu_check_*_cpu*.json")
     result = json.loads(result_file.read_text())
-    assert result["plan"]["mode"] == "cpu" and result["skipped"] == []
+    assert result["plan"]["mode"] == "cpu" and result["skipped"] == [] and result["complete"] is True
     labels = [r["label"] for r in result["runs"]]
     assert labels == ["tiny_cnn_torchscript x1", "tiny_mlp_torchscript x1",
                       "pair tiny_cnn_torchscript + tiny_mlp_torchscript", "tiny_cnn_torchscript x2"]
