@@ -209,3 +209,16 @@ def test_mean_latency_agrees_with_md1_at_load_half(server):
     closed_form = 0.5 * s / (2 * (1 - 0.5)) + l0
     assert abs(measured - predicted) / predicted < 0.10, (measured, predicted, closed_form, s, l0)
     assert abs(predicted - closed_form) / closed_form < 0.25  # this realisation is a typical one
+
+
+def test_stop_ends_a_closed_loop_within_the_grace_period(server):
+    """A stop (what Ctrl-C does) must not wait for slow in-flight requests beyond grace_s."""
+    schedule = poisson_schedule(10, 30.0, model="sleep_slow", seed=6)
+    target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0), grace_s=0.2)
+    threading.Timer(0.6, target.stop).start()
+    started = time.monotonic()
+    records = target.run(schedule)
+    assert time.monotonic() - started < 5.0
+    c = assert_target_contract(schedule, records, closed_loop=True)
+    assert records.attrs["partial"] and records.attrs["stop_reason"] == "stopped"
+    assert c["error"] >= 1 and records["error"].str.startswith("cancelled").any()
