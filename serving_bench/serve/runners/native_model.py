@@ -5,7 +5,8 @@ check used (:func:`serving_bench.export.frameworks.load_predictor`).
 Parameters written by :func:`serving_bench.serve.runners.runtime_entry`: ``framework`` (``onnxruntime``,
 ``torchscript``, ``tensorrt``), ``original_platform``, ``threads_per_instance``, and optionally ``cuda_graphs``
 (TorchScript on a KIND_GPU instance: ``all`` or batch sizes such as ``1,2,4,8``; see ``cuda_graphs.py``).
-KIND_GPU instances run on ``cuda:<device id>``; a GPU instance where torch sees no GPU fails to load with that reason.
+KIND_GPU instances run on ``cuda:<device id>``; a GPU instance where torch sees no GPU, or an ONNX Runtime entry on a
+GPU instance where onnxruntime has no CUDA provider, fails to load with that reason (never a silent CPU fallback).
 """
 
 from serving_bench.export.frameworks import get_framework, load_predictor
@@ -23,6 +24,13 @@ class TritonPythonModel(BatchingRunner):
 
             if not torch.cuda.is_available():
                 raise RuntimeError(f"KIND_GPU instance on {self.device}, but torch sees no CUDA GPU")
+            if framework == "onnxruntime":  # ORT would quietly fall back to its CPU provider
+                import onnxruntime
+
+                if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+                    raise RuntimeError("KIND_GPU instance, but this onnxruntime has no CUDAExecutionProvider "
+                                       f"(providers: {', '.join(onnxruntime.get_available_providers())}); "
+                                       "serve the entry with KIND_CPU instances or install onnxruntime-gpu")
         graphs = self.params.get("cuda_graphs", "")
         if graphs and framework == "torchscript" and self.device.startswith("cuda"):
             self.predict = self._cuda_graph_predictor(graphs)
