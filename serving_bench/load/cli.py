@@ -127,10 +127,13 @@ def main(args) -> int:
         server = TritonServer(repo, models=list(schedule.models), instances=instances)
         server.start()
         endpoints, pid = server.endpoints, server.process.pid
-    bar = _Bar(len(schedule), not args.no_progress)
+    bar = None
     try:
         target = TritonTarget(server or endpoints, mode=mode, timeout_s=timeout_s, senders=args.senders,
-                              progress=bar, source=args.profile)
+                              source=args.profile)
+        target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything starts
+        bar = _Bar(len(schedule), not args.no_progress)
+        target.progress = bar
         telemetry = None
         if not args.no_telemetry:
             from serving_bench.telemetry import Telemetry
@@ -147,7 +150,8 @@ def main(args) -> int:
             shutil.rmtree(out)
         summary = write_results(out, records, schedule, telemetry=telemetry)
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         if server is not None:
             server.stop()
     _print_summary(summary, out)

@@ -448,6 +448,7 @@ class TritonTarget:
         self.source = source
         self._stop = threading.Event()
         self.specs: dict[str, Any] = {}
+        self._prepared: tuple[Schedule, tuple] | None = None  # the last schedule prepare() serialized
 
     def with_mode(self, mode: OpenLoop | ClosedLoop) -> "TritonTarget":
         """The same target with another load mode."""
@@ -470,11 +471,14 @@ class TritonTarget:
     def prepare(self, schedule: Schedule) -> tuple[list[bytes], np.ndarray, list[int], dict]:
         """Check the schedule's models against the server and serialize every request it needs.
 
-        Returns ``(payloads, payload index per request, one warm-up payload per model, facts)``; raises
+        Called by :meth:`run`; call it first to fail early (the result is reused by the next ``run`` of the same
+        schedule). Returns ``(payloads, payload index per request, one warm-up payload per model, facts)``; raises
         :class:`InputError` (unknown model: the list of served ones; impossible batch size; bad input files)
         before anything is sent."""
         from serving_bench.load.inputs import ModelSpec, SampleBank, check_batch, infer_request
 
+        if self._prepared is not None and self._prepared[0] is schedule:
+            return self._prepared[1]
         source = self.source or schedule.meta.get("profile") or "schedule"
         specs = asyncio.run(_fetch_specs(self.url, schedule.models, source))
         self.specs = specs
@@ -504,12 +508,14 @@ class TritonTarget:
             warmup.append(base)
         facts = {"ensembles": {n: list(s.ensemble_members) for n, s in specs.items() if s.ensemble_members},
                  "platforms": {n: s.platform for n, s in specs.items()}}
+        self._prepared = (schedule, (payloads, index, warmup, facts))
         return payloads, index, warmup, facts
 
     # -- the run -------------------------------------------------------------------------------------------------
     def run(self, schedule: Schedule) -> pd.DataFrame:
         """Send ``schedule`` and return its records (one row per request, see :mod:`serving_bench.records`)."""
         payloads, index, warmup, facts = self.prepare(schedule)
+        self._prepared = None  # payloads are not kept beyond the run
         n = len(schedule)
         closed = isinstance(self.mode, ClosedLoop)
         duration = float(self.mode.duration_s or schedule.duration_s) if closed else schedule.duration_s
