@@ -1,0 +1,81 @@
+"""The runtime view's file layout and the runner helpers that need no server (fast)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving_bench.export.repository import read_config
+from serving_bench.export.sleep import write_sleep_entry
+from serving_bench.serve.runners import PACKAGE_DIR, SAFE_RUNNER_NAME, default_threads
+from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
+from serving_bench.serve.runtime_view import build_runtime_repo
+
+
+def test_default_threads_fit_instances_into_cores():
+    assert default_threads(1, cores=8) == 8
+    assert default_threads(3, cores=8) == 2
+    assert default_threads(16, cores=8) == 1  # oversubscribed: one thread each
+    assert default_threads(0, cores=2) == 2
+
+
+def test_view_links_package_sets_threads_and_keeps_configs(tmp_path):
+    repo = tmp_path / "repo"
+    write_sleep_entry(repo, "sleep_a", base_ms=1, per_item_ms=0, instances=1)
+    write_sleep_entry(repo, "sleep_b", base_ms=1, per_item_ms=0, instances=1)
+    view = tmp_path / "view"
+    names = build_runtime_repo(repo, view, instances={"sleep_b": 3}, threads_per_instance=None)
+    assert names == ["sleep_a", "sleep_b"]
+    a, b = read_config(view / "sleep_a" / "config.pbtxt"), read_config(view / "sleep_b" / "config.pbtxt")
+    assert [g.count for g in b.instance_group] == [3] and [g.count for g in a.instance_group] == [1]
+    expected = str(default_threads(4))
+    assert a.parameters["threads_per_instance"].string_value == b.parameters["threads_per_instance"].string_value \
+        == expected
+    assert a.parameters["base_ms"].string_value == "1.0"
+    assert os.readlink(view / "sleep_a" / "serving_bench") == str(PACKAGE_DIR)
+    assert (view / "sleep_a" / "1").resolve() == (repo / "sleep_a" / "1").resolve()
+    assert read_config(repo / "sleep_b" / "config.pbtxt").instance_group[0].count == 1  # repository untouched
+
+
+def test_runner_shadowed_by_an_extension_module_is_renamed(tmp_path):
+    """The stub imports ``model``: a ``model.so`` beside ``model.py`` (TVM's library) would win, so the view links
+    the runner under another name and points ``default_model_filename`` at it."""
+    repo = tmp_path / "repo"
+    entry = write_sleep_entry(repo, "shadowed", base_ms=0, per_item_ms=0)
+    (entry / "1" / "model.so").write_bytes(b"")  # only its name matters here; the real case is tests/test_serve.py
+    view = tmp_path / "view"
+    build_runtime_repo(repo, view, validate=False)
+    served = read_config(view / "shadowed" / "config.pbtxt")
+    assert served.default_model_filename == SAFE_RUNNER_NAME
+    version = view / "shadowed" / "1"
+    assert version.is_dir() and not version.is_symlink()
+    assert sorted(p.name for p in version.iterdir()) == ["model.so", SAFE_RUNNER_NAME]
+    assert (version / SAFE_RUNNER_NAME).resolve() == (entry / "1" / "model.py").resolve()
+
+
+def test_parse_cuda_graph_batch_sizes():
+    assert parse_batch_sizes("", 8) == [] and parse_batch_sizes("off", 8) == []
+    assert parse_batch_sizes("all", 4) == [1, 2, 3, 4]
+    assert parse_batch_sizes("8,1,2,2", 8) == [1, 2, 8]
+    with pytest.raises(ValueError, match="batch sizes in 1..8"):
+        parse_batch_sizes("16", 8)
+
+
+def test_cuda_graph_predictor_matches_eager():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU here: CUDA graphs run only on a GPU (scripts/gpu_check.sh exercises them)")
+    from serving_bench.models import get_model
+    from serving_bench.serve.runners.cuda_graphs import CudaGraphPredictor
+
+    spec = get_model("tiny_cnn")
+    module = torch.jit.trace(spec.create(0), torch.from_numpy(spec.make_inputs(2, 0)["input"])).cuda().eval()
+    predictor = CudaGraphPredictor(module, "cuda:0", ["input"], ["output"], spec.make_inputs(1, 0), [1, 4])
+    for batch in (1, 3, 4, 6):  # captured, padded, captured, eager
+        x = spec.make_inputs(batch, seed=batch)
+        with torch.inference_mode():
+            want = module(torch.from_numpy(x["input"]).cuda()).cpu().numpy()
+        np.testing.assert_allclose(predictor(x)["output"], want, rtol=1e-4, atol=1e-5)
