@@ -152,12 +152,12 @@ def utilisation(records, summary=None) -> float | None:
     return max(float(v) / duration for v in sim["device_busy_s"].values())
 
 
-def measure_profile(repo, models, out_path, log=None, seconds: float | None = None):
-    """Measure a simulator profile of ``models`` on the embedded Triton and save it (engineer D's profiling)."""
+def measure_profile(repo, models, out_path, log=None, **options):
+    """Measure a simulator profile of ``models`` on the embedded Triton and save it (engineer D's profiling;
+    ``options``: its keyword arguments, e.g. ``seconds``, ``colocation``, ``pairs``)."""
     from serving_bench.profiles import measure
 
-    kwargs = {"seconds": seconds} if seconds is not None else {}
-    return measure.measure_profile(repo, models, out_path, log=log, **kwargs)
+    return measure.measure_profile(repo, models, out_path, log=log, **options)
 
 
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None):
