@@ -7,7 +7,6 @@ import json
 import shutil
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 

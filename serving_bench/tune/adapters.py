@@ -88,7 +88,7 @@ def max_servable_batch(profile, name: str, devices) -> int:
     return best or 0
 
 
-def config_from_profile(profile, models) -> "ServingConfig":
+def config_from_profile(profile, models):
     """A base serving config for a profile without a repository: one entry per schedule model on the profile's
     first device of the model, batching up to the largest batch size the profile measured (engineer D's profile)."""
     from serving_bench.serving_config import ModelServing, ServingConfig

@@ -13,12 +13,12 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from serving_bench.errors import InputError
 from serving_bench.export.repository import atomic_write_text
-from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint
 from serving_bench.tune.executors import EXECUTORS, make_executor
@@ -62,7 +62,6 @@ class TuneOptions:
     restart: bool = False
     report: bool = True
     quiet: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

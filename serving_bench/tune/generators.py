@@ -72,7 +72,6 @@ class OptunaGenerator(Generator):
                                              n_startup_trials=min(10, max(2, space_size_hint(space) // 4)))
         self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self._pending: dict[str, list] = {}
-        self._space_size = None
 
     def replay(self, params: Params, value: float) -> None:
         super().replay(params, value)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from serving_bench.errors import InputError
-from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.serving_config import ServingConfig
 
 PREFERRED_RULES = ("none", "max", "pow2")
 KNOBS = ("instances", "max_batch_size", "max_queue_delay_us", "preferred")
