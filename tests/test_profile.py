@@ -1,5 +1,7 @@
-"""Profiles: JSON round trip, one-line errors, the batch-size interpolation rule, CSV and H200 import, and (server)
-measurement + validate on the real Triton with the sleep model."""
+"""Profiles: JSON round trip, one-line errors, the batch-size interpolation rule, CSV and H200 import, the
+measurement's estimators on synthetic Triton data (trace parsing, gap between batches, per-request cost, co-location
+significance, cold starts), and (server) measurement + validate on the real Triton with the sleep model and an ONNX
+Runtime model."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
-from serving_bench.profiles import Dist, Profile
+from serving_bench.profiles import Dist, IdleEffect, Profile
 from serving_bench.profiles.importers import import_csv, import_h200_eager
 
 
@@ -62,6 +64,114 @@ def test_bad_profile_is_one_line_naming_file_and_field(tmp_path, mutate, where):
     with pytest.raises(InputError, match=where) as info:
         Profile.load(path)
     assert "\n" not in info.value.line() and str(path) in info.value.line()
+
+
+def test_idle_batch_gap_and_pairs_round_trip_and_bad_idle_names_the_field(tmp_path):
+    data = import_h200_eager().to_json()
+    md = data["models"]["resnet50_fp16"]["devices"]["gpu0"]
+    md["batch_gap_s"] = 5e-5
+    md["idle"] = IdleEffect((0.0, 0.01), (0.0, 0.001), (0.001, 0.05), (0.0, 0.002)).to_json()
+    data["pairs"] = [{"device": "gpu0", "models": ["resnet50_fp16", "bert_base_fp16"], "batch": 8, "k": [1, 2],
+                      "speedup": [1.0, 1.4]}]
+    profile = Profile.from_json(data, "p.json")
+    again = Profile.from_json(json.loads(json.dumps(profile.to_json())), "p.json")
+    md = again.models["resnet50_fp16"].devices["gpu0"]
+    assert md.batch_gap_s == 5e-5 and md.idle.service_extra(0.005) == pytest.approx(0.0005)
+    assert md.idle.overhead_extra(1.0) == 0.002 and again.pairs[0].curve.batch == 8
+    data["models"]["resnet50_fp16"]["devices"]["gpu0"]["idle"]["service"]["idle_s"] = [0.01, 0.0]
+    with pytest.raises(InputError, match=r"p.json: models.resnet50_fp16.devices.gpu0.idle.service.idle_s: "
+                                         r"expected strictly increasing"):
+        Profile.from_json(data, "p.json")
+
+
+def _trace_file(path, requests):
+    """A Triton trace file (the JSON Triton writes) for ``requests``: (model, request, queue, start, end) seconds."""
+    items = []
+    for i, (model, req, queue, start, end) in enumerate(requests, start=1):
+        items.append({"id": i, "model_name": model, "model_version": 1})
+        for name, t in (("REQUEST_START", req), ("QUEUE_START", queue), ("COMPUTE_START", start),
+                        ("COMPUTE_END", end), ("REQUEST_END", end + 1e-5)):
+            items.append({"id": i, "timestamps": [{"name": name, "ns": int(round(t * 1e9))}]})
+    path.write_text(json.dumps(items))
+    return path
+
+
+def test_trace_batches_and_gap_between_batches(tmp_path):
+    from serving_bench.profiles.measure import LoopRun, Trace, _batches, batch_gap
+
+    # one instance, 3 requests always in flight: each batch starts 100 us after the previous one ends, except one
+    # that was not queued yet (its gap does not count); a request of another model is ignored
+    reqs, t = [], 10.0
+    for i in range(6):
+        start, end = t, t + 0.005
+        queued = start - 0.004 if i != 3 else start - 0.00001
+        reqs.append(("m", queued, queued, start, end))
+        t = end + (0.0001 if i != 2 else 0.003)
+    reqs.append(("other", 10.0, 10.0, 10.0, 10.001))
+    trace = Trace.load(_trace_file(tmp_path / "trace.json", reqs))
+    run = LoopRun({}, {}, (9.0, 11.0))
+    starts, ends, queued = _batches(trace.window("m", run.window))
+    assert len(starts) == 6 and np.allclose(ends - starts, 0.005)
+    gap, count = batch_gap(run, trace, "m")
+    assert count == 4 and gap == pytest.approx(0.0001)
+    assert len(trace.window("m", (10.02, 11.0))["COMPUTE_START"]) == 1
+
+
+def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():
+    from serving_bench.profiles.measure import per_request_cost
+
+    service = {1: 0.006, 2: 0.007, 3: 0.008, 4: 0.009}  # one request of n rows: 5 ms + 1 ms per row
+    # batches of n one-row requests: 40 us more per extra request, and the whole run 0.5 ms slower (drift)
+    after = {n: (100, int(100 * (service[n] + 0.0005 + 4e-5 * (n - 1)) * 1e9)) for n in service}
+    before = {1: (10, int(10 * 0.0065 * 1e9))}
+    after[1] = (110, after[1][1] + before[1][1])
+    cost, used = per_request_cost(before, after, service.get)
+    assert cost == pytest.approx(4e-5, rel=1e-3) and used == 300
+    assert per_request_cost({}, {1: (5, 30_000_000)}, service.get) == (0.0, 0)
+
+
+def test_colocation_slowdown_within_noise_is_no_slowdown():
+    from serving_bench.profiles.measure import significant_speedup
+
+    s, why = significant_speedup(2.0, [1.97, 2.05, 1.99], [0.0060, 0.0061, 0.0062])
+    assert s == 2.0 and "within noise" in why
+    s, _ = significant_speedup(2.0, [1.2, 1.25, 1.22], [0.0060, 0.0061, 0.0062])
+    assert s == pytest.approx(1.22)
+    s, _ = significant_speedup(2.0, [1.8, 1.85], [0.004, 0.006])  # solo spread 40 %: a 10 % slowdown is noise
+    assert s == 2.0
+
+
+def test_lone_wait_follows_tritons_preferred_sizes():
+    from serving_bench.export.sleep import sleep_config
+    from serving_bench.profiles.measure import lone_wait_s
+
+    config = sleep_config("s", base_ms=1, per_item_ms=0, max_batch_size=8, max_queue_delay_us=500)
+    assert lone_wait_s(config, 1) == pytest.approx(5e-4) and lone_wait_s(config, 8) == 0.0
+    config = sleep_config("s", base_ms=1, per_item_ms=0, max_batch_size=8, max_queue_delay_us=500,
+                          preferred_batch_sizes=(1, 4))
+    assert lone_wait_s(config, 1) == 0.0 and lone_wait_s(config, 2) == pytest.approx(5e-4)
+
+
+def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back(tmp_path):
+    from serving_bench.profiles.measure import LoopRun, Trace, idle_effect
+
+    reqs, runs, t = [], {}, 100.0
+    # hot: 0.3 ms service, 1 ms client latency, requests back to back; spaced: service 0.3 + extra
+    for key, (period, extra) in {("m", "solo", 1): (0.0012, 0.0), ("m", "idle", 0.002): (0.003, 0.0002),
+                                 ("m", "idle", 0.008): (0.009, 0.0001), ("m", "idle", 0.032): (0.033, 0.0006)}.items():
+        t0 = t
+        for _ in range(20):
+            reqs.append(("m", t + 0.0001, t + 0.0001, t + 0.0002, t + 0.0005 + extra))
+            t += period
+        latency = np.full(20, 0.001 + extra + (0.0004 if key[1] == "idle" else 0.0))
+        runs[key] = LoopRun({"m": latency}, {}, (t0, t))
+        t += 1.0
+    trace = Trace.load(_trace_file(tmp_path / "t.json", reqs))
+    effect = idle_effect(runs, trace, "m", 0.0)
+    assert effect.service_extra_s == pytest.approx((0.0, 0.0002, 0.0002, 0.0006))  # never warmer after longer idle
+    assert effect.service_idle_s[0] == pytest.approx(0.0012 - 0.0003)
+    assert effect.overhead_extra_s == pytest.approx((0.0, 0.0004, 0.0004, 0.0004))
+    assert effect.overhead_gap_s == pytest.approx((0.001, 0.003, 0.009, 0.033))
 
 
 @pytest.mark.server

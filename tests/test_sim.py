@@ -11,7 +11,7 @@ import pytest
 from serving_bench.errors import InputError
 from serving_bench.load.schedule import Schedule
 from serving_bench.metrics import summarize
-from serving_bench.profiles import Curve, DeviceInfo, Dist, ModelOnDevice, ModelProfile, Profile
+from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim import SimTarget
 
@@ -19,12 +19,12 @@ from conformance import assert_target_contract
 
 
 def sleep_profile(base=0.005, per=0.001, sizes=(1, 32), overhead=0.0, colocation=(), device="cpu", kind="cpu",
-                  names=("sleep_python",), service=None, gap=0.0, per_request=0.0, **device_kw) -> Profile:
+                  names=("sleep_python",), service=None, gap=0.0, per_request=0.0, idle=None, **device_kw) -> Profile:
     """A profile of the sleep model: service ``base + per * items`` exactly (what the sleep runner sleeps)."""
     models = {}
     for name in names:
         batches = service or {b: Dist.constant(base + per * b) for b in sizes}
-        md = ModelOnDevice("n/a", batches, tuple(colocation), per_request_s=per_request, batch_gap_s=gap)
+        md = ModelOnDevice("n/a", batches, tuple(colocation), per_request_s=per_request, batch_gap_s=gap, idle=idle)
         models[name] = ModelProfile(name, "python", "fp32", {device: md})
     info = DeviceInfo(device, kind, "test", cores=2 if kind == "cpu" else None, **device_kw)
     profile = Profile({device: info}, models, Dist.constant(overhead), path="test_profile.json")
@@ -142,6 +142,45 @@ def test_per_request_cost_inside_a_batch():
     assert list(r["exec_batch"]) == [4] * 4 and r["done_s"][0] == pytest.approx(0.005 + 0.004 + 3 * 0.0005)
 
 
+def test_cold_start_after_idle_time():
+    """A batch after its instance idled 10 ms takes the measured extra; a request 50 ms after the previous one pays
+    the overhead extra; back-to-back work pays nothing."""
+    idle = IdleEffect((0.001, 0.01), (0.0, 0.002), (0.002, 0.05), (0.0, 0.003))
+    times = [0.0, 0.001, 0.0171, 0.0671]  # the second queues behind the first; the third comes 3.1 ms after it ends
+    sched = Schedule(np.array(times), np.zeros(4), ("sleep_python",), np.zeros(4), np.ones(4), {"duration_s": 1.0})
+    r = SimTarget(sleep_profile(idle=idle), one(max_batch_size=1)).run(sched)
+    # first: never busy before (last value: +2 ms service), first request ever (+3 ms overhead)
+    # second: back to back, 1 ms after the first (no overhead extra); third: instance idle 3.1 ms,
+    # 16.1 ms after the previous request (+ 0.003 * 14.1 / 48); fourth: idle and 50 ms gap
+    assert r["done_s"][0] == pytest.approx(0.006 + 0.002 + 0.003)
+    assert r["done_s"][1] == pytest.approx(0.008 + 0.006)
+    assert r["done_s"][2] == pytest.approx(0.0171 + 0.006 + 0.002 * 0.0021 / 0.009 + 0.003 * 0.0141 / 0.048)
+    assert r["done_s"][3] == pytest.approx(0.0671 + 0.006 + 0.002 + 0.003)
+
+
+def test_colocation_curve_between_measured_batch_sizes_is_interpolated():
+    from serving_bench.sim.spec import _curve_for
+
+    small, large = Curve(1, (1.0, 2.0), (1.0, 2.0)), Curve(9, (1.0, 4.0), (1.0, 1.0))
+    mid = _curve_for((small, large), 5)
+    assert mid.batch == 5 and mid.k == (1.0, 2.0, 4.0)
+    assert mid(2.0) == pytest.approx((2.0 + large(2.0)) / 2) and mid(4.0) == pytest.approx((small(4.0) + 1.0) / 2)
+    assert _curve_for((small, large), 1) is small and _curve_for((small, large), 32) is large
+
+
+def test_pair_curve_applies_up_to_its_batch_size():
+    """Two models measured as a pair at batch 1 (time-sliced): their batch-1 requests share the device; at batch 4
+    the pair curve does not apply and each model's own curve (no slowdown) does."""
+    data = sleep_profile(device="gpu0", kind="gpu", names=("a", "b"), sizes=(1, 4),
+                         colocation=[Curve(1, (1.0, 2.0), (1.0, 2.0))]).to_json()
+    data["pairs"] = [{"device": "gpu0", "models": ["a", "b"], "batch": 1, "k": [1, 2], "speedup": [1.0, 1.0]}]
+    profile = Profile.from_json(data, "p.json")
+    config = ServingConfig(tuple(ModelServing(n, max_batch_size=4, instances=(("gpu0", 1),)) for n in ("a", "b")))
+    for rows, expected in ((1, 0.012), (4, 0.009)):
+        sched = Schedule(np.zeros(2), np.array([0, 1]), ("a", "b"), np.zeros(2), np.full(2, rows), {})
+        assert list(SimTarget(profile, config).run(sched)["done_s"]) == pytest.approx([expected, expected])
+
+
 def test_batch_larger_than_max_batch_size_is_an_error_response():
     sched = Schedule(np.array([0.0, 0.1]), np.zeros(2), ("sleep_python",), np.zeros(2), np.array([2, 64]), {})
     r = SimTarget(sleep_profile(), one(max_batch_size=32, dynamic_batching=True)).run(sched)
@@ -174,10 +213,10 @@ def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
 
 # -- determinism and engines -------------------------------------------------------------------------------------
 
-def _noisy_profile(names=("a", "b"), gap=0.0):
+def _noisy_profile(names=("a", "b"), gap=0.0, idle=None):
     profile = sleep_profile(names=names, service={1: Dist.from_samples([0.002, 0.003, 0.006]),
                                                   8: Dist.from_samples([0.005, 0.007, 0.012])}, overhead=0.0,
-                            gap=gap, per_request=0.0002)
+                            gap=gap, per_request=0.0002, idle=idle)
     data = profile.to_json()
     data["overhead"] = {"samples_s": [1e-4, 2e-4, 5e-4]}
     return Profile.from_json(data, "p.json")
@@ -213,8 +252,9 @@ def test_fast_engine_equals_simpy_reference(seed):
     if seed == 2:
         config = ServingConfig(tuple(m.replace(max_queue_delay_us=0, max_queue_size=0) for m in config.models))
     gap = 0.0003 if seed >= 2 else 0.0
-    fast = SimTarget(_noisy_profile(gap=gap), config, seed=seed).run(sched)
-    ref = SimTarget(_noisy_profile(gap=gap), config, seed=seed, engine="simpy").run(sched)
+    idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005)) if seed % 2 else None
+    fast = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed).run(sched)
+    ref = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed, engine="simpy").run(sched)
     assert fast.equals(ref)
 
 

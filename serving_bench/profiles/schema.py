@@ -16,6 +16,9 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
          "framework": "python", "precision": "fp32", "overhead": {...}?,
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
+             "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
+             "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
+                      "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
              "colocation": [{"batch": 1, "k": [1, 2, 4], "speedup": [1.0, 1.9, 2.0]}]}}}},
      "pairs": [{"device": "cpu", "models": ["a", "b"], "batch": 1, "k": [2, 4], "speedup": [1.8, 2.0]}],
@@ -206,6 +209,60 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class IdleEffect:
+    """How much slower work is after idle time (a *cold* start: runtime threads parked, caches and clocks cold).
+
+    An executed batch that starts after its instance sat idle ``service_idle_s[i]`` seconds takes
+    ``service_extra_s[i]`` longer than back-to-back ("hot"); a request that reaches the server
+    ``overhead_gap_s[i]`` seconds after the previous request (any model) has an overhead ``overhead_extra_s[i]``
+    longer than the hot one. Both linear between points; the first and last values hold outside."""
+
+    service_idle_s: tuple[float, ...]
+    service_extra_s: tuple[float, ...]
+    overhead_gap_s: tuple[float, ...]
+    overhead_extra_s: tuple[float, ...]
+
+    def service_extra(self, idle: float) -> float:
+        return _interp(idle, self.service_idle_s, self.service_extra_s)
+
+    def overhead_extra(self, gap: float) -> float:
+        return _interp(gap, self.overhead_gap_s, self.overhead_extra_s)
+
+    def to_json(self) -> dict:
+        return {"service": {"idle_s": list(self.service_idle_s), "extra_s": list(self.service_extra_s)},
+                "overhead": {"gap_s": list(self.overhead_gap_s), "extra_s": list(self.overhead_extra_s)}}
+
+
+def _interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x) - 1
+    return ys[i] + (x - xs[i]) / (xs[i + 1] - xs[i]) * (ys[i + 1] - ys[i])
+
+
+def parse_idle(data: Any, source: str, where: str) -> IdleEffect:
+    if not isinstance(data, Mapping):
+        raise InputError(source, where, "expected {\"service\": {\"idle_s\": [...], \"extra_s\": [...]}, "
+                         "\"overhead\": {\"gap_s\": [...], \"extra_s\": [...]}}")
+    parts = []
+    for part, axis in (("service", "idle_s"), ("overhead", "gap_s")):
+        d = data.get(part)
+        if not isinstance(d, Mapping):
+            raise InputError(source, f"{where}.{part}", f"expected {{\"{axis}\": [...], \"extra_s\": [...]}}")
+        xs, ys = d.get(axis), d.get("extra_s")
+        if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
+            raise InputError(source, f"{where}.{part}", f"expected equally long non-empty lists {axis} and extra_s")
+        xs = tuple(_number(v, source, f"{where}.{part}.{axis}") for v in xs)
+        ys = tuple(_number(v, source, f"{where}.{part}.extra_s") for v in ys)
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            raise InputError(source, f"{where}.{part}.{axis}", "expected strictly increasing seconds")
+        parts += [xs, ys]
+    return IdleEffect(*parts)
+
+
+@dataclass(frozen=True)
 class ModelOnDevice:
     """One entry measured on one device: service-time distribution per measured batch size and sharing curves."""
 
@@ -216,6 +273,7 @@ class ModelOnDevice:
     per_request_s: float = 0.0
     memory_bytes: int | None = None
     batch_gap_s: float = 0.0
+    idle: IdleEffect | None = None
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -236,10 +294,13 @@ class ModelOnDevice:
         return Dist(tuple(qs), tuple(a.quantile(u) + w * (b.quantile(u) - a.quantile(u)) for u in qs))
 
     def to_json(self) -> dict:
-        return {"execution_mode": self.execution_mode, "threads": self.threads, "memory_bytes": self.memory_bytes,
-                "per_request_s": self.per_request_s, "batch_gap_s": self.batch_gap_s,
-                "batches": {str(b): self.batches[b].to_json() for b in self.batch_sizes},
-                "colocation": [c.to_json() for c in self.colocation]}
+        out = {"execution_mode": self.execution_mode, "threads": self.threads, "memory_bytes": self.memory_bytes,
+               "per_request_s": self.per_request_s, "batch_gap_s": self.batch_gap_s,
+               "batches": {str(b): self.batches[b].to_json() for b in self.batch_sizes},
+               "colocation": [c.to_json() for c in self.colocation]}
+        if self.idle is not None:
+            out["idle"] = self.idle.to_json()
+        return out
 
 
 @dataclass(frozen=True)
@@ -409,7 +470,9 @@ class Profile:
                 per_device[dev] = ModelOnDevice(mode, batches, curves, threads,
                                                 _number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
                                                 memory,
-                                                _number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"))
+                                                _number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
+                                                parse_idle(md["idle"], source, f"{dwhere}.idle")
+                                                if md.get("idle") is not None else None)
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
                                         overhead)

@@ -65,7 +65,7 @@ class Clock:
     ``timer`` (re)arms a model's batcher timer (inf: none); ``device_changed`` re-plans a device's next completion;
     ``wake`` re-plans the next arrival that would wake a model's batcher (the fast engine uses it, SimPy ignores it);
     ``arrive`` schedules a dynamic arrival (an ensemble step) of model ``m`` at ``t``; ``release`` calls
-    ``Server.release(m, instance)`` at time ``t`` (an instance's gap between batches has passed)."""
+    ``Server.release(m, instance, t)`` at time ``t`` (an instance's gap between batches has passed)."""
 
     now: float = 0.0
 
@@ -121,6 +121,8 @@ class ModelState:
         self.out_items: list[int] = []
         self.out_inst: list[int] = []
         self.busy_s = 0.0
+        self.executions = 0  # executed batches
+        self.executed_items = 0
         # per instance, filled by the Server: its device, service-time table, sharing rule per batch size, per-request
         # cost and the gap before it takes the next payload
         self.inst_device: list = []
@@ -128,6 +130,8 @@ class ModelState:
         self.inst_shares: list = []
         self.inst_per_request: list[float] = []
         self.inst_gap: list[float] = []
+        self.inst_idle: list = []  # IdleEffect or None
+        self.inst_free_at: list[float] = []  # when each instance last became free (-inf: never busy)
 
     # -- arrivals ---------------------------------------------------------------------------------------------------
     def queued_items(self) -> int:
@@ -210,6 +214,8 @@ class Server:
                 st.inst_shares.append([None] + [shares[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
                 st.inst_per_request.append(ms.per_request_s[device])
                 st.inst_gap.append(ms.batch_gap_s.get(device, 0.0))
+                st.inst_idle.append(ms.idle.get(device))
+                st.inst_free_at.append(-math.inf)
         self.job_seq = 0
         self.ensemble_done: list = []
 
@@ -267,8 +273,9 @@ class Server:
             self._start(st, p, st.idle.pop(0), now)
 
     def _start(self, st: ModelState, p: Payload, instance: int, now: float) -> None:
-        """Instance ``instance`` starts payload ``p``: one service-time draw (plus the per-request cost of every
-        request after the first) becomes a job on the instance's device."""
+        """Instance ``instance`` starts payload ``p``: one service-time draw, plus the per-request cost of every
+        request after the first, plus the cold-start extra for the time the instance sat idle, becomes a job on the
+        instance's device."""
         items = p.items
         grid = st.inst_table[instance][items]
         ui = st.ui
@@ -281,6 +288,9 @@ class Server:
         work = grid[-1] if i >= len(grid) - 1 else grid[i] + (x - i) * (grid[i + 1] - grid[i])
         if p.nreq > 1:
             work += st.inst_per_request[instance] * (p.nreq - 1)
+        idle = st.inst_idle[instance]
+        if idle is not None:
+            work += idle.service_extra(now - st.inst_free_at[instance])
         dev = st.inst_device[instance]
         self.job_seq += 1
         dev.add(now, Job(work, st.inst_shares[instance][items], self.job_seq, p, (st.m, instance), now))
@@ -302,18 +312,21 @@ class Server:
                 st.out_items.append(p.items)
                 st.out_inst.append(instance)
             st.busy_s += now - job.start
+            st.executions += 1
+            st.executed_items += p.items
             if self.spec.ensembles:
                 self._ensemble_progress(st, p, now)
             gap = st.inst_gap[instance]
             if gap > 0.0:
                 self.clock.release(m, instance, now + gap)
             else:
-                self.release(m, instance)
+                self.release(m, instance, now)
 
-    def release(self, m: int, instance: int) -> None:
+    def release(self, m: int, instance: int, now: float) -> None:
         """Instance ``instance`` of model ``m`` is free again: it joins the idle ones (lowest index first)."""
         st = self.models[m]
         st.idle.insert(bisect_left(st.idle, instance), instance)
+        st.inst_free_at[instance] = now
         self.clock.notify(m)
 
     # -- Triton's batcher thread --------------------------------------------------------------------------------------

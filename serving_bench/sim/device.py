@@ -6,7 +6,8 @@ its own; see :mod:`serving_bench.sim.spec` for the defaults when none was measur
 running batches *as seen by j*:
 
 * all running batches of one model: ``k_j = k``, so the measured curve applies as it is;
-* exactly two models whose pair curve was measured: that curve, ``rate = S_pair(k) / k``;
+* exactly two models whose pair curve was measured at a batch size not below any running batch's: that curve (the
+  one measured at the smallest such batch size), ``rate = S_pair(k) / k``;
 * any other mix: ``k_j = n_j + sum_{i of other models} w_ij`` with ``w_ij = sqrt(rho_i / rho_j)``, where ``n_j``
   counts the running batches of j's own model and ``rho`` is a model's interference coefficient fitted from its own
   curve (``S(k)/k = 1 / (1 + (k - 1) rho)``). Written as stretch, batch j is slowed by ``sqrt(rho_i rho_j)`` per
@@ -34,10 +35,11 @@ class Share:
     curve is still linear (``k <= linear_to``); beyond, the curve's points are kept as plain tuples for a quick
     evaluation (:class:`serving_bench.profiles.schema.Curve` semantics)."""
 
-    __slots__ = ("model", "root", "iroot", "curve", "linear_to", "ks", "ss", "tail")
+    __slots__ = ("model", "batch", "root", "iroot", "curve", "linear_to", "ks", "ss", "tail")
 
-    def __init__(self, model: int, curve):
+    def __init__(self, model: int, curve, batch: int = 1):
         self.model = model
+        self.batch = batch
         self.curve = curve
         self.root = math.sqrt(curve.interference)
         self.iroot = int(round(self.root * FIXED))
@@ -93,7 +95,8 @@ DONE_TOLERANCE_S = 1e-12
 
 class Device:
     """Processor sharing among the running jobs, per the rule in the module docstring. ``pairs`` maps a frozenset of
-    two model indices to a measured pair curve's :class:`Share` (its ``rate(k)`` is ``S_pair(k) / k``).
+    two model indices to the measured pair curves' :class:`Share` objects (``rate(k)`` is ``S_pair(k) / k``; ``batch``
+    the batch size it was measured at), by increasing batch size.
 
     A job keeps its planned end ``finish``; when the set of running jobs changes, only the jobs whose rate changed
     are re-planned (remaining work ``(finish - now) * old_rate`` at the new rate). Per model the count of running
@@ -128,7 +131,15 @@ class Device:
             self.next = math.inf
             return
         counts = self.counts
-        pair = self.pairs.get(frozenset(counts)) if len(counts) == 2 and self.pairs else None
+        pair = None
+        if len(counts) == 2 and self.pairs:
+            curves = self.pairs.get(frozenset(counts))
+            if curves is not None:
+                biggest = max(job.share.batch for job in jobs)
+                for candidate in curves:
+                    if candidate.batch >= biggest:
+                        pair = candidate
+                        break
         pair_rate = pair.rate(float(n)) if pair is not None else 0.0
         roots = self.roots
         total = self.total

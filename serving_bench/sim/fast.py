@@ -122,7 +122,7 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
             if timer_version[target] == version:
                 clock.notify(target)
         elif kind == RELEASE:
-            server.release(target, version)
+            server.release(target, version, t)
         elif kind == ARRIVE:  # a dynamic arrival (an ensemble step)
             arrive(target, t, version[0], version[1])
         else:  # FEED: the next request of an arrival stream delivered one by one

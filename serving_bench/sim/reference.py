@@ -82,7 +82,7 @@ class SimPyClock:
 
     def release(self, m: int, instance: int, t: float) -> None:
         event = self.env.at(t)
-        event.callbacks.append(lambda _ev, m=m, i=instance: self.server.release(m, i))
+        event.callbacks.append(lambda _ev, m=m, i=instance: self.server.release(m, i, self.env.now))
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
         self.env.process(self._one_arrival(m, t, owner, items))

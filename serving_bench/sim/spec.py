@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.schema import Curve, ModelOnDevice, Profile
+from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.device import Share
 
@@ -46,6 +46,7 @@ class ModelSpec:
     tables: dict[str, list[list[float] | None]] = field(default_factory=dict)
     per_request_s: dict[str, float] = field(default_factory=dict)
     batch_gap_s: dict[str, float] = field(default_factory=dict)
+    idle: dict[str, IdleEffect | None] = field(default_factory=dict)  # per device: cold-start extras
     overhead_grid: list[float] = field(default_factory=list)
 
     @property
@@ -84,16 +85,18 @@ class SimSpec:
 
 class DeviceRule:
     """The sharing rule of one device (see :mod:`serving_bench.sim.device`): a :class:`Share` per job kind
-    ``(model index, executed batch size)`` and the measured pair curves (frozenset of two model indices -> a
-    :class:`Share` whose ``rate(k)`` is ``S_pair(k) / k``)."""
+    ``(model index, executed batch size)`` and the measured pair curves (frozenset of two model indices -> their
+    :class:`Share` objects by increasing measured batch size; ``rate(k)`` is ``S_pair(k) / k``)."""
 
-    def __init__(self, name: str, pair_curves: dict[frozenset, Curve]):
+    def __init__(self, name: str, pair_curves: dict[frozenset, list[Curve]]):
         self.name = name
         self.shares: dict[tuple[int, int], Share] = {}
-        self.pairs: dict[frozenset, Share] = {key: Share(-1, curve) for key, curve in pair_curves.items()}
+        self.pairs: dict[frozenset, list[Share]] = {
+            key: [Share(-1, c, c.batch) for c in sorted(curves, key=lambda c: c.batch)]
+            for key, curves in pair_curves.items()}
 
     def add_kind(self, kind: tuple[int, int], curve: Curve) -> None:
-        self.shares[kind] = Share(kind[0], curve)
+        self.shares[kind] = Share(kind[0], curve, kind[1])
 
 
 def _default_curve(info_kind: str, cores: int | None, md: ModelOnDevice, batch: int) -> Curve:
@@ -112,14 +115,22 @@ def _default_curve(info_kind: str, cores: int | None, md: ModelOnDevice, batch: 
 
 
 def _curve_for(curves: tuple[Curve, ...], batch: int) -> Curve | None:
-    """The measured curve at the nearest measured batch size not above ``batch`` (else the smallest)."""
+    """The co-location curve at ``batch`` from the measured ones (sorted by batch size): the nearest one outside the
+    measured range; between two measured batch sizes, linear interpolation of S(k) at every k either was measured at
+    (the rule the service times follow)."""
     if not curves:
         return None
-    chosen = curves[0]
-    for c in curves:
-        if c.batch <= batch:
-            chosen = c
-    return chosen
+    if batch <= curves[0].batch:
+        return curves[0]
+    if batch >= curves[-1].batch:
+        return curves[-1]
+    hi = next(c for c in curves if c.batch >= batch)
+    if hi.batch == batch:
+        return hi
+    lo = [c for c in curves if c.batch < batch][-1]
+    w = (batch - lo.batch) / (hi.batch - lo.batch)
+    ks = sorted(set(lo.k) | set(hi.k))
+    return Curve(batch, tuple(ks), tuple(lo(k) + w * (hi(k) - lo(k)) for k in ks))
 
 
 def _grid(dist, points: int = GRID_POINTS) -> list[float]:
@@ -172,6 +183,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             spec.tables[device] = table
             spec.per_request_s[device] = md.per_request_s
             spec.batch_gap_s[device] = md.batch_gap_s
+            spec.idle[device] = md.idle
         spec.overhead_grid = _grid(profile.overhead_for(ms.name))
         models.append(spec)
 
@@ -187,12 +199,11 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
 
     rules: dict[str, DeviceRule] = {}
     for device in per_device_count:
-        pairs = {frozenset(p.models): p.curve for p in profile.pairs if p.device == device}
-        pair_index = {}
         names = {m.name: m.index for m in models}
-        for key, curve in pairs.items():
-            if all(n in names for n in key):
-                pair_index[frozenset(names[n] for n in key)] = curve
+        pair_index: dict[frozenset, list[Curve]] = {}
+        for p in profile.pairs:
+            if p.device == device and all(n in names for n in p.models):
+                pair_index.setdefault(frozenset(names[n] for n in p.models), []).append(p.curve)
         rule = DeviceRule(device, pair_index)
         info = profile.devices[device]
         for m in models:

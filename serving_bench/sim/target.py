@@ -5,8 +5,9 @@ late), so :func:`serving_bench.metrics.summarize` works unchanged on simulated a
 profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"`` (the SimPy
 reference, slower) give identical records too.
 
-Besides the table, ``records.attrs["sim"]`` holds what only a simulator knows: per-model busy time and utilisation
-(busy instance-seconds over instances x makespan), per-device busy time, the engine and the seed.
+Besides the table, ``records.attrs["sim"]`` holds what only a simulator knows: per-model busy time, executed batches and
+items per executed batch (Triton's ``inference_count / execution_count``), utilisation (busy instance-seconds over
+instances x makespan), per-device busy time, the engine and the seed.
 
     from serving_bench.profiles import Profile
     from serving_bench.serving_config import ServingConfig
@@ -96,6 +97,8 @@ class SimTarget:
         error = np.full(n, "", dtype=object)
         overhead_grid_of = np.zeros(n, dtype=np.int32)  # which overhead grid each request uses (index into grids)
         grids = [m.overhead_grid for m in spec.models] + [e.overhead_grid for e in spec.ensembles]
+        idles = [m.idle.get(m.instance_devices[0]) if m.instance_devices else None for m in spec.models] + \
+            [None] * len(spec.ensembles)
         seen = np.zeros(n, dtype=bool)
 
         ens_slots = run.ens  # per ensemble slot: [record id, ensemble index, done flags..., status, time]
@@ -151,15 +154,23 @@ class SimTarget:
             error[unseen] = "simulation ended before this request finished"
             done[unseen] = np.nan
 
-        # client/network overhead on the return path, one draw per request from its model's stream
+        # client/network overhead on the return path, one draw per request from its model's stream, plus the model's
+        # cold-start extra for the time since the previous request reached the server (any model)
         rng = np.random.default_rng((self.seed, 2))
         u = rng.random(n)
         extra = np.zeros(n)
+        intended = records["intended_s"].to_numpy()
+        order = np.argsort(intended, kind="stable")
+        since = np.empty(n)
+        since[order] = np.diff(intended[order], prepend=-np.inf)
         for g_index, grid in enumerate(grids):
             sel = overhead_grid_of == g_index
             if sel.any():
                 xs = np.linspace(0.0, 1.0, len(grid))
                 extra[sel] = np.interp(u[sel], xs, np.asarray(grid))
+                idle = idles[g_index]
+                if idle is not None:
+                    extra[sel] += np.interp(since[sel], idle.overhead_gap_s, idle.overhead_extra_s)
         records["sent_s"] = records["intended_s"].to_numpy().copy()
         records["done_s"] = done + extra
         records["status"] = pd.Categorical.from_codes(status, categories=list(STATUSES))
@@ -171,6 +182,9 @@ class SimTarget:
         records.attrs["sim"] = {
             "engine": self.engine, "seed": self.seed, "profile": self.profile.path, "duration_s": duration,
             "busy_s": {st.spec.name: st.busy_s for st in server.models},
+            "executions": {st.spec.name: st.executions for st in server.models},
+            "items_per_execution": {st.spec.name: st.executed_items / st.executions if st.executions else None
+                                    for st in server.models},
             "utilisation": {st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
                             for st in server.models},
             "device_busy_s": {name: dev.busy_s for name, dev in server.devices.items()},

@@ -1,12 +1,18 @@
 """``serving-bench validate LOAD.yaml --profile P.json --repo model_repo/ --out DIR``: the same schedule on the real
 server and in the simulator, and a table of relative errors per model: p50, p90, p99 (latency from intended time),
-throughput, mean executed batch size and utilisation.
+throughput, mean executed batch size (items per execution), utilisation, and the replay's send lateness.
 
 Relative error = (simulated - measured) / measured. Utilisation: simulated = busy instance-seconds / (instances x
-run length); measured = Triton's executions x mean compute time per request (``compute_input + compute_infer +
-compute_output`` from ``get_inference_statistics``) / (instances x run length) — the mean per request weights each
-batch by its size, a small upward bias when batch sizes vary. ``--replay DIR`` reuses a replay of the same schedule
-instead of running the server. Writes ``DIR/real/``, ``DIR/sim/`` (the usual results files) and
+run length); measured = Triton's compute time (``compute_input + compute_infer + compute_output``) summed over its
+per-batch-size statistics during the replay / (instances x run length); run length = the later of the schedule's
+end and the last answer, on each side. A utilisation error at equal throughput and batch size means the server
+computed slower or faster during the replay than when the profile was measured (a busy shared machine), not a
+queueing error. ``send late p99`` is the load generator's own lateness (sent - intended) in the replay: the simulated
+client is never late, so a large value there is measured latency the simulator cannot know.
+
+``--replay DIR`` reuses a replay of the same schedule instead of running the server (the per-batch statistics are
+then unknown: executions x mean compute time per request is used, which weights each batch by its size, an upward
+bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual results files) and
 ``DIR/validation.json`` / ``validation.csv``.
 """
 
@@ -18,10 +24,12 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+
 from serving_bench.errors import InputError
 
 METRICS = (("p50_s", "p50"), ("p90_s", "p90"), ("p99_s", "p99"), ("throughput_rps", "throughput"),
-           ("mean_exec_batch", "mean batch"), ("utilisation", "utilisation"))
+           ("mean_exec_batch", "mean batch"), ("utilisation", "utilisation"), ("lateness_p99_s", "send late p99"))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,9 +43,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _measured_utilisation(records, config, duration: float) -> dict[str, float | None]:
+    """Busy instance-seconds over instances x ``duration``: from Triton's per-batch-size statistics around the replay
+    (``attrs["batch_busy_s"]``, exact) or, for a reused replay, executions x mean compute per request (biased up when
+    batch sizes vary)."""
+    busy = records.attrs.get("batch_busy_s") or {}
     stats = records.attrs.get("server_stats") or {}
     out = {}
     for m in config.models:
+        if busy.get(m.name) is not None:
+            out[m.name] = busy[m.name] / (m.instance_count * duration)
+            continue
         s = stats.get(m.name)
         if not s or not s.get("execution_count"):
             out[m.name] = None
@@ -47,9 +62,27 @@ def _measured_utilisation(records, config, duration: float) -> dict[str, float |
     return out
 
 
+def replay_with_busy_time(endpoints, schedule, server=None):
+    """Replay ``schedule`` open loop (``load.driver``) and record Triton's busy time per model during it, from its
+    per-batch-size statistics (``records.attrs["batch_busy_s"]``, seconds)."""
+    from serving_bench.load.driver import TritonTarget
+    from serving_bench.profiles.measure import Session
+
+    session = Session(endpoints)
+    models = list(schedule.models)
+    before = session.batch_stats(models)
+    records = TritonTarget(server or endpoints).run(schedule)
+    after = session.batch_stats(models)
+    records.attrs["batch_busy_s"] = {
+        m: sum(ns - before[m].get(b, (0, 0))[1] for b, (_, ns) in after[m].items()) * 1e-9 for m in models}
+    return records
+
+
 def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: dict,
-            real_stats: dict | None = None) -> list[dict]:
-    """Rows ``{model, metric, measured, simulated, rel_error}`` for every model and metric."""
+            real_stats: dict | None = None, sim_batch: dict | None = None) -> list[dict]:
+    """Rows ``{model, metric, measured, simulated, rel_error}`` for every model and metric. ``mean batch`` is items per
+    executed batch over the whole run on both sides (Triton's ``inference_count / execution_count``; the simulator's
+    ``items_per_execution``), not the request-weighted mean of the summaries."""
     rows = []
     real_stats = real_stats or {}
     for model in real_summary["models"]:
@@ -57,10 +90,13 @@ def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: di
         for key, label in METRICS:
             if key == "utilisation":
                 mv, sv = real_util.get(model), sim_util.get(model)
+            elif key == "mean_exec_batch":  # items per execution on both sides (Triton's inference/execution count)
+                mv = (real_stats.get(model) or {}).get("mean_exec_batch")
+                sv = (sim_batch or {}).get(model)
+            elif key == "lateness_p99_s":
+                mv, sv = r.get(key), None  # the simulated client is never late: nothing to compare
             else:
                 mv, sv = r.get(key), s.get(key)
-                if key == "mean_exec_batch" and mv is None:  # replay records do not know it; Triton's stats do
-                    mv = (real_stats.get(model) or {}).get("mean_exec_batch")
             err = (sv - mv) / mv if mv not in (None, 0) and sv is not None else None
             rows.append({"model": model, "metric": label, "measured": mv, "simulated": sv, "rel_error": err})
     return rows
@@ -88,22 +124,24 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
         if len(real) != len(schedule):
             raise InputError(replay_dir, "records", f"{len(real)} requests, but the schedule has {len(schedule)}")
     else:
-        from serving_bench.load.driver import TritonTarget
         from serving_bench.serve.server import Endpoints, TritonServer
 
         if url:
-            real = TritonTarget(Endpoints.from_url(url)).run(schedule)
+            real = replay_with_busy_time(Endpoints.from_url(url), schedule)
         else:
             with TritonServer(repo, models=list(schedule.models)) as server:
-                real = TritonTarget(server).run(schedule)
+                real = replay_with_busy_time(server.endpoints, schedule, server)
     sim = target.run(schedule)
     real_summary, sim_summary = summarize(real), summarize(sim)
     out = Path(out_dir)
     write_results(out / "sim", schedule, sim, sim_summary)
     if replay_dir is None:
         write_results(out / "real", schedule, real, real_summary)
-    rows = compare(real_summary, sim_summary, _measured_utilisation(real, config, schedule.duration_s),
-                   sim.attrs["sim"]["utilisation"], real.attrs.get("server_stats") or {})
+    done = real["done_s"].to_numpy()
+    length = max(schedule.duration_s, float(np.nanmax(done)) if np.isfinite(done).any() else 0.0)
+    rows = compare(real_summary, sim_summary, _measured_utilisation(real, config, length),
+                   sim.attrs["sim"]["utilisation"], real.attrs.get("server_stats") or {},
+                   sim.attrs["sim"]["items_per_execution"])
     tmp = out / ".validation.json.tmp"
     tmp.write_text(json.dumps({"load_profile": str(load_profile), "profile": str(profile_path), "rows": rows},
                               indent=2) + "\n")
@@ -123,7 +161,7 @@ def format_table(rows: list[dict]) -> str:
         def fmt(v, metric=r["metric"]):
             if v is None:
                 return f"{'-':>12}"
-            return f"{v * 1e3:10.3f}ms" if metric.startswith("p") else f"{v:12.3f}"
+            return f"{v * 1e3:10.3f}ms" if metric.startswith("p") or metric.endswith(" p99") else f"{v:12.3f}"
         err = f"{r['rel_error'] * 100:+9.1f}%" if r["rel_error"] is not None else f"{'-':>10}"
         lines.append(f"{r['model']:<26} {r['metric']:<12} {fmt(r['measured'])} {fmt(r['simulated'])} {err}")
     return "\n".join(lines)
