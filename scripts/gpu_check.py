@@ -166,6 +166,54 @@ def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, 
     return run
 
 
+class ServedParity:
+    """Served outputs against the fp32 torch module (the exporter's parity measure and tolerance), through the whole
+    served path (runner on the instance's device, CUDA graphs when on). Reference outputs are computed once."""
+
+    def __init__(self, plan: Plan, seed: int = 0):
+        self.plan, self.seed = plan, seed
+        self.cache: dict[str, tuple] = {}
+
+    def reference(self, model: str):
+        if model not in self.cache:
+            from serving_bench.export.parity import torch_outputs
+            from serving_bench.models import get_model
+
+            spec = get_model(model, **({"seq_len": self.plan.seq_len} if model == "bert_base" else {}))
+            inputs = spec.make_inputs(2, self.seed)
+            self.cache[model] = (spec.with_precision(self.plan.precision), inputs,
+                                 torch_outputs(spec.create(self.seed), spec, inputs))
+        return self.cache[model]
+
+    def check(self, server, entries: list[str]) -> dict[str, float]:
+        """Relative error per entry (one batch of 2 through the server); above ``tolerance`` the run is marked failed
+        at the end, but the check goes on."""
+        import tritonclient.grpc as grpcclient
+
+        from serving_bench.export.parity import relative_error
+        from serving_bench.export.repository import NUMPY_TO_TRITON
+        from tritonclient.grpc import model_config_pb2 as mc
+
+        errors = {}
+        client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+        try:
+            for entry in entries:
+                spec, inputs32, reference = self.reference(entry.rsplit("_", 1)[0])
+                tensors = []
+                for t in spec.inputs:
+                    data = inputs32[t.name].astype(t.dtype)
+                    tensor = grpcclient.InferInput(t.name, list(data.shape),
+                                                   mc.DataType.Name(NUMPY_TO_TRITON[t.dtype])[len("TYPE_"):])
+                    tensor.set_data_from_numpy(data)
+                    tensors.append(tensor)
+                with server.guard():
+                    result = client.infer(entry, tensors)
+                errors[entry] = max(relative_error(result.as_numpy(n), reference[n]) for n in spec.output_names)
+        finally:
+            client.close()
+        return errors
+
+
 def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str | None,
                saved: Callable[[list, list], None] = lambda runs, skipped: None) -> tuple[list, list]:
     """Run the plan's steps; ``saved(runs, skipped)`` is called after each, so a run cut short keeps its figures."""
@@ -173,6 +221,7 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
 
     swept, partner = [f"{m}_torchscript" for m in plan.pair]
     runs, skipped = [], []
+    parity = ServedParity(plan)
 
     def record(run: dict) -> None:
         runs.append(run)
@@ -192,10 +241,14 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
     # 1. both models, one instance each: each alone, then the pair
     if fits("pair"):
         with server([swept, partner], {swept: 1, partner: 1}) as srv:
-            record(measure(srv, [swept], {swept: 2}, plan, f"{swept} x1", instances=1, cuda_graphs=False))
-            record(measure(srv, [partner], {partner: 2}, plan, f"{partner} x1", instances=1, cuda_graphs=False))
+            errors = parity.check(srv, [swept, partner])
+            print(f"  served outputs vs torch: {errors}", flush=True)
+            record(measure(srv, [swept], {swept: 2}, plan, f"{swept} x1", instances=1, cuda_graphs=False,
+                           parity_error=errors[swept]))
+            record(measure(srv, [partner], {partner: 2}, plan, f"{partner} x1", instances=1, cuda_graphs=False,
+                           parity_error=errors[partner]))
             record(measure(srv, [swept, partner], {swept: 2, partner: 2}, plan, f"pair {swept} + {partner}",
-                                instances=1, cuda_graphs=False))
+                           instances=1, cuda_graphs=False))
     if url:  # an external server's instance counts are its own: nothing more to vary
         return runs, skipped
     # 2. the instance sweep
@@ -203,13 +256,13 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
         if fits(f"{swept} x{n}"):
             with server([swept], {swept: n}) as srv:
                 record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n}", instances=n,
-                                    cuda_graphs=False))
+                               cuda_graphs=False, parity_error=parity.check(srv, [swept])[swept]))
     # 3. CUDA graphs (GPU only)
     for n in plan.graphs_at:
         if fits(f"{swept} x{n} cuda graphs"):
             with server([swept], {swept: n}, cuda_graphs="1") as srv:
                 record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n} cuda graphs", instances=n,
-                                    cuda_graphs=True))
+                               cuda_graphs=True, parity_error=parity.check(srv, [swept])[swept]))
     return runs, skipped
 
 
@@ -218,17 +271,19 @@ def markdown(result: dict) -> str:
     lines = [f"# GPU check, {result['date']}, {facts.get('gpu') or facts['cpu']} ({result['plan']['mode']} plan)", "",
              f"Command: `{result['command']}`. Closed loop at batch 1, {result['plan']['duration_s']} s per run after "
              f"{result['plan']['warmup_s']} s warm-up, 2 x instances requests in flight per model, dynamic batching "
-             f"off. Latency from send to answer (client side).", "",
+             f"off. Latency from send to answer (client side). 'served vs torch': relative error of one served batch "
+             f"against the fp32 torch module (the exporter's parity measure).", "",
              "| run | model | instances | CUDA graphs | req/s | p50 ms | p99 ms | server queue ms | server compute ms "
-             "| GPU util mean % | GPU mem peak GB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| GPU util mean % | GPU mem peak GB | served vs torch |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in result["runs"]:
         gpu = run["gpu"]
         util = "n/a" if gpu.get("util_mean_pct") is None else f"{gpu['util_mean_pct']:.0f}"
         mem = "n/a" if gpu.get("mem_used_peak_bytes") is None else f"{gpu['mem_used_peak_bytes'] / 1e9:.1f}"
+        parity = "-" if run.get("parity_error") is None else f"{run['parity_error']:.1e}"
         for name, m in run["models"].items():
             lines.append(f"| {run['label']} | {name} | {run['instances']} | {'yes' if run['cuda_graphs'] else 'no'} "
                          f"| {m['throughput_rps']:.1f} | {m['p50_ms']} | {m['p99_ms']} | {m['server_queue_ms']} | "
-                         f"{m['server_compute_ms']} | {util} | {mem} |")
+                         f"{m['server_compute_ms']} | {util} | {mem} | {parity} |")
     if not result.get("complete", True):
         lines += ["", "INCOMPLETE: the check was cut short after the runs above."]
     if result["skipped"]:
@@ -290,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     result = result_of(runs, skipped, True)
     for path in write_result(result, Path(args.out)):
         print(f"wrote {path}")
+    from serving_bench.export.parity import TOLERANCE
+
     failed = [f"{r['label']}: {n}" for r in runs for n, m in r["models"].items() if m["failed"] or m["ok"] == 0]
+    failed += [f"{r['label']}: served outputs differ from torch by {r['parity_error']:.3g} (tolerance "
+               f"{TOLERANCE[plan.precision]:g})" for r in runs
+               if r.get("parity_error") is not None and not r["parity_error"] <= TOLERANCE[plan.precision]]
     if failed:
         print(f"requests failed in: {', '.join(failed)}", file=sys.stderr)
         return 1

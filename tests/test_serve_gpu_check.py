@@ -40,6 +40,8 @@ def test_cpu_plan_measures_sweep_and_pair(tmp_path):
     md = result_file.with_suffix(".md").read_text()
     assert "| tiny_cnn_torchscript x2 | tiny_cnn_torchscript | 2 | no |" in md
     assert "these figures say nothing about a GPU" in md
+    assert all(r["parity_error"] <= 1e-4 for r in result["runs"] if "parity_error" in r)
+    assert sum("parity_error" in r for r in result["runs"]) == 3
 
 
 def test_steps_that_do_not_fit_the_budget_are_listed_as_skipped(tmp_path):
