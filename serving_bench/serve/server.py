@@ -109,7 +109,27 @@ def find_tritonserver() -> TritonInstall:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join([d for d in lib_dirs if d] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    _check_libraries(python_dir / "triton_python_backend_stub", env)
     return TritonInstall(server_bin, backend_dir, env)
+
+
+_CHECKED_LIBRARIES: set[str] = set()
+
+
+def _check_libraries(binary: Path, env: Mapping[str, str]) -> None:
+    """Fail before launch, naming the libraries, if the stub cannot be loaded (typically a Python built without
+    ``libpython3.X.so``, which the stub links): otherwise every model fails to load with a less direct message."""
+    ldd = shutil.which("ldd")
+    if ldd is None or str(binary) in _CHECKED_LIBRARIES:
+        return
+    out = subprocess.run([ldd, str(binary)], env=dict(env), capture_output=True, text=True, timeout=30).stdout
+    missing = sorted({line.split("=>")[0].strip() for line in out.splitlines() if "not found" in line})
+    if missing:
+        raise ServerError(f"the python backend stub for Python {sys.version_info.major}.{sys.version_info.minor} "
+                          f"cannot load {', '.join(missing)} ({binary}); install the shared library of this Python "
+                          f"(e.g. Debian/Ubuntu libpython{sys.version_info.major}.{sys.version_info.minor}) or use a "
+                          f"Python built with --enable-shared")
+    _CHECKED_LIBRARIES.add(str(binary))
 
 
 def _mkdir(path: Path) -> Path:
