@@ -38,7 +38,8 @@ def ours(url: str, concurrency: int, duration: float) -> dict:
     rng = np.random.default_rng(concurrency)
     schedule = Schedule(np.zeros(n), np.zeros(n), (MODEL,), rng.integers(0, 16, n), np.ones(n),
                         {"duration_s": duration, "warmup_s": 0.1 * duration, "cooldown_s": 0.05 * duration})
-    records = TritonTarget(url, mode=ClosedLoop(concurrency, duration)).run(schedule)
+    # one sender process, like the CLI's default and like perf_analyzer (a process of its own)
+    records = TritonTarget(url, mode=ClosedLoop(concurrency, duration), senders=1).run(schedule)
     s = summarize(records)["overall"]
     return {"throughput_ips": s["throughput_ips"], "p50_s": s["service_p50_s"], "p99_s": s["service_p99_s"],
             "requests": s["counts"]["ok"], "failed": s["counts"]["failed"] + s["counts"]["timeout"]}
