@@ -35,7 +35,6 @@ import functools
 import gc
 import math
 import multiprocessing as mp
-import os
 import queue
 import select
 import selectors
@@ -43,7 +42,7 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
