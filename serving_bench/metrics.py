@@ -2,10 +2,10 @@
 
 Latency is measured from the *intended* time (``done_s - intended_s``): a late client or a stalled server shows up as
 latency, not as missing load (coordinated omission). ``service_s = done_s - sent_s`` is what perf_analyzer reports.
-Entries listed in ``meta['ensembles']`` (name -> member models, set by the target) get a second copy of their
-figures under ``summary['ensembles']``. Latency statistics use the requests whose intended time falls in the measurement window
-``[warmup_s, duration_s - cooldown_s)``; throughput counts completions inside that window. Accounting (counts by status)
-covers every scheduled request. All times in seconds; rates per second.
+Entries listed in ``meta['ensembles']`` (name -> member models, set by the target) get a second copy of their figures
+under ``summary['ensembles']``. Latency statistics use the requests whose intended time falls in the measurement
+window ``[warmup_s, duration_s - cooldown_s)``; throughput counts completions inside that window. Accounting (counts
+by status) covers every scheduled request. All times in seconds; rates per second.
 """
 
 from __future__ import annotations

@@ -16,15 +16,15 @@ from the run start ``t0``. Targets never time themselves. Every scheduled reques
 ``not_sent``. A stop — Ctrl-C, the server gone, a ``stop()`` — ends sending at once; in-flight requests get
 ``grace_s`` to finish, then are cancelled; the records are marked ``partial`` with ``stop_reason``.
 
-Why it looks like this (measured on 2 cores, no-op python model, see ``docs/load.md``): asyncio's epoll waits in
-whole milliseconds (rounded up), so a plain ``asyncio.sleep`` sender is 0.5 ms late on average and > 1 ms at p99. The
+Why it looks like this (measured on 2 cores, no-op python model, see ``docs/load.md``): asyncio's epoll waits in whole
+milliseconds (rounded up), so a plain ``asyncio.sleep`` sender is 0.5 ms late on average and > 1 ms at p99. The
 sender's event loop therefore waits on its epoll descriptor with ``select()``, which has microsecond resolution, and
 runs with 1 µs timer slack; the garbage collector's long-lived objects are frozen before the start (a full collection
-takes ~30 ms with numpy, pandas and gRPC loaded). Requests are serialized up front and sent as bytes (no protobuf or tensor work on the
-clock). The sender runs in a thread of the calling process (``senders=0``) or in ``senders=N`` spawned processes —
-each owns every N-th request, all use the same ``t0``, outcomes meet in shared memory. A process of its own keeps the
-timing loop away from the caller's threads (telemetry sampling, the progress bar: each holds the GIL for about a
-millisecond at a time); several help when one Python process cannot keep up with the rate.
+takes ~30 ms with numpy, pandas and gRPC loaded). Requests are serialized up front and sent as bytes (no protobuf or
+tensor work on the clock). The sender runs in a thread of the calling process (``senders=0``) or in ``senders=N``
+spawned processes — each owns every N-th request, all use the same ``t0``, outcomes meet in shared memory. A process
+of its own keeps the timing loop away from the caller's threads (telemetry sampling, the progress bar: each holds the
+GIL for about a millisecond at a time); several help when one Python process cannot keep up with the rate.
 """
 
 from __future__ import annotations

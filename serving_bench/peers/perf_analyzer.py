@@ -11,8 +11,8 @@ How perf_analyzer measures (why our figures can differ): latency from the *actua
 request-rate mode is synchronous (a few threads) unless ``async_mode`` (``-a``); a request picked up more than 1 ms
 after its scheduled time counts as "delayed", and it prints the delayed share only when it exceeds 1 % (its source:
 ``delay_tolerance_`` 1 ms, ``DELAY_PCT_THRESHOLD`` 1.0). So "no warning" means at most 1 % of requests were more than
-1 ms late — the same criterion as our lateness p99 <= 1 ms. ``python -m serving_bench.peers.perf_analyzer --check`` prints where
-the binary is and exits non-zero (with the reason) if it cannot run.
+1 ms late — the same criterion as our lateness p99 <= 1 ms. ``python -m serving_bench.peers.perf_analyzer --check``
+prints where the binary is and exits non-zero (with the reason) if it cannot run.
 """
 
 from __future__ import annotations
