@@ -108,8 +108,9 @@ def cdf_section(data: dict) -> str:
     slos = (data.get("tune") or {}).get("slos", {})
     charts = []
     for i, (model, series) in enumerate(sorted(by_model.items())):
-        charts.append(line_chart(series, title=f"{model}: latency CDF", x_label="latency from intended time (ms)",
-                                 y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True))
+        charts.append(line_chart(series, title=f"{model}: latency CDF", x_label="latency from intended time (ms, log)",
+                                 y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True,
+                                 log_x=True))
         if model in slos:
             charts[-1] += f'<p class="note">SLO for {escape(model)}: ' + ", ".join(
                 f"{escape(s)} ≤ {b * 1e3:g} ms" for s, b in slos[model].items()) + "</p>"

@@ -93,7 +93,8 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *
                f'y2="{MARGIN["top"] + ph}"/><line x1="{MARGIN["left"]}" y1="{MARGIN["top"]}" x2="{MARGIN["left"]}" '
                f'y2="{MARGIN["top"] + ph}"/>')
     if log_x:
-        xt = [10 ** e for e in range(math.floor(x_lo), math.ceil(x_hi) + 1) if x_lo - 1e-9 <= e <= x_hi + 1e-9]
+        xt = [m * 10 ** e for e in range(math.floor(x_lo), math.ceil(x_hi) + 1) for m in (1, 2, 5)
+              if x_lo - 1e-9 <= math.log10(m * 10 ** e) <= x_hi + 1e-9]
         xt = xt or [10 ** x_lo, 10 ** x_hi]
     else:
         xt = nice_ticks(x_lo, x_hi)
