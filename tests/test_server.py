@@ -92,3 +92,29 @@ def test_server_death_during_use_names_the_log(sleep_repo):
     assert _server_pids(server.process.pid) == []
     log.unlink()
     log.parent.rmdir()
+
+
+def test_server_goes_when_its_parent_is_killed(sleep_repo, tmp_path):
+    """A caller killed without cleanup (SIGKILL, or timeout's SIGTERM) leaves no server: PR_SET_PDEATHSIG."""
+    import signal
+    import sys
+    import time
+
+    script = ("import sys, time\nfrom serving_bench.serve.server import TritonServer\n"
+              f"s = TritonServer({str(sleep_repo)!r}, models=['sleep_zero']).start()\n"
+              "print(s.pid, s.workdir, flush=True)\ntime.sleep(300)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid_text, workdir = parent.stdout.readline().split()
+        pid = int(pid_text)
+        assert len(_server_pids(pid)) >= 2
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while _server_pids(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _server_pids(pid) == []
+    import shutil
+
+    shutil.rmtree(workdir, ignore_errors=True)  # nobody was left to remove it

@@ -137,6 +137,31 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
+def _die_with_parent_fn():
+    """A ``preexec_fn`` asking Linux to SIGKILL the server when this process dies (``PR_SET_PDEATHSIG``), so a caller
+    killed without cleanup (SIGKILL, ``timeout``'s SIGTERM) leaves no server behind; its stubs exit on their own when
+    their parent is gone. Linux ties the signal to the *thread* that started the child, so it is set only when the
+    server is started from the main thread (a worker thread that ends would otherwise take the server with it)."""
+    import threading
+
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - no libc to call
+        return None
+    parent = os.getpid()
+
+    def set_pdeathsig() -> None:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_pdeathsig
+
+
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
 
 
@@ -237,7 +262,8 @@ class TritonServer:
         log = open(self.log_path, "ab")
         try:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=dict(install.env), cwd=self.workdir, start_new_session=True)
+                                            env=dict(install.env), cwd=self.workdir, start_new_session=True,
+                                            preexec_fn=_die_with_parent_fn())
         finally:
             log.close()
         self.endpoints = Endpoints(f"{self.host}:{ports['grpc']}", f"{self.host}:{ports['http']}",
