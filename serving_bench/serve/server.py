@@ -137,29 +137,18 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
-def _die_with_parent_fn():
-    """A ``preexec_fn`` asking Linux to SIGKILL the server when this process dies (``PR_SET_PDEATHSIG``), so a caller
-    killed without cleanup (SIGKILL, ``timeout``'s SIGTERM) leaves no server behind; its stubs exit on their own when
-    their parent is gone. Linux ties the signal to the *thread* that started the child, so it is set only when the
-    server is started from the main thread (a worker thread that ends would otherwise take the server with it)."""
+def _die_with_parent_prefix() -> list[str]:
+    """``setpriv --pdeathsig KILL --`` in front of the server command, so Linux kills the server when this process
+    dies without cleaning up (SIGKILL, ``timeout``'s SIGTERM); its stubs then exit on their own. (``setpriv`` from
+    util-linux, rather than a ``preexec_fn``, which is unsafe in a process with threads.) Linux ties the signal to the
+    *thread* that started the child, so it is used only from the main thread: a worker thread that ends would
+    otherwise take the server with it. Empty where ``setpriv`` is missing."""
     import threading
 
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - no libc to call
-        return None
-    parent = os.getpid()
-
-    def set_pdeathsig() -> None:
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return set_pdeathsig
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return []
+    return [setpriv, "--pdeathsig", "KILL", "--"]
 
 
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
@@ -261,9 +250,9 @@ class TritonServer:
         args += self.extra_args
         log = open(self.log_path, "ab")
         try:
-            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=dict(install.env), cwd=self.workdir, start_new_session=True,
-                                            preexec_fn=_die_with_parent_fn())
+            self.process = subprocess.Popen(_die_with_parent_prefix() + args, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=dict(install.env), cwd=self.workdir,
+                                            start_new_session=True)
         finally:
             log.close()
         self.endpoints = Endpoints(f"{self.host}:{ports['grpc']}", f"{self.host}:{ports['http']}",
