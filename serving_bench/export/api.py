@@ -124,11 +124,12 @@ def export_entry(item: PlannedEntry, module, reference, repo: Path, opts: Export
         settings = fw.impl().write(module, item.spec, version, opts)
         record["export_s"] = round(time.perf_counter() - start, 3)
         start = time.perf_counter()
-        predict = fw.load(version, item.spec.input_names, item.spec.output_names)
+        runtime = {k: str(v) for k, v in settings.pop("runtime", {}).items()}  # what load() needs besides the file
+        predict = fw.load(version, item.spec.input_names, item.spec.output_names, **runtime)
         batches = sorted({1, opts.max_batch_size})
         errors = check_parity(predict, reference, item.spec, batches, seed=opts.seed)
         record["parity_s"] = round(time.perf_counter() - start, 3)
-        params = {"framework": fw.name, "precision": opts.precision}
+        params = {"framework": fw.name, "precision": opts.precision, **runtime}
         if fw.backend == "python":
             shutil.copy2(RUNNERS_DIR / f"{fw.name}_model.py", version / "model.py")
             params["artifact"] = fw.artifact

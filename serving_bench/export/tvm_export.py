@@ -5,6 +5,7 @@ Triton has no TVM backend, so the entry is ``backend: "python"`` with ``1/model.
 
 Dynamic batch: the batch axis stays symbolic through the ONNX import, so one compiled ``main`` serves every batch
 size 1..max with no padding and one compile (one per batch size would multiply compile time by max_batch_size).
+Tuning (``--tvm-tune-trials N``) needs static shapes: see ``tvm_tune`` for the static batch buckets it adds.
 
 The target is the host's LLVM target in TVM's JSON-dict form (``{"kind": "llvm", "mcpu": ...}``, from
 ``Target.from_device(tvm.cpu())``); the library is built for this CPU and is recorded in the config's parameters.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from serving_bench.export.frameworks import ExportOptions, Predictor, outputs_dict
@@ -51,24 +53,35 @@ def import_onnx(module, spec: ModelSpec, max_batch_size: int, seed: int):
 
 
 def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> dict:
+    """Compile (untuned: one dynamic-batch ``main``; tuned: plus static buckets, see ``tvm_tune``) and export.
+
+    The returned settings' ``runtime`` dict is what :func:`load` needs besides the file (written to the config's
+    parameters, so the runner gets it too)."""
     import tvm
 
     mod = import_onnx(module, spec, opts.max_batch_size, opts.seed)
     target_dict = host_target()
-    target = tvm.target.Target(target_dict)
-    settings: dict = {"target": target_dict, "tvm": tvm.__version__, "tune_trials": opts.tvm_tune_trials}
+    settings: dict = {"target": target_dict, "tvm": tvm.__version__, "tune_trials": opts.tvm_tune_trials,
+                      "runtime": {}}
+    start = time.perf_counter()
     if opts.tvm_tune_trials > 0:
         from serving_bench.export.tvm_tune import tune
 
-        mod, tune_settings = tune(mod, spec, target, opts)
+        executable, tune_settings = tune(mod, spec, target_dict, opts)
         settings.update(tune_settings)
-    executable = tvm.compile(mod, target=target)
+        settings["runtime"]["buckets"] = ",".join(map(str, tune_settings["buckets"]))
+    else:
+        executable = tvm.compile(mod, target=tvm.target.Target(target_dict))
+    settings["compile_s"] = round(time.perf_counter() - start, 3)
     executable.export_library(str(version_dir / "model.so"))
     return settings
 
 
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
-         threads: int | None = None, **_settings) -> Predictor:
+         threads: int | None = None, buckets: str | None = None, **_settings) -> Predictor:
+    """A predictor over ``model.so``. With ``buckets`` (``"1,2,4,8"``, from a tuned export) a batch runs in the
+    smallest static bucket that holds it, zero-padded, and the padding rows are dropped from the outputs."""
+    import numpy as np
     import tvm
     from tvm import relax
 
@@ -76,12 +89,26 @@ def load(version_dir: Path, input_names: list[str], output_names: list[str], *, 
         tvm.get_global_func("runtime.config_threadpool")(0, int(threads))
     dev = tvm.cpu()
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(version_dir / "model.so")), dev)
+    sizes = sorted(int(b) for b in str(buckets).split(",") if b.strip()) if buckets else []
+    functions = {b: vm[f"main_b{b}"] for b in sizes}
     main = vm["main"]
 
+    def run(function, arrays):
+        out = function(*[tvm.runtime.tensor(a, dev) for a in arrays])
+        if isinstance(out, (list, tuple)) or type(out).__name__ == "Array":
+            return [o.numpy() for o in out]
+        return [out.numpy()]
+
     def predict(inputs):
-        out = main(*[tvm.runtime.tensor(inputs[n], dev) for n in input_names])
-        values = [o.numpy() for o in out] if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" \
-            else out.numpy()
-        return outputs_dict(values, output_names)
+        arrays = [np.ascontiguousarray(inputs[n]) for n in input_names]
+        rows = len(arrays[0])
+        if not sizes:
+            return outputs_dict(run(main, arrays), output_names)
+        from serving_bench.export.tvm_tune import bucket_for
+
+        size = bucket_for(rows, sizes)
+        if size != rows:
+            arrays = [np.concatenate([a, np.zeros((size - rows, *a.shape[1:]), a.dtype)]) for a in arrays]
+        return outputs_dict([o[:rows] for o in run(functions[size], arrays)], output_names)
 
     return predict
