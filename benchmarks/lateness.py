@@ -75,8 +75,10 @@ def _delayed(row: dict) -> str:
     return "<= 1 % delayed > 1 ms" if pct is None else f"{pct:.1f} % delayed > 1 ms"
 
 
-def max_sustained(trial, start: float, tolerance: float, limit: float = 32000.0) -> tuple[float | None, list]:
-    """Doubling from ``start`` until a rate fails, then bisection to ``tolerance``; returns (best, steps)."""
+def max_sustained(trial, start: float, tolerance: float, limit: float = 32000.0,
+                  floor: float = 50.0) -> tuple[float | None, list]:
+    """Doubling from ``start`` until a rate fails (halving while even ``start`` fails, down to ``floor``), then
+    bisection to ``tolerance``; returns (best, steps)."""
     steps, good, bad, rate = [], None, None, start
     while rate <= limit:
         row = trial(rate)
@@ -86,6 +88,13 @@ def max_sustained(trial, start: float, tolerance: float, limit: float = 32000.0)
         else:
             bad = rate
             break
+    while good is None and bad is not None and bad / 2 >= floor:
+        row = trial(bad / 2)
+        steps.append(row)
+        if row["sustained"]:
+            good = bad / 2
+        else:
+            bad = bad / 2
     if good is None:
         return None, steps
     while bad is not None and (bad - good) / bad > tolerance:
