@@ -53,11 +53,12 @@ class Stage:
 
 class Demo:
     def __init__(self, out: Path, repo: Path, load_profile: Path, tune_evals: int, reuse_repo: bool,
-                 profile_seconds: float):
+                 profile_seconds: float, profile: Path | None = None):
         self.out, self.repo, self.load_profile = out, repo, load_profile
         self.tune_evals = tune_evals
         self.reuse_repo = reuse_repo
         self.profile_seconds = profile_seconds
+        self.given_profile = profile
         self.t0 = time.perf_counter()
         self.stages: list[Stage] = []
         self.schedule = None
@@ -155,6 +156,10 @@ class Demo:
 
         from serving_bench.serving_config import ServingConfig
 
+        if self.given_profile is not None:
+            adapters.load_profile(self.given_profile)  # checked before later stages rely on it
+            self.profile_path = self.given_profile
+            return f"reused {self.given_profile} (--profile)"
         self.profile_path = self.out / "profile.json"
         served = list(ServingConfig.from_repo(self.repo, list(self.schedule.models)).names)  # ensemble members too
         self.say(f"  measuring {', '.join(served)}")
@@ -222,6 +227,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tune-evals", type=int, default=24, help="configurations the tune stage evaluates")
     parser.add_argument("--reuse-repo", action="store_true",
                         help="skip the export when the repository already holds every demo entry")
+    parser.add_argument("--profile", help="use this simulator profile instead of measuring one (stage 3)")
     parser.add_argument("--profile-seconds", type=float, default=3.0,
                         help="closed-loop seconds per model and batch size in the profile stage (default 3)")
 
@@ -230,7 +236,8 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, args.reuse_repo, args.profile_seconds)
+    demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, args.reuse_repo, args.profile_seconds,
+                Path(args.profile) if args.profile else None)
     return demo.run()
 
 
