@@ -11,12 +11,16 @@ and the client's own jitter on a busy machine must not leak into service times:
   ``COMPUTE_END - COMPUTE_START`` (what occupies the instance). Against an external server (``url``) there is no
   trace: service samples are then client latencies minus the mean overhead (their spread includes client jitter).
 * **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows.
-* **Overhead** (per request, not occupying the instance: gRPC, network, the client, the batcher hand-off), from the
-  ``b = 1`` run: client latency minus the request's service time minus the queue delay the simulator itself imposes
-  on a lone request (``max_queue_delay`` unless the request alone is a preferred size), one sample per request.
+* **Dispatch and overhead** (per request, not occupying the instance), from the ``b = 1`` run. *Dispatch*: inside
+  Triton, from the request's arrival to its compute start (thread hand-offs: the batcher's and the instance's
+  wake-ups), less the queue delay the simulator itself imposes on a lone request (``max_queue_delay`` unless the
+  request alone is a preferred size); the simulator delays each request's arrival at the batcher by a draw.
+  *Overhead*: client latency minus the time inside Triton (gRPC, network, the client; from the intended time, so
+  in open-loop runs the client's own send lateness is part of it), added on the return path.
+  One sample per request each (without a trace, one constant overhead covers both).
 * **Cold starts** (``idle``): requests of one row sent one at a time with the instance idle ~2, 8, 32 and 64 ms
-  between them (open loop, fixed spacing); the median service time and overhead at each spacing minus those of the
-  back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
+  between them (open loop, fixed spacing); the median service time, dispatch and overhead at each spacing minus those
+  of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
   ONNX Runtime model computes twice as long after 16 ms idle as back to back). The simulator adds it per batch from
   the instance's idle time and per request from the time since the previous request.
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, the time
@@ -84,8 +88,9 @@ def default_batch_sizes(max_batch_size: int) -> list[int]:
 
 @dataclass
 class LoopRun:
-    """One closed-loop run: per model its successful requests' client latency (s, in send order), Triton's
-    statistics for the run (``load.driver``'s per-model means) and the run's ``perf_counter`` window."""
+    """One run: per model its successful requests' client latency (s, from the intended time, in send order: open
+    loop runs include the client's own send lateness, closed loop ones have none), Triton's statistics for the run
+    (``load.driver``'s per-model means) and the run's ``perf_counter`` window."""
 
     latency: dict[str, np.ndarray]
     stats: dict[str, dict]
@@ -106,7 +111,8 @@ class Session:
         self.url = endpoints.grpc_url
 
     def run(self, loads: Mapping[str, tuple[int, int]], seconds: float) -> LoopRun:
-        """Closed loop for ``seconds``: model -> (rows per request, concurrency), all models at once."""
+        """Closed loop for ``seconds``: model -> (rows per request, concurrency), all models at once. A run that
+        got fewer than 5 answers per model (a stalled shared machine) is repeated once, twice as long."""
         from serving_bench.load.driver import ClosedLoop, TritonTarget
 
         names = tuple(loads)
@@ -114,10 +120,18 @@ class Session:
         n = per * len(names)
         model = np.repeat(np.arange(len(names), dtype=np.int32), per)
         batch = np.repeat(np.array([loads[m][0] for m in names], dtype=np.int32), per)
-        schedule = Schedule(np.zeros(n), model, names, np.zeros(n, dtype=np.int32), batch, {"duration_s": seconds})
-        target = TritonTarget(self.endpoints, source="profile measurement",
-                              mode=ClosedLoop(concurrency={m: loads[m][1] for m in names}, duration_s=seconds))
-        return self._collect(target, schedule, {m: loads[m][0] for m in names})
+        for attempt in (1, 2):
+            schedule = Schedule(np.zeros(n), model, names, np.zeros(n, dtype=np.int32), batch,
+                                {"duration_s": seconds * attempt})
+            target = TritonTarget(self.endpoints, source="profile measurement",
+                                  mode=ClosedLoop(concurrency={m: loads[m][1] for m in names},
+                                                  duration_s=seconds * attempt))
+            try:
+                return self._collect(target, schedule, {m: loads[m][0] for m in names})
+            except InputError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def spaced(self, model: str, rows: int, period: float, count: int) -> LoopRun:
         """Open loop: ``count`` requests of ``rows`` rows, one every ``period`` seconds (the instance idles between
@@ -138,11 +152,13 @@ class Session:
         for m in names:
             rows = records[(records["model"].astype(str) == m) & (records["status"].astype(str) == "ok")]
             if len(rows) < 5:
-                bad = records[records["model"].astype(str) == m]
+                bad = records[(records["model"].astype(str) == m) & (records["status"].astype(str) != "ok")]
+                why = (f"{bad['status'].astype(str).iloc[0]}: {bad['error'].astype(str).iloc[0]}" if len(bad)
+                       else "no more requests were answered in the run's time")
                 raise InputError("profile measurement", m, f"only {len(rows)} requests of {rows_of[m]} rows "
-                                 f"succeeded: {bad['error'].astype(str).iloc[0] if len(bad) else 'no requests'}")
+                                 f"succeeded ({why})")
             rows = rows.sort_values("sent_s")
-            latency[m] = (rows["done_s"] - rows["sent_s"]).to_numpy()
+            latency[m] = (rows["done_s"] - rows["intended_s"]).to_numpy()  # closed loop: intended = sent
         return LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end))
 
     def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
@@ -240,25 +256,28 @@ def _thin(samples: np.ndarray) -> Dist:
 
 
 def service_and_overhead(run: LoopRun, trace: Trace | None, model: str, wait_s: float,
-                         overhead: float | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Service samples of a concurrency-1 run and, with a trace, per-request overhead samples.
+                         overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Service samples of a concurrency-1 run and, with a trace, per-request overhead and dispatch samples.
 
-    With a trace: service = the batches' compute durations; overhead = client latency - compute - ``wait_s`` per
-    request (matched in order: at concurrency 1 requests run one after another; the driver's warm-up request
-    precedes the run's). Without: service = latency - ``overhead`` - ``wait_s`` (``overhead`` given) or, if None,
-    latency - (mean latency - Triton's mean compute), and the overhead is the constant mean."""
+    With a trace (requests matched in order: at concurrency 1 they run one after another; the driver's warm-up
+    request precedes the run's): service = the batches' compute durations; dispatch = time from the request reaching
+    Triton to its compute start, less ``wait_s`` (the batcher's own delay, which the simulator models); overhead =
+    client latency - time inside Triton. Without: service = latency - ``overhead`` - ``wait_s`` (``overhead`` given)
+    or, if None, latency - (mean latency - Triton's mean compute), the overhead being that constant mean and the
+    dispatch part of it."""
     latency = run.latency[model]
     if trace is not None:
         rows = trace.window(model, run.window)
-        compute = rows["COMPUTE_END"] - rows["COMPUTE_START"]
-        if len(compute) >= len(latency) >= 5:
-            compute = compute[-len(latency):]
-            return compute, latency - compute - wait_s
+        if len(rows["COMPUTE_START"]) >= len(latency) >= 5:
+            rows = {k: v[-len(latency):] for k, v in rows.items()}
+            compute = rows["COMPUTE_END"] - rows["COMPUTE_START"]
+            dispatch = np.clip(rows["COMPUTE_START"] - rows["REQUEST_START"] - wait_s, 0.0, None)
+            return compute, latency - (rows["COMPUTE_END"] - rows["REQUEST_START"]), dispatch
     compute = run.compute_s(model)
     if overhead is None:
         overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
-        return latency - overhead - wait_s, np.array([overhead])
-    return latency - overhead - wait_s, None
+        return latency - overhead - wait_s, np.array([overhead]), None
+    return latency - overhead - wait_s, None, None
 
 
 def batch_gap(run: LoopRun, trace: Trace, model: str) -> tuple[float, int]:
@@ -302,20 +321,27 @@ def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[
     return max(slope_multi - slope_solo, 0.0), int(sum(c for m, c in zip(ns, ws) if m >= 2))
 
 
-def _medians(run: LoopRun, trace: Trace | None, model: str, wait_s: float) -> tuple[float, float, float | None]:
-    """(median service, median overhead, median instance idle before a batch or None) of a one-at-a-time run."""
+def _medians(run: LoopRun, trace: Trace | None, model: str,
+             wait_s: float) -> tuple[float, float, float, float | None]:
+    """(median service, median overhead, median dispatch, median instance idle before a batch or None) of a
+    one-at-a-time run (see :func:`service_and_overhead`). Requests the batcher merged anyway (a stall made them
+    overlap) count as one batch: the service is that of single-request batches, the idle time the one between
+    consecutive batches. Without a trace the dispatch is part of the overhead (0)."""
     latency = run.latency[model]
     if trace is not None:
         rows = trace.window(model, run.window)
         if len(rows["COMPUTE_START"]) >= len(latency) >= 3:
-            start = rows["COMPUTE_START"][-len(latency):]
-            end = rows["COMPUTE_END"][-len(latency):]
-            compute = end - start
-            idle = start[1:] - end[:-1]
-            return (float(np.median(compute)), float(np.median(latency - compute - wait_s)),
-                    float(np.median(idle)) if len(idle) else None)
+            rows = {k: v[-len(latency):] for k, v in rows.items()}
+            starts, ends, _ = _batches(rows)
+            _, counts = np.unique(rows["COMPUTE_START"], return_counts=True)
+            single = (ends - starts)[counts == 1]
+            idle = np.clip(starts[1:] - ends[:-1], 0.0, None)
+            dispatch = np.clip(rows["COMPUTE_START"] - rows["REQUEST_START"] - wait_s, 0.0, None)
+            return (float(np.median(single if len(single) else ends - starts)),
+                    float(np.median(latency - (rows["COMPUTE_END"] - rows["REQUEST_START"]))),
+                    float(np.median(dispatch)), float(np.median(idle)) if len(idle) else None)
     compute = run.compute_s(model)
-    return compute, float(np.median(latency)) - compute - wait_s, None
+    return compute, float(np.median(latency)) - compute - wait_s, 0.0, None
 
 
 def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -> IdleEffect | None:
@@ -324,21 +350,22 @@ def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -
     after a longer idle: a longer idle cannot make a start warmer). The service's x is the instance's median idle
     time from the trace (without one: the spacing minus the hot latency); the overhead's x is the spacing."""
     hot_run = runs[(model, "solo", 1)]
-    hot_service, hot_overhead, hot_idle = _medians(hot_run, trace, model, wait_s)
+    hot_service, hot_overhead, hot_dispatch, hot_idle = _medians(hot_run, trace, model, wait_s)
     hot_latency = float(np.mean(hot_run.latency[model]))
     points = sorted(k[2] for k in runs if k[0] == model and k[1] == "idle")
     if not points:
         return None
     s_x, s_y = [hot_idle if hot_idle is not None else 0.0], [0.0]
-    o_x, o_y = [hot_latency], [0.0]
+    o_x, o_y, d_y = [hot_latency], [0.0], [0.0]
     for g in points:
         run = runs[(model, "idle", g)]
-        service, overhead, idle = _medians(run, trace, model, wait_s)
+        service, overhead, dispatch, idle = _medians(run, trace, model, wait_s)
         period = g + hot_latency
         s_x.append(idle if idle is not None else max(period - hot_latency, 0.0))
         s_y.append(max(service - hot_service, 0.0))
         o_x.append(period)
         o_y.append(max(overhead - hot_overhead, 0.0))
+        d_y.append(max(dispatch - hot_dispatch, 0.0))
 
     def monotone(xs, ys):
         order = np.argsort(xs, kind="stable")
@@ -346,8 +373,8 @@ def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -
         keep = np.concatenate([[True], np.diff(xs) > 0])
         return tuple(float(x) for x in xs[keep]), tuple(float(y) for y in ys[keep])
 
-    (sx, sy), (ox, oy) = monotone(s_x, s_y), monotone(o_x, o_y)
-    return IdleEffect(sx, sy, ox, oy)
+    (sx, sy), (ox, oy), (_, dy) = monotone(s_x, s_y), monotone(o_x, o_y), monotone(o_x, d_y)
+    return IdleEffect(sx, sy, ox, oy, dy if trace is not None else ())
 
 
 def significant_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:
@@ -375,6 +402,7 @@ class _ModelResult:
     per_request_s: float = 0.0
     curves: list[Curve] = field(default_factory=list)
     idle: IdleEffect | None = None
+    dispatch: Dist | None = None
 
 
 def _device_of(config) -> str:
@@ -478,14 +506,16 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         overhead_mean = None
         for b in sizes[m]:
             run = runs[(m, "solo", b)]
-            service, over = service_and_overhead(run, trace, m, lone_wait_s(config, b), overhead_mean)
+            service, over, dispatch = service_and_overhead(run, trace, m, lone_wait_s(config, b), overhead_mean)
             if b == sizes[m][0]:
                 r.overhead = _thin(np.clip(over, 0.0, None)) if over is not None else Dist.constant(0.0)
-                overhead_mean = r.overhead.mean
+                r.dispatch = _thin(dispatch) if dispatch is not None else None
+                overhead_mean = r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
             r.batches[b] = _thin(service)
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
-                f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" + (f"; overhead mean {overhead_mean * 1e3:.3f} ms"
-                                                                if b == sizes[m][0] else ""))
+                f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" + (
+                    f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
+                    f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else ""))
         if (m, "gap") in runs and trace is not None:
             r.gap_s, count = batch_gap(runs[(m, "gap")], trace, m)
             log(f"{m}: gap between batches on a busy instance {r.gap_s * 1e6:.0f} us (mean of {count})")
@@ -558,7 +588,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r = results[m]
         md = ModelOnDevice(_mode_of(r.config), r.batches, tuple(sorted(r.curves, key=lambda c: c.batch)), threads,
                            r.per_request_s, None, r.gap_s, r.idle)
-        profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead)
+        profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
+                                   r.dispatch)
     devices = {}
     for d in sorted({r.device for r in results.values()}):
         if d == "cpu":

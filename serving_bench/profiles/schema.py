@@ -13,7 +13,7 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
      "overhead": {"samples_s": [...]},                  # default per-request client/network overhead
      "ensemble_step_s": 0.0,                            # ensemble scheduler cost per step
      "models": {"sleep_python": {
-         "framework": "python", "precision": "fp32", "overhead": {...}?,
+         "framework": "python", "precision": "fp32", "overhead": {...}?, "dispatch": {...}?,
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
@@ -215,12 +215,14 @@ class IdleEffect:
     An executed batch that starts after its instance sat idle ``service_idle_s[i]`` seconds takes
     ``service_extra_s[i]`` longer than back-to-back ("hot"); a request that reaches the server
     ``overhead_gap_s[i]`` seconds after the previous request (any model) has an overhead ``overhead_extra_s[i]``
-    longer than the hot one. Both linear between points; the first and last values hold outside."""
+    longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). All linear
+    between points; the first and last values hold outside."""
 
     service_idle_s: tuple[float, ...]
     service_extra_s: tuple[float, ...]
     overhead_gap_s: tuple[float, ...]
     overhead_extra_s: tuple[float, ...]
+    dispatch_extra_s: tuple[float, ...] = ()
 
     def service_extra(self, idle: float) -> float:
         return _interp(idle, self.service_idle_s, self.service_extra_s)
@@ -229,8 +231,11 @@ class IdleEffect:
         return _interp(gap, self.overhead_gap_s, self.overhead_extra_s)
 
     def to_json(self) -> dict:
-        return {"service": {"idle_s": list(self.service_idle_s), "extra_s": list(self.service_extra_s)},
-                "overhead": {"gap_s": list(self.overhead_gap_s), "extra_s": list(self.overhead_extra_s)}}
+        out = {"service": {"idle_s": list(self.service_idle_s), "extra_s": list(self.service_extra_s)},
+               "overhead": {"gap_s": list(self.overhead_gap_s), "extra_s": list(self.overhead_extra_s)}}
+        if self.dispatch_extra_s:
+            out["overhead"]["dispatch_extra_s"] = list(self.dispatch_extra_s)
+        return out
 
 
 def _interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
@@ -259,6 +264,11 @@ def parse_idle(data: Any, source: str, where: str) -> IdleEffect:
         if any(b <= a for a, b in zip(xs, xs[1:])):
             raise InputError(source, f"{where}.{part}.{axis}", "expected strictly increasing seconds")
         parts += [xs, ys]
+    dispatch = (data.get("overhead") or {}).get("dispatch_extra_s")
+    if dispatch is not None:
+        if not isinstance(dispatch, list) or len(dispatch) != len(parts[2]):
+            raise InputError(source, f"{where}.overhead.dispatch_extra_s", "expected a list as long as gap_s")
+        parts.append(tuple(_number(v, source, f"{where}.overhead.dispatch_extra_s") for v in dispatch))
     return IdleEffect(*parts)
 
 
@@ -312,12 +322,15 @@ class ModelProfile:
     precision: str
     devices: Mapping[str, ModelOnDevice]
     overhead: Dist | None = None
+    dispatch: Dist | None = None  # time inside the server before the batcher has the request (thread hand-offs)
 
     def to_json(self) -> dict:
         out = {"framework": self.framework, "precision": self.precision,
                "devices": {d: self.devices[d].to_json() for d in sorted(self.devices)}}
         if self.overhead is not None:
             out["overhead"] = self.overhead.to_json()
+        if self.dispatch is not None:
+            out["dispatch"] = self.dispatch.to_json()
         return out
 
 
@@ -474,8 +487,9 @@ class Profile:
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
                                                 if md.get("idle") is not None else None)
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
+            dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
-                                        overhead)
+                                        overhead, dispatch)
 
         pairs = []
         for i, p in enumerate(data.get("pairs") or []):

@@ -48,6 +48,7 @@ class ModelSpec:
     batch_gap_s: dict[str, float] = field(default_factory=dict)
     idle: dict[str, IdleEffect | None] = field(default_factory=dict)  # per device: cold-start extras
     overhead_grid: list[float] = field(default_factory=list)
+    dispatch_grid: list[float] = field(default_factory=list)  # empty: no measured dispatch time
 
     @property
     def max_preferred(self) -> int:
@@ -185,6 +186,8 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             spec.batch_gap_s[device] = md.batch_gap_s
             spec.idle[device] = md.idle
         spec.overhead_grid = _grid(profile.overhead_for(ms.name))
+        if mp.dispatch is not None:
+            spec.dispatch_grid = _grid(mp.dispatch)
         models.append(spec)
 
     for device, count in per_device_count.items():

@@ -6,7 +6,8 @@ profile, config and seed give identical records. ``engine="fast"`` (default) and
 reference, slower) give identical records too.
 
 Besides the table, ``records.attrs["sim"]`` holds what only a simulator knows: per-model busy time, executed batches and
-items per executed batch (Triton's ``inference_count / execution_count``), utilisation (busy instance-seconds over
+items per executed batch (Triton's ``inference_count / execution_count``), mean time inside the server per answered
+request (Triton's ``success`` time: no client/network overhead), utilisation (busy instance-seconds over
 instances x makespan), per-device busy time, the engine and the seed.
 
     from serving_bench.profiles import Profile
@@ -64,6 +65,11 @@ class SimTarget:
         batch = schedule.batch.astype(np.int64)
         code = schedule.model
         run = _Run(spec, self.seed, n)
+        order = np.argsort(arrival, kind="stable")
+        since = np.empty(n)  # time since the previous request reached the server (any model): cold-start extras
+        since[order] = np.diff(arrival[order], prepend=-np.inf)
+        run.since = since
+        dispatch_rng = np.random.default_rng((self.seed, 3))
 
         # requests per served model / ensemble, in arrival order; over-large batches fail at validation
         for s_index, (kind, index) in enumerate(kinds):
@@ -73,7 +79,17 @@ class SimTarget:
                 items = batch[ids] if ms.max_batch > 0 else np.ones(len(ids), dtype=np.int64)
                 bad = items > ms.max_batch if ms.max_batch > 0 else np.zeros(len(ids), dtype=bool)
                 run.error_ids.append(ids[bad])
-                run.add_source(index, ids[~bad], arrival[ids[~bad]], items[~bad])
+                ids, items = ids[~bad], items[~bad]
+                times = arrival[ids]
+                if ms.dispatch_grid:  # the measured time before the batcher has the request (plus its cold extra)
+                    grid = np.asarray(ms.dispatch_grid)
+                    times = times + np.interp(dispatch_rng.random(len(ids)), np.linspace(0.0, 1.0, len(grid)), grid)
+                    idle = ms.idle.get(ms.instance_devices[0]) if ms.instance_devices else None
+                    if idle is not None and idle.dispatch_extra_s:
+                        times = times + np.interp(since[ids], idle.overhead_gap_s, idle.dispatch_extra_s)
+                    by_time = np.argsort(times, kind="stable")
+                    ids, items, times = ids[by_time], items[by_time], times[by_time]
+                run.add_source(index, ids, times, items)
             else:
                 run.add_ensemble_source(index, ids, arrival[ids], batch[ids])
         collect = gc.isenabled()
@@ -154,15 +170,14 @@ class SimTarget:
             error[unseen] = "simulation ended before this request finished"
             done[unseen] = np.nan
 
-        # client/network overhead on the return path, one draw per request from its model's stream, plus the model's
-        # cold-start extra for the time since the previous request reached the server (any model)
+        # client/network overhead (all of it added on the return path: the server sees the request at its send time
+        # plus the model's dispatch time), one draw per request, plus the model's cold-start extra for the time since
+        # the previous request reached the server (any model)
         rng = np.random.default_rng((self.seed, 2))
         u = rng.random(n)
         extra = np.zeros(n)
         intended = records["intended_s"].to_numpy()
-        order = np.argsort(intended, kind="stable")
-        since = np.empty(n)
-        since[order] = np.diff(intended[order], prepend=-np.inf)
+        since = run.since
         for g_index, grid in enumerate(grids):
             sel = overhead_grid_of == g_index
             if sel.any():
@@ -171,6 +186,11 @@ class SimTarget:
                 idle = idles[g_index]
                 if idle is not None:
                     extra[sel] += np.interp(since[sel], idle.overhead_gap_s, idle.overhead_extra_s)
+        ok = status == STATUSES.index("ok")
+        server_mean = {}
+        for st in server.models:  # time inside the server (arrival to answer, no client/network overhead)
+            sel = ok & (overhead_grid_of == st.m)
+            server_mean[st.spec.name] = float(np.mean(done[sel] - intended[sel])) if sel.any() else None
         records["sent_s"] = records["intended_s"].to_numpy().copy()
         records["done_s"] = done + extra
         records["status"] = pd.Categorical.from_codes(status, categories=list(STATUSES))
@@ -183,6 +203,7 @@ class SimTarget:
             "engine": self.engine, "seed": self.seed, "profile": self.profile.path, "duration_s": duration,
             "busy_s": {st.spec.name: st.busy_s for st in server.models},
             "executions": {st.spec.name: st.executions for st in server.models},
+            "server_mean_s": server_mean,
             "items_per_execution": {st.spec.name: st.executed_items / st.executions if st.executions else None
                                     for st in server.models},
             "utilisation": {st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
@@ -211,6 +232,7 @@ class _Run:
         self.ens_sources: dict[int, tuple] = {}
         self.ens: list = []  # slot -> [rid, e_index, done_steps(set), issued(set), fail(outcome, t) | None, t_done]
         self.n = n
+        self.since: np.ndarray | None = None  # per request: time since the previous request (cold starts)
         members = {m for e in spec.ensembles for m in e.steps}
         self.dynamic_models = members
 
