@@ -133,7 +133,7 @@ class Demo:
         from serving_bench.telemetry import Telemetry
         from serving_bench.tune import adapters
 
-        self.schedule = adapters.ScheduleBuilder(str(self.load_profile))(0)
+        self.schedule = adapters.ScheduleBuilder(str(self.load_profile))()  # the profile's own seed
         out = self.out / "replay"
         self.say(f"  {len(self.schedule)} requests over {self.schedule.duration_s:.0f} s to "
                  f"{', '.join(self.schedule.models)}")
