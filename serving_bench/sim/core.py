@@ -440,7 +440,7 @@ class Server:
             return 0.0, 0, 0
         cur = st.cur
         p = cur.items
-        max_b, max_p, pref = spec.max_batch, spec.max_preferred, spec.preferred
+        max_b, max_p, pref = spec.max_batch, spec.max_preferred_size, spec.preferred
         best_items = best_n = 0
         send_now = False
         if st.all_ones:

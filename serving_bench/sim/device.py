@@ -99,10 +99,12 @@ class Device:
     the batch size it was measured at), by increasing batch size.
 
     A job keeps its planned end ``finish``; when the set of running jobs changes, only the jobs whose rate changed
-    are re-planned (remaining work ``(finish - now) * old_rate`` at the new rate). Per model the count of running
-    jobs and their fixed-point root sum are kept up to date as jobs come and go."""
+    are re-planned (remaining work ``(finish - now) * old_rate`` at the new rate), once per instant (:meth:`flush`,
+    called by the engines at its end: a batch ending and the next one starting at the same instant cost one
+    re-planning). Per model the count of running jobs and their fixed-point root sum are kept up to date as jobs come
+    and go."""
 
-    __slots__ = ("name", "jobs", "last", "pairs", "busy_s", "version", "next", "counts", "roots", "total")
+    __slots__ = ("name", "jobs", "last", "pairs", "busy_s", "version", "next", "counts", "roots", "total", "dirty")
 
     def __init__(self, name: str, pairs: dict | None = None):
         self.name = name
@@ -115,6 +117,7 @@ class Device:
         self.counts: dict[int, int] = {}  # model -> running jobs
         self.roots: dict[int, int] = {}  # model -> fixed-point sum of their roots
         self.total = 0
+        self.dirty = False  # jobs came or went since the rates were last set (see flush)
 
     def _rerate(self, now: float) -> None:
         """Set every running job's rate for the current set, re-plan the jobs whose rate changed, update ``next``."""
@@ -172,16 +175,25 @@ class Device:
         self.counts[m] = self.counts.get(m, 0) + 1
         self.roots[m] = self.roots.get(m, 0) + share.iroot
         self.total += share.iroot
-        self._rerate(now)
+        self.dirty = True
         self.version += 1
+
+    def flush(self, now: float) -> None:
+        """Set the rates for the jobs running now (once per instant, however many came and went in it: the engines
+        call it at the end of the instant)."""
+        if self.dirty:
+            self._rerate(now)
+            self.dirty = False
 
     def next_completion(self, now: float) -> float:
         """Absolute time of the next completion if nothing changes (inf when idle)."""
+        self.flush(now)
         nxt = self.next
         return nxt if nxt > now else (now if self.jobs else math.inf)
 
     def pop_finished(self, now: float) -> list[Job]:
-        """Remove the jobs whose planned end has come (in start order) and re-plan the others."""
+        """Remove the jobs whose planned end has come (in start order); the others are re-planned at the flush."""
+        self.flush(now)
         jobs = self.jobs
         if jobs:
             self.busy_s += now - self.last
@@ -202,12 +214,8 @@ class Device:
                 del counts[m]
                 del roots[m]
             self.total -= share.iroot
-        if len(done) == len(jobs):
-            self.jobs = []
-            self.next = math.inf
-        else:
-            self.jobs = [job for job in jobs if job.finish > limit]
-            self._rerate(now)
+        self.jobs = [job for job in jobs if job.finish > limit] if len(done) < len(jobs) else []
+        self.dirty = True
         self.version += 1
         if len(done) > 1:
             done.sort(key=lambda j: j.seq)

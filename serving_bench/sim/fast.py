@@ -4,8 +4,10 @@ It never creates an event per request. A model's arrivals are a sorted list; the
 arrival that would wake the batcher* (found by a binary search on cumulative items) and admits everything before it
 in bulk, so the work is per executed batch (plus per waking arrival), not per request. Ordering is the reference's:
 events ordered by (time, insertion); all state changes at an instant before the end-of-instant steps, which run in
-the order they were requested. ``tests/test_sim_engines.py`` checks that it returns the same records as the SimPy
-reference on the same inputs.
+the order they were requested. ``tests/test_sim.py`` checks that it returns the same records as the SimPy
+reference on the same inputs. Devices changed during an instant are re-planned once at its end (after the
+end-of-instant steps), in the order they first changed; the reference does the same with events of a priority
+after the steps'.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class FastClock:
         self.device_version: dict = {}
         self.timer_version: list[int] = []
         self.wake_at: list[float] = []
+        self.dirty: list = []  # devices changed in this instant, in order
 
     def push(self, t: float, kind: int, target, version) -> None:
         self.seq += 1
@@ -47,9 +50,8 @@ class FastClock:
             self.push(t, TIMER, m, self.timer_version[m])
 
     def device_changed(self, device) -> None:
-        t = device.next_completion(self.now)
-        if t < math.inf:
-            self.push(t, DEVICE, device, device.version)
+        if device not in self.dirty:
+            self.dirty.append(device)
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
         self.push(t, ARRIVE, m, (owner, items))
@@ -100,12 +102,19 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
             elif st.spec.dynamic:
                 server.idle_arrival(st)
 
+    dirty = clock.dirty
     while True:
         if late and (not heap or heap[0][0] > clock.now):
             m = late.pop(0)
             late_set.discard(m)
             server.step(m, clock.now)
             plan_wake(m)
+            continue
+        if dirty and (not heap or heap[0][0] > clock.now):
+            device = dirty.pop(0)
+            t = device.next_completion(clock.now)
+            if t < math.inf:
+                clock.push(t, DEVICE, device, device.version)
             continue
         if not heap:
             break

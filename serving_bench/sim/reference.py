@@ -27,6 +27,7 @@ from simpy.events import NORMAL
 from serving_bench.sim.core import Server
 
 LATE = NORMAL + 1  # end-of-instant steps run after every ordinary event of the same time
+REPLAN = NORMAL + 2  # devices changed in the instant are re-planned after its steps
 
 
 class SimEnv(simpy.Environment):
@@ -49,6 +50,7 @@ class SimPyClock:
         self.wake_events: list[simpy.Event | None] = [None] * n_models
         self.timer_version = [0] * n_models
         self.device_version: dict = {}
+        self.replan: set = set()
 
     @property
     def now(self) -> float:
@@ -73,6 +75,13 @@ class SimPyClock:
             event.callbacks.append(lambda _ev, m=m, v=version: self.timer_version[m] == v and self.notify(m))
 
     def device_changed(self, device) -> None:
+        """Re-plan ``device`` at the end of this instant (once, however often it changes in it)."""
+        if device not in self.replan:
+            self.replan.add(device)
+            self.env.at(self.env.now, REPLAN).callbacks.append(lambda _ev, d=device: self._replan(d))
+
+    def _replan(self, device) -> None:
+        self.replan.discard(device)
         t = device.next_completion(self.env.now)
         if t < math.inf:
             version = device.version

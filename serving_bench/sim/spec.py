@@ -49,10 +49,10 @@ class ModelSpec:
     idle: dict[str, IdleEffect | None] = field(default_factory=dict)  # per device: cold-start extras
     overhead_grid: list[float] = field(default_factory=list)
     dispatch_grid: list[float] = field(default_factory=list)  # empty: no measured dispatch time
+    max_preferred_size: int = 0  # the largest preferred batch size (0: none)
 
-    @property
-    def max_preferred(self) -> int:
-        return max(self.preferred) if self.preferred else 0
+    def __post_init__(self):
+        self.max_preferred_size = max(self.preferred) if self.preferred else 0
 
 
 @dataclass
