@@ -8,7 +8,7 @@ framework's p50 divided by torch eager's p50 at the same batch (below 1 = faster
 
 Settings: intra-op threads (``--threads``, default = the CPU count) for every framework; ONNX Runtime at graph
 optimisation levels ``all`` and ``basic``; fp32; TVM untuned and, with ``--tvm-tune-trials N`` > 0, MetaSchedule-tuned
-(records cached, see docs/export.md). Each cell runs ``--warmup`` batches then measures until ``--iterations`` batches
+with static buckets = the measured batch sizes (records cached, see docs/export.md). Each cell runs ``--warmup`` batches then measures until ``--iterations`` batches
 or ``--budget-s`` seconds, whichever comes first (at least 3 batches), so slow cells (untuned TVM at batch 32) stay
 bounded; the row says how many batches were measured.
 
@@ -102,7 +102,7 @@ def measure(column: str, model: str, seq_len: int | None, entry: str | None, run
     return rows
 
 
-def export_all(models: list[str], seq_len: int | None, repo: Path, max_batch: int, tune_trials: int) -> dict:
+def export_all(models: list[str], seq_len: int | None, repo: Path, batches: list[int], tune_trials: int) -> dict:
     """Export every model (untuned repo; TVM also tuned when asked); returns manifest records by (model, repo kind)."""
     from serving_bench.export.api import export_models
     from serving_bench.export.repository import load_manifest
@@ -113,8 +113,9 @@ def export_all(models: list[str], seq_len: int | None, repo: Path, max_batch: in
             continue
         target = repo / kind
         for model in models:
-            exported = export_models(model, frameworks, target, max_batch_size=max_batch, seq_len=seq_len,
-                                     tvm_tune_trials=trials, overwrite=True, log=lambda l: print("  " + l, flush=True))
+            exported = export_models(model, frameworks, target, max_batch_size=max(batches), seq_len=seq_len,
+                                     tvm_tune_trials=trials, tvm_buckets=batches, overwrite=True,
+                                     log=lambda line: print("  " + line, flush=True))
             failed = [r for r in exported if r["status"] != "exported"]
             if failed:
                 raise SystemExit(f"export failed: {failed[0]['name']}: {failed[0].get('reason')}")
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-frameworks-") as tmp:
         repo = Path(args.repo) if args.repo else Path(tmp)
         print(f"exporting {', '.join(models)} (max batch {max(batches)}) to {repo}", flush=True)
-        records = export_all(models, seq_len, repo, max(batches), args.tvm_tune_trials)
+        records = export_all(models, seq_len, repo, batches, args.tvm_tune_trials)
         rows: list[dict] = []
         ctx = multiprocessing.get_context("spawn")
         for model in models:

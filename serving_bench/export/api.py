@@ -65,6 +65,9 @@ def plan(models: Sequence[str], frameworks: Sequence[str], repo: Path, opts: Exp
         raise InputError("--instances", str(opts.instances), "expected an integer >= 1")
     if opts.tvm_tune_trials < 0:
         raise InputError("--tvm-tune-trials", str(opts.tvm_tune_trials), "expected an integer >= 0")
+    bad = [b for b in opts.tvm_buckets if not 1 <= b <= opts.max_batch_size]
+    if bad:
+        raise InputError("--tvm-buckets", str(bad[0]), f"expected batch sizes in 1..{opts.max_batch_size}")
     fws = [get_framework(f) for f in dict.fromkeys(frameworks)]
     reasons = {fw.name: fw.unavailable_reason() for fw in fws}
     planned: list[PlannedEntry] = []
@@ -154,6 +157,7 @@ def _sleep_record(repo: Path, spec: ModelSpec, opts: ExportOptions, base_ms: flo
 def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] = (), repo: str | Path = "model_repo",
                   *, max_batch_size: int = 32, precision: str = "fp32", instances: int = 1, overwrite: bool = False,
                   ensembles: Sequence[str | EnsembleSpec] = (), seed: int = 0, tvm_tune_trials: int = 0,
+                  tvm_buckets: Sequence[int] = (),
                   seq_len: int | None = None, sleep_base_ms: float = 5.0, sleep_per_item_ms: float = 1.0,
                   log: Callable[[str], None] | None = None) -> list[dict]:
     """Export zoo ``models`` with ``frameworks`` into ``repo``; returns one record per entry, each with ``name`` and
@@ -165,7 +169,8 @@ def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] =
     log = log or (lambda line: None)
     repo = Path(repo)
     opts = ExportOptions(max_batch_size=int(max_batch_size), precision=precision, instances=int(instances),
-                         seed=int(seed), tvm_tune_trials=int(tvm_tune_trials))
+                         seed=int(seed), tvm_tune_trials=int(tvm_tune_trials),
+                         tvm_buckets=tuple(int(b) for b in tvm_buckets))
     ens_specs = [e if isinstance(e, EnsembleSpec) else EnsembleSpec.parse(e) for e in ensembles]
     planned = plan(_split(models), _split(frameworks), repo, opts, overwrite=overwrite, ensembles=ens_specs,
                    model_options={"seq_len": seq_len})

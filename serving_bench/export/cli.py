@@ -26,18 +26,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="bert_base sequence length (default 128)")
     parser.add_argument("--tvm-tune-trials", type=int, default=0,
                         help="MetaSchedule trials for TVM (0 = untuned, the default; records are cached)")
+    parser.add_argument("--tvm-buckets", default="", metavar="1,8,32",
+                        help="static batch sizes TVM tuning compiles and tunes (default: powers of two up to the "
+                             "maximum; the maximum is always added)")
     parser.add_argument("--sleep-base-ms", type=float, default=5.0, help="sleep model: time per batch (ms)")
     parser.add_argument("--sleep-per-item-ms", type=float, default=1.0, help="sleep model: time per item (ms)")
 
 
 def main(args: argparse.Namespace) -> int:
+    from serving_bench.errors import InputError
     from serving_bench.export.api import export_models
 
+    try:
+        tvm_buckets = [int(b) for b in args.tvm_buckets.split(",") if b.strip()]
+    except ValueError:
+        raise InputError("--tvm-buckets", args.tvm_buckets, "expected comma-separated batch sizes") from None
     start = time.perf_counter()
     records = export_models(args.models, args.frameworks, args.repo, max_batch_size=args.max_batch_size,
                             precision=args.precision, instances=args.instances, overwrite=args.overwrite,
                             ensembles=args.ensemble, seed=args.seed, tvm_tune_trials=args.tvm_tune_trials,
-                            seq_len=args.seq_len, sleep_base_ms=args.sleep_base_ms,
+                            tvm_buckets=tvm_buckets, seq_len=args.seq_len, sleep_base_ms=args.sleep_base_ms,
                             sleep_per_item_ms=args.sleep_per_item_ms, log=lambda line: print(line, flush=True))
     counts = {s: sum(r["status"] == s for r in records) for s in ("exported", "skipped", "failed")}
     print(f"{args.repo}: {counts['exported']} exported, {counts['skipped']} skipped, {counts['failed']} failed "

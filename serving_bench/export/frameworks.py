@@ -30,13 +30,15 @@ Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 class ExportOptions:
     """How to export. ``max_batch_size`` >= 1 (the batch dimension is dynamic over 1..max); ``precision`` is
     ``fp32`` or ``fp16``; ``instances`` is the instance count written to ``instance_group``; ``seed`` draws the
-    weights and the parity inputs; ``tvm_tune_trials`` > 0 turns on MetaSchedule tuning for TVM."""
+    weights and the parity inputs; ``tvm_tune_trials`` > 0 turns on MetaSchedule tuning for TVM over the static batch
+    ``tvm_buckets`` (default: powers of two up to the maximum; the maximum is always added)."""
 
     max_batch_size: int = 32
     precision: str = "fp32"
     instances: int = 1
     seed: int = 0
     tvm_tune_trials: int = 0
+    tvm_buckets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def tune(mod, spec: ModelSpec, target_dict: dict, opts: ExportOptions, log=None)
 
     from serving_bench.serve.server import cache_dir
 
-    sizes = buckets(opts.max_batch_size)
+    sizes = sorted(set(opts.tvm_buckets) | {opts.max_batch_size}) if opts.tvm_buckets else buckets(opts.max_batch_size)
     mod = add_static_buckets(mod, sizes)
     target = tvm.target.Target({**target_dict, "num-cores": max(1, os.cpu_count() or 1)})
     key = cache_key(spec, target_dict, sizes, opts.tvm_tune_trials)
