@@ -27,7 +27,7 @@ from serving_bench.export.parity import TOLERANCE, check_parity
 from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, entry_dir, file_sha256, read_config,
                                              staged_entry, update_manifest, write_config)
 from serving_bench.export.sleep import write_sleep_entry
-from serving_bench.models import PRECISIONS, ModelSpec, get_model
+from serving_bench.models import MODEL_OPTIONS, PRECISIONS, ModelSpec, get_model
 
 SLEEP_ENTRY = "sleep_python"
 RUNNERS_DIR = Path(__file__).resolve().parents[1] / "serve" / "runners"  # <framework>_model.py per python-backend framework
@@ -72,13 +72,14 @@ def plan(models: Sequence[str], frameworks: Sequence[str], repo: Path, opts: Exp
     reasons = {fw.name: fw.unavailable_reason() for fw in fws}
     planned: list[PlannedEntry] = []
     for model in dict.fromkeys(models):
-        options = {k: v for k, v in model_options.items() if model == "bert_base"}
-        spec = get_model(model, **options).with_precision(opts.precision) if model != "sleep" else get_model(model)
+        options = {k: v for k, v in model_options.items() if k in MODEL_OPTIONS.get(model, ())}
+        spec = get_model(model, **options)
         if spec.frameworks == ("python",):
             planned.append(PlannedEntry(SLEEP_ENTRY, spec, None))
             continue
         if not fws:
             raise InputError("--frameworks", None, "expected at least one framework")
+        spec = spec.with_precision(opts.precision)
         planned += [PlannedEntry(entry_name(model, fw.name), spec, fw, reasons[fw.name]) for fw in fws]
     names = [p.name for p in planned if p.skip_reason is None]
     for ens in ensembles:

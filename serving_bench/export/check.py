@@ -99,7 +99,7 @@ def _kind(config: ModelConfig) -> str:
 
 def _check_tensors(path: Path, config: ModelConfig, which: str, problems: Problems) -> None:
     tensors = getattr(config, which)
-    if not tensors and config.platform != "ensemble" or not tensors and which == "output":
+    if not tensors:
         problems.add(path, which, f"no {which}s declared; expected at least one")
     seen = set()
     for i, t in enumerate(tensors):

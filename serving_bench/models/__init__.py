@@ -17,7 +17,7 @@ import numpy as np
 from serving_bench.errors import InputError
 from serving_bench.models.spec import PRECISIONS, ModelSpec, TensorSpec
 
-__all__ = ["MODELS", "ModelSpec", "TensorSpec", "PRECISIONS", "get_model", "model_names"]
+__all__ = ["MODELS", "MODEL_OPTIONS", "ModelSpec", "TensorSpec", "PRECISIONS", "get_model", "model_names"]
 
 
 def _tiny_cnn() -> ModelSpec:
