@@ -4,7 +4,8 @@ first on the real server (``profiles.measure``: server-side service times, overh
 per-request cost, co-location and pair curves); each load is then one ``validate`` run (same schedule on Triton and
 in the simulator). Figures: p50, p90, p99, throughput and mean-batch errors per model, against the issue's targets
 (|p50| <= 5 %, |p99| <= 10 %, |throughput| <= 3 %). Load is the offered rate over the capacity of one instance at
-batch 1 (6 ms per request), split evenly between co-located models.
+batch 1 *as measured in the profile* (service time plus gap between batches: on a busy 2-core machine the 6 ms sleep
+takes ~7 ms on the server), split evenly between co-located models.
 
     .venv/bin/python benchmarks/sim_fidelity.py [--quick] [--out benchmarks/results/sim_fidelity_<date>_<host>.json]
 
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.profiles.measure import measure_profile  # noqa: E402
+from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.sim.validate import format_table, run_validation  # noqa: E402
 
 # (name, entries: name -> (max_batch_size, queue delay us, instances))
@@ -35,7 +37,6 @@ SCENARIOS = [
     ("dynbatch_single", {"sleep_a": (8, 1000, 1)}),
     ("colocated", {"sleep_a": (8, 0, 1), "sleep_b": (8, 500, 1)}),
 ]
-SERVICE_S = 0.006  # 5 ms + 1 ms per item at batch 1
 TARGETS = {"p50": 0.05, "p99": 0.10, "throughput": 0.03}
 
 
@@ -61,9 +62,13 @@ def main() -> int:
             profile = tmp / name / "p.json"
             measure_profile(repo, list(entries), profile, seconds=1.0 if args.quick else 2.0,
                             rounds=2 if args.quick else 3, colocation=(1, 2), log=print)
+            measured = Profile.load(profile)
+            capacity = {}
+            for e, (_, _, inst) in entries.items():
+                md = measured.models[e].devices["cpu"]
+                capacity[e] = inst / (md.batches[1].mean + md.batch_gap_s)
             for load in loads:
-                rate = load / SERVICE_S / len(entries)
-                models = "\n".join(f"  {e}: {{rate: {rate:.1f}}}" for e in entries)
+                models = "\n".join(f"  {e}: {{rate: {load * capacity[e] / len(entries):.1f}}}" for e in entries)
                 yaml = tmp / name / f"load_{load}.yaml"
                 yaml.write_text(f"name: {name}\nduration: {seconds}s\nwarmup: 1s\nseed: 1\nmodels:\n{models}\n")
                 rows = run_validation(yaml, repo, profile, tmp / name / f"val_{load}")

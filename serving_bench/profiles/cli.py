@@ -1,7 +1,8 @@
 """``serving-bench profile``: measure a simulator profile on real Triton, or import one measured elsewhere.
 
     serving-bench profile --repo model_repo/ --models sleep_python,tiny_cnn_onnxruntime --out p.json
-        [--batch-sizes 1,2,4,8] [--colocation 1,2,4] [--seconds 2] [--url host:8001]
+        [--batch-sizes 1,2,4,8] [--colocation 1,2,4] [--colocation-batches 1,8] [--no-pairs] [--rounds 3]
+        [--seconds 2] [--threads N] [--url host:8001]
     serving-bench profile --csv timings.csv --model resnet50_onnxruntime --device gpu0 --out p.json
     serving-bench profile --import-h200 --out h200.json      # the bundled H200 torch-eager table
 """
@@ -32,7 +33,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", help="comma-separated entries to measure (with --repo)")
     parser.add_argument("--batch-sizes", help="batch sizes to measure (default 1, 2, 4, ... max_batch_size)")
     parser.add_argument("--colocation", default="1,2,4", help="instance counts for the co-location curve")
+    parser.add_argument("--colocation-batches",
+                        help="batch sizes of the co-location curves (default: 1 and the largest measured)")
+    parser.add_argument("--no-pairs", action="store_true", help="skip the curves of model pairs on one device")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per co-location point")
     parser.add_argument("--seconds", type=float, default=2.0, help="closed-loop seconds per measured point")
+    parser.add_argument("--threads", type=int,
+                        help="threads per instance on the embedded server (default: what the served config gets)")
     parser.add_argument("--url", help="an external Triton's gRPC host:port instead of the embedded server")
     parser.add_argument("--model", help="(--csv) entry name when the CSV has no model column")
     parser.add_argument("--device", default="gpu0", help="(--csv) device name: cpu or gpuN")
@@ -55,9 +62,14 @@ def main(args: argparse.Namespace) -> int:
             raise InputError("--models", None, "expected the comma-separated entries to measure")
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         sizes = _ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None
+        if args.threads is not None and args.threads < 1:
+            raise InputError("--threads", str(args.threads), "expected an integer >= 1")
         profile = measure_profile(args.repo, models, None, batch_sizes=sizes,
-                                  colocation=_ints(args.colocation, "--colocation"), seconds=args.seconds,
-                                  url=args.url, log=print)
+                                  colocation=_ints(args.colocation, "--colocation"),
+                                  colocation_batches=_ints(args.colocation_batches, "--colocation-batches")
+                                  if args.colocation_batches else None,
+                                  pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds,
+                                  threads=args.threads, url=args.url, log=print)
     profile.save(args.out)
     names = ", ".join(sorted(profile.models))
     print(f"wrote {args.out}: {len(profile.models)} models ({names}) on {', '.join(sorted(profile.devices))}")

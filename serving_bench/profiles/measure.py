@@ -32,7 +32,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   cost of each extra request (clamped at 0).
 * **Co-location curve** ``S(k)`` at batch sizes ``colocation_batches``: a server with ``max(colocation)`` instances of
   every model; per round, one run at concurrency 1 (one instance busy: ``t_1``) then one at concurrency k (``t_k``),
-  both from Triton's compute time per request; ``S(k) = k t_1 / t_k`` per round, median over ``rounds`` rounds.
+  both Triton's mean compute time of executed batches of exactly that size (``batch_stats``: with a queue delay the
+  batcher merges concurrent requests, and a merged batch's longer time is not a co-location slowdown);
+  ``S(k) = k t_1 / t_k`` per round, median over ``rounds`` rounds.
   Interleaving rounds makes the ratio immune to slow drift of a shared machine. A slowdown ``k / S - 1`` not larger
   than the solo time's own spread between rounds (at least 2 %) is not significant: then ``S(k) = k``. A model that
   does not slow down when co-located (``sleep``) must not be slowed by the simulator.
@@ -160,6 +162,16 @@ class Session:
             rows = rows.sort_values("sent_s")
             latency[m] = (rows["done_s"] - rows["intended_s"]).to_numpy()  # closed loop: intended = sent
         return LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end))
+
+    def execution_time(self, model: str, rows: int, concurrency: int, seconds: float) -> float:
+        """Mean compute time (s) of the executed batches of exactly ``rows`` rows in a closed loop of ``rows``-row
+        requests at ``concurrency`` (Triton's per-batch-size statistics: batches the batcher merged from several
+        requests do not count; 0 if none ran)."""
+        before = self.batch_stats([model])[model]
+        self.run({model: (rows, concurrency)}, seconds)
+        count, ns = self.batch_stats([model])[model].get(rows, (0, 0))
+        count, ns = count - before.get(rows, (0, 0))[0], ns - before.get(rows, (0, 0))[1]
+        return ns * 1e-9 / count if count > 0 else 0.0
 
     def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
         """Triton's cumulative per-batch-size statistics: model -> executed batch size -> (executions, compute ns)."""
@@ -550,10 +562,10 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 for b in cb if usable else ():
                     solo, ratios = [], {k: [] for k in usable}
                     for _ in range(rounds):
-                        t1 = session.run({m: (b, 1)}, seconds / 2).compute_s(m)
+                        t1 = session.execution_time(m, b, 1, seconds / 2)
                         solo.append(t1)
                         for k in usable:
-                            tk = session.run({m: (b, k)}, seconds / 2).compute_s(m)
+                            tk = session.execution_time(m, b, k, seconds / 2)
                             if t1 > 0 and tk > 0:
                                 ratios[k].append(k * t1 / tk)
                     points = [(1.0, 1.0)]
