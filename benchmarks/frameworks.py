@@ -8,9 +8,10 @@ framework's p50 divided by torch eager's p50 at the same batch (below 1 = faster
 
 Settings: intra-op threads (``--threads``, default = the CPU count) for every framework; ONNX Runtime at graph
 optimisation levels ``all`` and ``basic``; fp32; TVM untuned and, with ``--tvm-tune-trials N`` > 0, MetaSchedule-tuned
-with static buckets = the measured batch sizes (records cached, see docs/export.md). Each cell runs ``--warmup`` batches then measures until ``--iterations`` batches
-or ``--budget-s`` seconds, whichever comes first (at least 3 batches); a cell whose single batch is estimated (from
-the smaller batches) to exceed ``--max-batch-s`` is skipped and the table says so (untuned TVM at batch 8/32).
+with static buckets = the measured batch sizes (records cached, see docs/export.md). Each cell runs ``--warmup``
+batches then measures until ``--iterations`` batches or ``--budget-s`` seconds, whichever comes first (at least 3
+batches); a cell whose single batch is estimated (from the smaller batches) to exceed ``--max-batch-s`` is skipped and
+the table says so (untuned TVM at batch 8/32).
 
     python benchmarks/frameworks.py --quick          # tiny models, a minute: checks that everything runs
     python benchmarks/frameworks.py                  # resnet50 + bert_base, batch 1/8/32 (long; run on a quiet machine)
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,8,32)")
     parser.add_argument("--seq-len", type=int, default=128, help="bert_base sequence length (default 128)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads (default: all)")
-    parser.add_argument("--warmup", type=int, default=3, help="unmeasured batches first (TorchScript optimises after its first runs)")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="unmeasured batches first (TorchScript optimises after its first runs)")
     parser.add_argument("--iterations", type=int, default=50, help="most batches measured per cell")
     parser.add_argument("--budget-s", type=float, default=20.0, help="time per cell after which measuring stops")
     parser.add_argument("--max-batch-s", type=float, default=60.0,

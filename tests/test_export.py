@@ -236,7 +236,8 @@ def test_ensemble_served_by_real_triton_averages_members(tmp_path):
 
     spec = get_model("tiny_cnn")
     x = spec.make_inputs(2, seed=5)
-    want = (torch_outputs(spec.create(seed=0), spec, x)["output"] + torch_outputs(spec.create(seed=1), spec, x)["output"]) / 2
+    want = (torch_outputs(spec.create(seed=0), spec, x)["output"]
+            + torch_outputs(spec.create(seed=1), spec, x)["output"]) / 2
     with TritonServer(repo, models=["ens"]) as server:
         client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
         tensor = grpcclient.InferInput("input", list(x["input"].shape), "FP32")

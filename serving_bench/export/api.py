@@ -30,7 +30,8 @@ from serving_bench.export.sleep import write_sleep_entry
 from serving_bench.models import MODEL_OPTIONS, PRECISIONS, ModelSpec, get_model
 
 SLEEP_ENTRY = "sleep_python"
-RUNNERS_DIR = Path(__file__).resolve().parents[1] / "serve" / "runners"  # <framework>_model.py per python-backend framework
+# <framework>_model.py for each python-backend framework
+RUNNERS_DIR = Path(__file__).resolve().parents[1] / "serve" / "runners"
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ Tuning needs static shapes, so a tuned entry holds, beside the dynamic ``main``,
 *bucket* (``main_b1``, ``main_b2``, ``main_b4``, ... ``main_b<max>``: the powers of two up to the maximum batch, plus
 the maximum), made with ``bind_symbolic_vars`` on the imported Relax function. Every convolution and matmul kernel of
 the static copies is a tuning task; the budget of ``trials`` measurements is split evenly over them (round robin, at
-least one each); the other kernels keep TVM's default lowering. At run time a batch goes to the smallest bucket that holds it, padded with zeros; the padding rows are
-dropped from the outputs (six buckets instead of one function per batch size keep tuning cost and library size
-bounded, at the price of at most 2x padded work).
+least one each); the other kernels keep TVM's default lowering. At run time a batch goes to the smallest bucket that
+holds it, padded with zeros; the padding rows are dropped from the outputs (six buckets instead of one function per
+batch size keep tuning cost and library size bounded, at the price of at most 2x padded work). ``--tvm-buckets``
+chooses other bucket sizes.
 
 Records live in ``cache_dir()/tvm-tuning/<key>/`` (a MetaSchedule JSON database); the key covers the model, its
 precision and tensor shapes, the buckets, the target, the trial budget and the TVM version. A complete folder is
@@ -63,8 +64,9 @@ def add_static_buckets(mod, sizes: list[int], batch_var: str = "batch"):
 def cache_key(spec: ModelSpec, target: dict, sizes: list[int], trials: int) -> str:
     import tvm
 
-    payload = {"model": spec.name, "precision": spec.precision, "inputs": [(t.name, t.dtype, t.shape) for t in spec.inputs],
-               "buckets": sizes, "target": target, "trials": trials, "tvm": tvm.__version__, "v": 1}
+    payload = {"model": spec.name, "precision": spec.precision,
+               "inputs": [(t.name, t.dtype, t.shape) for t in spec.inputs], "buckets": sizes, "target": target,
+               "trials": trials, "tvm": tvm.__version__, "v": 1}
     return f"{spec.name}-{hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]}"
 
 

@@ -64,7 +64,8 @@ def _bert_base(seq_len: int = 128) -> ModelSpec:
     cfg = BertConfig()
     if not 1 <= seq_len <= cfg.max_positions:
         raise InputError("--seq-len", None, f"sequence length must be in 1..{cfg.max_positions}, got {seq_len}")
-    return ModelSpec("bert_base", f"BERT-base encoder, sequence length {seq_len}; last hidden state (108.9 M parameters)",
+    return ModelSpec("bert_base",
+                     f"BERT-base encoder, sequence length {seq_len}; last hidden state (108.9 M parameters)",
                      inputs=(TensorSpec("input_ids", "int64", (seq_len,), 0, cfg.vocab_size),
                              TensorSpec("attention_mask", "int64", (seq_len,), 0, 2)),
                      outputs=(TensorSpec("output", "float32", (seq_len, cfg.hidden)),),
