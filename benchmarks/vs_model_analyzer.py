@@ -174,12 +174,17 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
                     f"models:\n  {model}: {{rate: 20, slo: {{p99: {p99_ms}ms}}}}\n")
     t0 = time.perf_counter()
     log("serving-bench: profiling on the embedded tritonserver")
-    adapters.measure_profile(repo, [model], work / "sb_profile.json", log=lambda line: log("  " + line))
+    # only what the search below can use: batch sizes up to its largest max_batch_size, co-location up to its
+    # largest instance count
+    batches = (1, 2, 4, 8) if quick else (1, 2, 4, 8, 16, 32)
+    instances = (1, 2) if quick else (1, 2, 3, 4)
+    adapters.measure_profile(repo, [model], work / "sb_profile.json", batch_sizes=batches,
+                             colocation=instances, pairs=False, seconds=1.0 if quick else 2.0,
+                             log=lambda line: log("  " + line))
     t_profile = time.perf_counter() - t0
     log("serving-bench: tuning on the simulator")
     doc = run_tune(TuneOptions(load=str(load), profile=str(work / "sb_profile.json"), out=str(work / "sb_tune"),
-                               repo=str(repo), instances=(1, 2) if quick else (1, 2, 3, 4),
-                               max_batch_sizes=(1, 2, 4, 8) if quick else (1, 2, 4, 8, 16, 32),
+                               repo=str(repo), instances=instances, max_batch_sizes=batches,
                                queue_delays_us=(0, 500, 2000), max_scale=64.0, verify_top=0, report=False,
                                quiet=True))
     wall = time.perf_counter() - t0
@@ -201,7 +206,8 @@ def measure(repo: Path, model: str, p99_ms: float, quick: bool, label: str) -> d
             with tempfile.NamedTemporaryFile(suffix=".csv") as out:
                 cmd = [str(PEERS / "bin" / "perf_analyzer"), "-m", model, "-u", server.endpoints.grpc_url, "-i",
                        "grpc", "--concurrency-range", str(c), "--percentile", "99", "-f", out.name,
-                       "--measurement-interval", "2000" if quick else "5000", "--max-trials", "5"]
+                       "--measurement-interval", "3000" if quick else "5000", "--max-trials", "10",
+                       "--stability-percentage", "20"]
                 proc = subprocess.run(cmd, env=peer_env(os.environ), capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise RuntimeError(f"perf_analyzer failed: {proc.stderr.strip()[-400:] or proc.stdout[-400:]}")
