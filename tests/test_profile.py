@@ -97,7 +97,7 @@ def _trace_file(path, requests):
 
 
 def test_trace_batches_and_gap_between_batches(tmp_path):
-    from serving_bench.profiles.measure import LoopRun, Trace, _batches, batch_gap
+    from serving_bench.profiles.estimators import LoopRun, Trace, batch_gap, trace_batches
 
     # one instance, 3 requests always in flight: each batch starts 100 us after the previous one ends, except one
     # that was not queued yet (its gap does not count); a request of another model is ignored
@@ -110,7 +110,7 @@ def test_trace_batches_and_gap_between_batches(tmp_path):
     reqs.append(("other", 10.0, 10.0, 10.0, 10.001))
     trace = Trace.load(_trace_file(tmp_path / "trace.json", reqs))
     run = LoopRun({}, {}, (9.0, 11.0))
-    starts, ends, queued = _batches(trace.window("m", run.window))
+    starts, ends, queued = trace_batches(trace.window("m", run.window))
     assert len(starts) == 6 and np.allclose(ends - starts, 0.005)
     gap, count = batch_gap(run, trace, "m")
     assert count == 4 and gap == pytest.approx(0.0001)
@@ -118,7 +118,7 @@ def test_trace_batches_and_gap_between_batches(tmp_path):
 
 
 def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():
-    from serving_bench.profiles.measure import per_request_cost
+    from serving_bench.profiles.estimators import per_request_cost
 
     service = {1: 0.006, 2: 0.007, 3: 0.008, 4: 0.009}  # one request of n rows: 5 ms + 1 ms per row
     # batches of n one-row requests: 40 us more per extra request, and the whole run 0.5 ms slower (drift)
@@ -131,7 +131,7 @@ def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():
 
 
 def test_colocation_slowdown_within_noise_is_no_slowdown():
-    from serving_bench.profiles.measure import significant_speedup
+    from serving_bench.profiles.estimators import significant_speedup
 
     s, why = significant_speedup(2.0, [1.97, 2.05, 1.99], [0.0060, 0.0061, 0.0062])
     assert s == 2.0 and "within noise" in why
@@ -143,7 +143,7 @@ def test_colocation_slowdown_within_noise_is_no_slowdown():
 
 def test_lone_wait_follows_tritons_preferred_sizes():
     from serving_bench.export.sleep import sleep_config
-    from serving_bench.profiles.measure import lone_wait_s
+    from serving_bench.profiles.estimators import lone_wait_s
 
     config = sleep_config("s", base_ms=1, per_item_ms=0, max_batch_size=8, max_queue_delay_us=500)
     assert lone_wait_s(config, 1) == pytest.approx(5e-4) and lone_wait_s(config, 8) == 0.0
@@ -153,7 +153,7 @@ def test_lone_wait_follows_tritons_preferred_sizes():
 
 
 def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back(tmp_path):
-    from serving_bench.profiles.measure import LoopRun, Trace, idle_effect
+    from serving_bench.profiles.estimators import LoopRun, Trace, idle_effect
 
     reqs, runs, t = [], {}, 100.0
     # hot: 0.3 ms service, 1 ms client latency, requests back to back; spaced: service 0.3 + extra

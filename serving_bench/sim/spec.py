@@ -17,7 +17,6 @@ Default co-location curves when the profile has none for a model on a device:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from serving_bench.errors import InputError

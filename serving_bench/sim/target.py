@@ -117,7 +117,6 @@ class SimTarget:
             [None] * len(spec.ensembles)
         seen = np.zeros(n, dtype=bool)
 
-        ens_slots = run.ens  # per ensemble slot: [record id, ensemble index, done flags..., status, time]
         for st in server.models:
             owners = np.asarray(st.owner, dtype=np.int64)
             m = st.m
