@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -49,6 +50,7 @@ def main() -> int:
     seconds = 8 if args.quick else 30
     loads = (0.5, 0.9) if args.quick else (0.3, 0.5, 0.7, 0.9)
     wanted = set(args.scenarios.split(",")) if args.scenarios else None
+    load_before = os.getloadavg()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -91,7 +93,9 @@ def main() -> int:
     print("(* outside the target)")
     if args.out:
         Path(args.out).write_text(json.dumps({"date": date.today().isoformat(), "host": socket.gethostname(),
-                                              "quick": args.quick, "results": results}, indent=2) + "\n")
+                                              "cores": os.cpu_count(), "loadavg_before": load_before,
+                                              "loadavg_after": os.getloadavg(), "quick": args.quick,
+                                              "results": results}, indent=2) + "\n")
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import socket
 import sys
@@ -100,8 +101,8 @@ def main() -> int:
               f"({best / baseline:.1f}x naive SimPy M/M/1), {batch:.1f} requests per batch, device busy {util:.2f}")
     print(f"naive SimPy M/M/1 (one process per request): {baseline:,.0f} req/s")
     result = {"date": date.today().isoformat(), "host": socket.gethostname(), "cpu": platform.processor(),
-              "python": platform.python_version(), "naive_simpy_mm1_rps": baseline, "scenarios": rows,
-              "quick": args.quick}
+              "python": platform.python_version(), "loadavg": os.getloadavg(), "clock": "CPU seconds (process_time)",
+              "naive_simpy_mm1_rps": baseline, "scenarios": rows, "quick": args.quick}
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
