@@ -16,6 +16,7 @@ from serving_bench.errors import InputError
 from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
 from serving_bench.load.schedule import Schedule
 from serving_bench.metrics import summarize
+from serving_bench.serving_config import ServingConfig
 
 pytestmark = pytest.mark.server
 
@@ -31,6 +32,10 @@ def server(tmp_path_factory):
     write_sleep_entry(repo, "sleep_md1", base_ms=20.0, per_item_ms=0.0, max_batch_size=1)
     write_sleep_entry(repo, "sleep_slow", base_ms=400.0, per_item_ms=0.0, max_batch_size=4)
     _write_ensemble(repo, "sleep_ens", "sleep_zero")
+    # Triton's queue policy drops a request that waited more than 20 ms in the queue
+    write_sleep_entry(repo, "sleep_qto", base_ms=100.0, per_item_ms=0.0, max_batch_size=1)
+    serving = ServingConfig.from_repo(repo, ["sleep_qto"])
+    serving.with_model(serving["sleep_qto"].replace(queue_timeout_us=20_000)).apply_to_repo(repo)
     with TritonServer(repo) as srv:
         yield srv
 
@@ -132,6 +137,17 @@ def test_timeout_status(server):
     records = TritonTarget(server, timeout_s=0.1).run(schedule)
     c = assert_target_contract(schedule, records)
     assert c["timeout"] == 2 and records["error"].str.startswith("timeout").all()
+
+
+def test_queue_policy_timeout_is_a_timeout_like_in_the_simulator(server):
+    schedule = Schedule(np.zeros(4), np.zeros(4), ("sleep_qto",), np.zeros(4), np.ones(4), {"duration_s": 0.5})
+    records = TritonTarget(server).run(schedule)
+    assert_target_contract(schedule, records)
+    status = records["status"].astype(str).tolist()
+    assert status.count("ok") == 1 and status.count("timeout") == 3, status
+    timed_out = records[records["status"] == "timeout"]
+    assert timed_out["error"].str.contains("Request timeout expired").all()
+    assert timed_out["done_s"].isna().all()
 
 
 def test_unknown_model_lists_served_models_and_sends_nothing(server):

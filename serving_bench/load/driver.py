@@ -307,6 +307,10 @@ class _Sender:
                 arrays.done[i] = math.nan  # no response
                 arrays.status[i] = TIMEOUT
                 self.errors[i] = f"timeout: no response within {share.timeout_s:g} s"
+            elif "timeout expired" in details.lower():  # Triton's queue policy dropped it (default_timeout_us)
+                arrays.done[i] = math.nan  # no answer, as the simulator records it
+                arrays.status[i] = TIMEOUT
+                self.errors[i] = f"timeout: {code.name}: {details}"
             else:
                 rejected = code == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
                 arrays.status[i] = REJECTED if rejected else ERROR
