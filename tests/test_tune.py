@@ -104,3 +104,24 @@ def test_interrupted_tune_resumes_without_redoing_work(inputs, tmp_path, monkeyp
     # a different search in the same folder is refused, not mixed in
     with pytest.raises(Exception, match="different search"):
         run_tune(opts(inputs, out, queue_delays_us=(0, 500)))
+
+
+def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path):
+    """--url: the best candidate is loaded into a running Triton (explicit model control) and replayed there."""
+    import tritonclient.grpc as grpcclient
+
+    from serving_bench.serve.server import TritonServer
+
+    profile = write_profile(tmp_path / "p.json", {"sleep_python": (5.0, 1.0, 8)})
+    load = write_load(tmp_path / "load.yaml", {"sleep_python": 100}, {"sleep_python": 60}, duration_s=3.0)
+    with TritonServer(sleep_repo, models=["sleep_python"]) as server:  # started with --model-control-mode=explicit
+        url = server.endpoints.grpc_url
+        doc = run_tune(TuneOptions(load=str(load), profile=str(profile), out=str(tmp_path / "out"), url=url,
+                                   instances=(1, 2), max_batch_sizes=(1, 8), queue_delays_us=(0,), verify_top=1,
+                                   quiet=True, report=False))
+        served = grpcclient.InferenceServerClient(url).get_model_config("sleep_python", as_json=True)["config"]
+    best = doc["best"]["config"]["sleep_python"]
+    assert (best["instances"], best["max_batch_size"]) == (2, 8)
+    assert int(served["max_batch_size"]) == 8 and sum(int(g["count"]) for g in served["instance_group"]) == 2
+    (row,) = doc["verification"]
+    assert row["server"] == url and row["slo_met"] and row["measured"]["sleep_python"]["throughput_rps"] > 50
