@@ -125,3 +125,18 @@ def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path
     assert int(served["max_batch_size"]) == 8 and sum(int(g["count"]) for g in served["instance_group"]) == 2
     (row,) = doc["verification"]
     assert row["server"] == url and row["slo_met"] and row["measured"]["sleep_python"]["throughput_rps"] > 50
+
+
+def test_gpu_placement_objectives(tmp_path):
+    """With --gpus 2 the search places models on GPUs: throughput spreads them, the gpus objective packs them."""
+    profile = write_profile(tmp_path / "p.json", {"a": (4.0, 0.5, 8), "b": (4.0, 0.5, 8)}, device="gpu0", kind="gpu")
+    load = write_load(tmp_path / "load.yaml", {"a": 100, "b": 100}, {"a": 50, "b": 50}, duration_s=4.0)
+    common = dict(load=str(load), profile=str(profile), gpus=2, instances=(1,), max_batch_sizes=(8,),
+                  queue_delays_us=(0,), verify_top=0, quiet=True, report=False)
+    spread = run_tune(TuneOptions(out=str(tmp_path / "throughput"), **common))
+    packed = run_tune(TuneOptions(out=str(tmp_path / "gpus"), objective="gpus", **common))
+    assert spread["search"]["space_points"] == 2  # {a, b} together or apart, up to renaming the GPUs
+    assert spread["best"]["result"]["gpus"] == 2 and packed["best"]["result"]["gpus"] == 1
+    assert spread["best"]["result"]["capacity_rps"] >= packed["best"]["result"]["capacity_rps"]
+    assert {c["device"] for c in packed["best"]["config"].values()} == {"gpu0"}
+    assert "on 1 GPU" in packed["recommendation"][1]
