@@ -117,3 +117,22 @@ def test_load_scaling_keeps_time_span_and_multiplies_requests():
         assert s.equals(load.at(scale))  # deterministic
     assert only_models(base, ["b"]).models == ("b",)
     assert len(merge([only_models(base, ["a"]), only_models(base, ["b"])])) == len(base)
+
+
+def test_ensemble_members_never_batch_less_than_their_ensemble(sleep_repo, tmp_path):
+    """Triton refuses an ensemble whose max_batch_size exceeds a member's: members get it as a floor."""
+    import shutil
+
+    from serving_bench.export.ensemble import EnsembleSpec, write_ensemble
+    from serving_bench.export.repository import CONFIG_NAME, read_config
+    from serving_bench.tune import adapters
+
+    repo = tmp_path / "repo"
+    shutil.copytree(sleep_repo, repo)
+    configs = {m: read_config(repo / m / CONFIG_NAME) for m in ("sleep_python", "sleep_zero")}
+    write_ensemble(repo, EnsembleSpec.parse("both=sleep_python,sleep_zero"), configs)
+    base = ServingConfig.from_repo(repo, ["both"])
+    floors = adapters.ensemble_batch_floors(repo, base)
+    assert floors["sleep_python"] == floors["sleep_zero"] == read_config(repo / "both" / CONFIG_NAME).max_batch_size
+    (knobs,) = knobs_for(["sleep_python"], max_batch_size=(1, 8, 32), base=base, floors=floors)
+    assert min(knobs.max_batch_size) >= floors["sleep_python"]

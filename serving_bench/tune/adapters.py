@@ -165,3 +165,18 @@ def validate(load_profile, repo, profile_path, out_dir, replay_dir=None):
     from serving_bench.sim import validate as sim_validate
 
     return sim_validate.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir)
+
+
+def ensemble_batch_floors(repo, config) -> dict[str, int]:
+    """Per ensemble member, the largest ``max_batch_size`` of the ensembles that call it: Triton refuses an ensemble
+    whose max_batch_size exceeds a member's, so a search must not go below it."""
+    from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
+
+    floors: dict[str, int] = {}
+    if not repo:
+        return floors
+    for name, members in config.ensembles:
+        mbs = int(read_config(entry_dir(repo, name) / CONFIG_NAME).max_batch_size)
+        for member in members:
+            floors[member] = max(floors.get(member, 0), mbs)
+    return floors

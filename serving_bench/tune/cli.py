@@ -170,9 +170,10 @@ def run_tune(opts: TuneOptions) -> dict:
                    f"repository's instances are KIND_CPU here")
     caps = {m: adapters.max_servable_batch(profile, m, ["gpu0"] if opts.gpus >= 1 else
                                            [d for d, _ in base[m].instances]) for m in tuned}
+    floors = adapters.ensemble_batch_floors(opts.repo, base)
     space = SearchSpace(base, knobs_for(tuned, instances=opts.instances, max_batch_size=opts.max_batch_sizes,
                                         max_queue_delay_us=opts.queue_delays_us, preferred=opts.preferred, base=base,
-                                        caps=caps), gpus=opts.gpus)
+                                        caps=caps, floors=floors), gpus=opts.gpus)
     ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(opts.objective, max_scale=opts.max_scale))
     if opts.objective == "gpus" and opts.gpus < 1:
         raise InputError("--objective", "gpus", "needs --gpus N (the most GPUs the models may use)")
