@@ -167,14 +167,18 @@ def heatmap_section(data: dict) -> str:
         cols = sorted({o["params"][f"{model}.max_batch_size"] for o in obs})
         values = [[best.get((r, c)) for c in cols] for r in rows]
         charts.append(heat_map([str(r) for r in rows], [str(c) for c in cols], values,
-                               title=f"{model}: best capacity (req/s) meeting the SLOs",
+                               title=f"{model}: best capacity (req/s)",
                                chart_id=f"heatmap-{i}", value_label="req/s", row_label="instances",
                                col_label="max_batch_size"))
     body = "".join(charts) or '<p class="empty">No search observations.</p>'
-    return f'<section id="instance-heatmap"><h2>Instance count heat map</h2><div class="charts">{body}</div></section>'
+    note = ('<p class="note">Per tuned model: the best capacity (all models\' load, req/s, meeting every SLO) among the '
+            'configurations searched with that instance count and max_batch_size; grey: none met the SLOs or none was '
+            'searched.</p>') if charts else ""
+    return (f'<section id="instance-heatmap"><h2>Instance count heat map</h2>{note}<div class="charts">{body}</div>'
+            '</section>')
 
 
-LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p99.9", "mean")
+LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p99.9", "mean", "server mean", "send late p99")
 
 
 def _metric_format(metric: str):

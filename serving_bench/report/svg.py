@@ -142,7 +142,7 @@ def heat_map(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence
              chart_id: str, value_label: str, row_label: str = "", col_label: str = "") -> str:
     """A grid of cells coloured by value (white = lowest, dark blue = highest, grey = no value)."""
     cell_w, cell_h, left, top = 64, 26, 180, 40
-    width = left + cell_w * max(len(cols), 1) + 16
+    width = max(left + cell_w * max(len(cols), 1) + 16, int(len(title) * 7.2) + 20)
     height = top + cell_h * max(len(rows), 1) + 40
     finite = [v for row in values for v in row if v is not None and math.isfinite(v)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
