@@ -31,6 +31,7 @@ def server(tmp_path_factory):
     # one request at a time, a fixed service time: an M/D/1 queue (20 ms: long against the noise of a shared machine)
     write_sleep_entry(repo, "sleep_md1", base_ms=20.0, per_item_ms=0.0, max_batch_size=1)
     write_sleep_entry(repo, "sleep_slow", base_ms=400.0, per_item_ms=0.0, max_batch_size=4)
+    write_sleep_entry(repo, "sleep_long", base_ms=3000.0, per_item_ms=0.0, max_batch_size=4)
     _write_ensemble(repo, "sleep_ens", "sleep_zero")
     # Triton's queue policy drops a request that waited more than 20 ms in the queue
     write_sleep_entry(repo, "sleep_qto", base_ms=100.0, per_item_ms=0.0, max_batch_size=1)
@@ -157,7 +158,7 @@ def test_unknown_model_lists_served_models_and_sends_nothing(server):
     with pytest.raises(InputError) as err:
         TritonTarget(server).run(schedule)
     line = err.value.line()
-    assert line.startswith("p.yaml: models.no_such_model: not served") and "sleep_md1, sleep_slow, sleep_zero" in line
+    assert line.startswith("p.yaml: models.no_such_model: not served") and "sleep_md1, sleep_qto, sleep_slow, sleep_zero" in line
     assert TritonTarget(server)._stats()["sleep_zero"]["inference_count"] == before["sleep_zero"]["inference_count"]
 
 
@@ -229,12 +230,17 @@ def test_mean_latency_agrees_with_md1_at_load_half(server):
 
 def test_stop_ends_a_closed_loop_within_the_grace_period(server):
     """A stop (what Ctrl-C does) must not wait for slow in-flight requests beyond grace_s."""
-    schedule = poisson_schedule(10, 30.0, model="sleep_slow", seed=6)
-    target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0), grace_s=0.2)
-    threading.Timer(0.6, target.stop).start()
+    # 3 s of service: whenever the stop comes, the requests in flight cannot finish within the grace period
+    schedule = poisson_schedule(10, 30.0, model="sleep_long", seed=6)
+    def stop_once_in_flight(progress):  # the clock starts after the (3 s) warm-up request
+        if progress.in_flight >= 1 and progress.elapsed_s >= 0.3:
+            target.stop()
+
+    target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0), grace_s=0.2,
+                          progress=stop_once_in_flight, progress_interval_s=0.1)
     started = time.monotonic()
     records = target.run(schedule)
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 3.0 + 3.0  # warm-up request + at most a few tenths after the stop
     c = assert_target_contract(schedule, records, closed_loop=True)
     assert records.attrs["partial"] and records.attrs["stop_reason"] == "stopped"
     assert c["error"] >= 1 and records["error"].str.startswith("cancelled").any()
