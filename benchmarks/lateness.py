@@ -57,7 +57,8 @@ def ours(url: str, rate: float, duration: float, senders: int, seed: int = 0) ->
     throughput = window.sum() / (0.8 * duration)
     row = {"rate": rate, "senders": senders, "requests": len(schedule), "ok": int(ok.sum()),
            "lateness_p50_s": float(np.percentile(late, 50)), "lateness_p99_s": float(np.percentile(late, 99)),
-           "lateness_max_s": float(late.max()), "throughput_rps": float(throughput)}
+           "lateness_max_s": float(late.max()), "throughput_rps": float(throughput),
+           "sender_cpu_us_per_request": 1e6 * records.attrs["sender_cpu_s"] / max(1, len(schedule))}
     row["sustained"] = bool(row["lateness_p99_s"] <= LATENESS_P99_S and row["ok"] == len(schedule)
                             and throughput >= 0.98 * rate * (len(schedule) / (rate * duration)))
     return row
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                         row["perf_analyzer"] = peer(pa, url, rate, measurement_s, args.quick)
                     lateness.append(row)
                     print(f"{rate:6.0f} req/s, {s} sender(s): lateness p50 {row['lateness_p50_s'] * 1e3:.3f} ms, "
-                          f"p99 {row['lateness_p99_s'] * 1e3:.3f} ms, max {row['lateness_max_s'] * 1e3:.2f} ms"
+                          f"p99 {row['lateness_p99_s'] * 1e3:.3f} ms, max {row['lateness_max_s'] * 1e3:.2f} ms, "
+                          f"sender CPU {row['sender_cpu_us_per_request']:.0f} us/request"
                           + (f"; perf_analyzer: {_delayed(row['perf_analyzer'])}" if pa is not None else ""),
                           flush=True)
             best = {}

@@ -1,6 +1,8 @@
 """The driver: sends a Schedule to a real Triton over gRPC and records what happened to every request.
 
-One async core (:func:`_sender_main` / :class:`_Sender`, ``grpc.aio``), used by every mode:
+One core (:func:`_sender_main` / :class:`_Sender`), used by every mode: non-blocking gRPC calls started from a
+timing thread, their outcomes recorded by a completion thread as they come out of gRPC's completion queue
+(:mod:`serving_bench.load.infer_channel`):
 
 * **open loop** — each request leaves at its scheduled time, whatever is in flight (optionally capped:
   ``max_in_flight`` with ``on_cap="wait"`` — it leaves late and the lateness is recorded — or ``"drop"`` — it is
@@ -16,29 +18,29 @@ from the run start ``t0``. Targets never time themselves. Every scheduled reques
 ``not_sent``. A stop — Ctrl-C, the server gone, a ``stop()`` — ends sending at once; in-flight requests get
 ``grace_s`` to finish, then are cancelled; the records are marked ``partial`` with ``stop_reason``.
 
-Why it looks like this (measured on 2 cores, no-op python model, see ``docs/load.md``): asyncio's epoll waits in whole
-milliseconds (rounded up), so a plain ``asyncio.sleep`` sender is 0.5 ms late on average and > 1 ms at p99. The
-sender's event loop therefore waits on its epoll descriptor with ``select()``, which has microsecond resolution, and
-runs with 1 µs timer slack; the garbage collector's long-lived objects are frozen before the start (a full collection
-takes ~30 ms with numpy, pandas and gRPC loaded). Requests are serialized up front and sent as bytes (no protobuf or
-tensor work on the clock). The sender runs in a thread of the calling process (``senders=0``) or in ``senders=N``
-spawned processes — each owns every N-th request, all use the same ``t0``, outcomes meet in shared memory. A process
-of its own keeps the timing loop away from the caller's threads (telemetry sampling, the progress bar: each holds the
-GIL for about a millisecond at a time); several help when one Python process cannot keep up with the rate.
+Why it looks like this (measured on 2 cores against a no-op python model, figures in ``docs/load.md``): the client
+must cost less per request than the server for a Python load generator to keep up with a C++ one. ``grpc.aio``
+spent most of the sender's CPU on per-call machinery (a task, coroutines, a loop wake-up per completion); the
+completion-queue calls skip all of it. The timing thread sleeps with ``time.sleep`` (``clock_nanosleep``) and 1 µs
+timer slack, so it wakes within tens of microseconds (asyncio's epoll waits in whole milliseconds). The garbage
+collector's long-lived objects are frozen before the start (a full collection takes ~30 ms with numpy, pandas and
+gRPC loaded). Requests are serialized up front and sent as bytes (no protobuf or tensor work on the clock). The
+sender runs in a thread of the calling process (``senders=0``) or in ``senders=N`` spawned processes — each owns
+every N-th request, all use the same ``t0``, outcomes meet in shared memory. A process of its own keeps the timing
+loop away from the caller's threads (telemetry sampling, the progress bar: each holds the GIL for about a
+millisecond at a time); several help when one Python process cannot keep up with the rate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import functools
 import gc
 import math
 import multiprocessing as mp
 import queue
-import select
-import selectors
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -55,7 +57,7 @@ from serving_bench.records import STATUSES, new_records
 OK, ERROR, TIMEOUT, REJECTED, NOT_SENT = (STATUSES.index(s) for s in ("ok", "error", "timeout", "rejected",
                                                                        "not_sent"))
 IN_FLIGHT = 100  # internal, never left in finished records
-INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+OK_CODE = 0  # gRPC status OK
 GRPC_OPTIONS = (("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1))
 
 
@@ -111,21 +113,7 @@ class Progress:
     p99_s: float | None
 
 
-# -- the precise event loop --------------------------------------------------------------------------------------------
-
-class _PreciseSelector(selectors.EpollSelector):
-    """An epoll selector that can sleep for less than a millisecond.
-
-    ``epoll_wait`` takes whole milliseconds (Python rounds up), which makes every timer up to 1 ms late.
-    ``select()`` on the epoll descriptor itself (readable when any registered fd is ready) takes microseconds; then a
-    zero-timeout ``epoll_wait`` collects the events."""
-
-    def select(self, timeout=None):
-        if timeout is not None and timeout > 0:
-            select.select([self.fileno()], [], [], timeout)
-            timeout = 0
-        return super().select(timeout)
-
+# -- timing ------------------------------------------------------------------------------------------------------------
 
 def _tight_timer_slack() -> None:
     """Ask Linux for 1 µs timer slack on this thread (default 50 µs); harmless where it is not available."""
@@ -136,9 +124,11 @@ def _tight_timer_slack() -> None:
         pass
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """An asyncio loop whose timers fire within tens of microseconds (see :class:`_PreciseSelector`)."""
-    return asyncio.SelectorEventLoop(_PreciseSelector())
+STOP_POLL_S = 0.02  # how often a sender looks at the run's stop event (and the longest single sleep)
+# The timing thread and the completion thread share the GIL. A thread that wants it waits for the holder to let go,
+# and only after the switch interval (Python's default 5 ms) forces a hand-over: a busy completion thread, which lets
+# go and takes it back between completions, could keep the timing thread waiting that long. Set for the run.
+SWITCH_INTERVAL_S = 2e-4
 
 
 # -- what one sender does ----------------------------------------------------------------------------------------------
@@ -194,8 +184,16 @@ class _Arrays:
                    np.ndarray((n,), np.int8, buf, 16 * m))
 
 
+_WAKE = object()  # tag of the call that wakes the completion thread at the end
+
+
 class _Sender:
-    """The async core: one event loop, one gRPC channel, the rows of one share."""
+    """The core: one gRPC channel, the rows of one share, two threads.
+
+    The sending thread (the caller of :meth:`run`) sleeps until each request's time and starts the call
+    (:meth:`_send`, non-blocking); the completion thread polls the channel and records each outcome the moment it
+    comes out (:meth:`_finish`), and in a closed loop starts the worker's next request right there. Counters shared
+    by the two threads change under ``lock``; every other shared value has a single writer."""
 
     def __init__(self, share: _Share, arrays: _Arrays, t0: float, stop: Any):
         self.share = share
@@ -203,133 +201,234 @@ class _Sender:
         self.t0 = t0
         self.stop_event = stop
         self.errors: dict[int, str] = {}
-        self.in_flight = 0
         self.stopping = False
         self.stop_reason: str | None = None
         self.unavailable_streak = 0
-        self.tasks: set[asyncio.Task] = set()
-        self.slot_free: asyncio.Event | None = None
+        self.lock = threading.Lock()
+        self.sent = 0                  # calls started (under lock)
+        self.finished = 0              # outcomes recorded (under lock)
+        self.live: dict[int, Any] = {}  # request -> call, while in flight (for cancelling at a stop)
+        self.slot_free = threading.Event()
+        self.waiting_for_slot = False
+        self.closed = share.mode != "open"
+        self.queues: dict[int, deque] = {}
+        self.end = math.inf
+        self.payload_of = [share.payloads[k] for k in share.payload.tolist()] if self.closed else []
+        self.model_of = share.model.tolist() if self.closed else []
+        self.next_stop_poll = 0.0
+        self.crash: str | None = None
 
-    async def connect(self):
+    def connect(self) -> None:
         import grpc
 
-        self.channel = grpc.aio.insecure_channel(self.share.url, options=list(GRPC_OPTIONS))
-        self.rpc = self.channel.unary_unary(INFER_METHOD, request_serializer=None, response_deserializer=None)
+        from serving_bench.load.infer_channel import InferChannel
+
+        self.channel = InferChannel(self.share.url, GRPC_OPTIONS)
         try:
-            await asyncio.wait_for(self.channel.channel_ready(), timeout=10.0)
+            self.channel.ready(10.0)
             for k in self.share.warmup:
-                await self.rpc(self.share.payloads[k], timeout=max(self.share.timeout_s, 30.0))
-        except (asyncio.TimeoutError, grpc.aio.AioRpcError) as err:
-            await self.channel.close()
+                self.channel.infer_blocking(self.share.payloads[k], max(self.share.timeout_s, 30.0))
+        except (grpc.FutureTimeoutError, grpc.RpcError) as err:
+            self.channel.close()
             raise ServerError(f"cannot reach Triton at {self.share.url} before the run: {_describe(err)}") from None
 
-    async def run(self) -> None:
-        self.slot_free = asyncio.Event()
-        watcher = asyncio.ensure_future(self._watch())
+    def run(self) -> None:
+        completer = threading.Thread(target=self._completions, name="serving-bench-completions", daemon=True)
+        completer.start()
+        clean = False
         try:
-            if self.share.mode == "open":
-                await self._open_loop()
+            if self.closed:
+                self._closed_loop()
             else:
-                await self._closed_loop()
-            await self._drain()
+                self._open_loop()
+            clean = self._drain()
         finally:
-            watcher.cancel()
-            await self.channel.close()
+            try:
+                self.channel.wake(_WAKE)
+            except ValueError:
+                pass
+            completer.join(timeout=5.0)
+            if clean and not completer.is_alive():
+                self.channel.close()  # otherwise a stuck call would make close() wait forever: leave it to exit
+        if self.crash:
+            raise RuntimeError(f"the completion thread failed: {self.crash}")
 
-    # -- loops -------------------------------------------------------------------------------------------------
-    async def _open_loop(self) -> None:
-        share, arrays, t0 = self.share, self.arrays, self.t0
-        arrival, pc, cap = share.arrival_s, time.perf_counter, share.max_in_flight
-        loop = asyncio.get_running_loop()
-        for i in share.rows:
-            if self.stopping:
+    # -- sending thread ----------------------------------------------------------------------------------------
+    def _open_loop(self) -> None:
+        share, pc, sleep = self.share, time.perf_counter, time.sleep
+        rows = share.rows.tolist()
+        when = (self.t0 + share.arrival_s[share.rows]).tolist()
+        payloads = [share.payloads[k] for k in share.payload[share.rows].tolist()]
+        cap = share.max_in_flight
+        for i, at, payload in zip(rows, when, payloads):
+            now = pc()
+            while now < at:  # never early; long gaps are slept in pieces to notice a stop
+                sleep(min(at - now, STOP_POLL_S))
+                now = pc()
+                if self._should_stop(now):
+                    return
+            if self._should_stop(now):
                 return
-            delay = t0 + arrival[i] - pc()
-            while delay > 0:  # never early: a timer may fire a few microseconds before its time
-                await asyncio.sleep(delay)
-                if self.stopping:
-                    return
-                delay = t0 + arrival[i] - pc()
-            if cap is not None and self.in_flight >= cap:
+            if cap is not None and self.sent - self.finished >= cap:
                 if share.on_cap == "drop":
-                    self.errors[int(i)] = f"dropped: max_in_flight={cap} requests were outstanding"
+                    self.errors[i] = f"dropped: max_in_flight={cap} requests were outstanding"
                     continue
-                while self.in_flight >= cap and not self.stopping:
-                    self.slot_free.clear()
-                    await self.slot_free.wait()
-                if self.stopping:
+                if not self._wait_for_slot(cap):
                     return
-            task = loop.create_task(self._one(int(i)))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            await asyncio.sleep(0)  # let the call start now (its send happens in this loop pass)
+            self._send(i, payload)
 
-    async def _closed_loop(self) -> None:
+    def _wait_for_slot(self, cap: int) -> bool:
+        self.waiting_for_slot = True
+        try:
+            while self.sent - self.finished >= cap:
+                self.slot_free.clear()
+                if self.sent - self.finished >= cap:
+                    self.slot_free.wait(STOP_POLL_S)
+                if self._should_stop(time.perf_counter()):
+                    return False
+            return True
+        finally:
+            self.waiting_for_slot = False
+
+    def _closed_loop(self) -> None:
         share = self.share
-        end = self.t0 + share.closed_duration_s
-        queues: dict[int, deque] = {m: deque() for m in share.concurrency}
-        for i in share.rows:
-            m = int(share.model[i])
-            if m in queues:
-                queues[m].append(int(i))
+        self.end = self.t0 + share.closed_duration_s
+        self.queues = {m: deque() for m in share.concurrency}
+        for i in share.rows.tolist():
+            q = self.queues.get(self.model_of[i])
+            if q is not None:
+                q.append(i)
+        for m, workers in share.concurrency.items():
+            for _ in range(workers):
+                self._next(m)
+        while not self._should_stop(time.perf_counter()) and time.perf_counter() < self.end \
+                and any(self.queues.values()):
+            time.sleep(0.005)
 
-        async def worker(m: int):
-            q = queues[m]
-            while q and not self.stopping and time.perf_counter() < end:
-                await self._one(q.popleft())
+    def _should_stop(self, now: float) -> bool:
+        if not self.stopping and now >= self.next_stop_poll:
+            self.next_stop_poll = now + STOP_POLL_S
+            if self.stop_event.is_set():
+                self._stop("stopped")
+        return self.stopping
 
-        loop = asyncio.get_running_loop()
-        workers = {loop.create_task(worker(m)) for m, n in share.concurrency.items() for _ in range(n)}
-        self.tasks.update(workers)  # a stop hands them to _drain: grace, then cancel
-        pending = workers
-        while pending and not self.stopping:
-            _, pending = await asyncio.wait(pending, timeout=0.05)
+    def _drain(self) -> bool:
+        """Wait for in-flight requests (each bounded by its deadline); after a stop, only ``grace_s``; then cancel
+        what is left. True when every started call has its outcome."""
+        share, pc = self.share, time.perf_counter
+        stopped = self.stopping
+        deadline = pc() + (share.grace_s if stopped else share.timeout_s + 5.0)
+        while self.finished < self.sent and pc() < deadline:
+            time.sleep(0.002)
+            if not stopped and self._should_stop(pc()):
+                stopped = True
+                deadline = min(deadline, pc() + share.grace_s)
+        if self.finished >= self.sent:
+            return True
+        for call in list(self.live.values()):
+            self.channel.cancel(call, "the run stopped before the response")
+        deadline = pc() + 5.0
+        while self.finished < self.sent and pc() < deadline:
+            time.sleep(0.002)
+        if not stopped:  # requests outlived their own deadline: the transport is stuck
+            self.stop_reason = self.stop_reason or "requests outlived their deadline"
+        return self.finished >= self.sent
 
-    async def _one(self, i: int) -> None:
-        """Send request ``i`` and record exactly one outcome for it."""
-        import grpc
-
-        arrays, share = self.arrays, self.share
-        self.in_flight += 1
+    # -- either thread -------------------------------------------------------------------------------------------
+    def _send(self, i: int, payload: bytes) -> None:
+        """Start request ``i`` (its outcome is recorded by :meth:`_finish`)."""
+        arrays = self.arrays
         arrays.status[i] = IN_FLIGHT
         arrays.sent[i] = time.perf_counter() - self.t0
+        with self.lock:
+            self.sent += 1
         try:
-            call = self.rpc(share.payloads[share.payload[i]], timeout=share.timeout_s)
-            # stamped by the call's own completion, a loop pass or two before this coroutine resumes
-            call.add_done_callback(functools.partial(self._stamp_done, i))
-            await call
+            call = self.channel.start(payload, self.share.timeout_s, i)
+        except ValueError as err:  # the channel is closed or the call could not start
+            arrays.status[i] = ERROR
+            self.errors[i] = f"error: the call did not start: {err}"
+            with self.lock:
+                self.finished += 1
+            return
+        self.live[i] = call
+        if arrays.status[i] != IN_FLIGHT:  # it finished before it was filed
+            self.live.pop(i, None)
+
+    def _next(self, m: int) -> None:
+        """Closed loop: the next request of model ``m``'s queue, unless the run is over."""
+        q = self.queues[m]
+        if self.stopping or time.perf_counter() >= self.end:
+            return
+        try:
+            i = q.popleft()
+        except IndexError:
+            return
+        self._send(i, self.payload_of[i])
+
+    # -- completion thread ---------------------------------------------------------------------------------------
+    def _completions(self) -> None:
+        poll = self.channel.next
+        while True:
+            try:
+                outcome = poll()
+            except RuntimeError as err:
+                self.crash = str(err)
+                self._stop(f"internal error: {err}")
+                return
+            if outcome is None:
+                continue
+            tag, code, details = outcome
+            if tag is _WAKE:
+                return
+            try:
+                self._finish(tag, code, details)
+            except BaseException as err:  # never leave the sending thread waiting: record and stop
+                self.crash = self.crash or f"{type(err).__name__}: {err}"
+                self._stop(f"internal error: {self.crash}")
+                with self.lock:
+                    self.finished += 1
+
+    def _finish(self, i: int, code: int, details: str) -> None:
+        """Record the one outcome of request ``i``."""
+        arrays = self.arrays
+        arrays.done[i] = time.perf_counter() - self.t0
+        if code == OK_CODE:
             arrays.status[i] = OK
             self.unavailable_streak = 0
-        except grpc.aio.AioRpcError as err:
-            code = err.code()
-            details = err.details() or ""
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                arrays.done[i] = math.nan  # no response
-                arrays.status[i] = TIMEOUT
-                self.errors[i] = f"timeout: no response within {share.timeout_s:g} s"
-            elif "timeout expired" in details.lower():  # Triton's queue policy dropped it (default_timeout_us)
-                arrays.done[i] = math.nan  # no answer, as the simulator records it
-                arrays.status[i] = TIMEOUT
-                self.errors[i] = f"timeout: {code.name}: {details}"
-            else:
-                rejected = code == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
-                arrays.status[i] = REJECTED if rejected else ERROR
-                self.errors[i] = f"{code.name}: {details}"
-                if code == grpc.StatusCode.UNAVAILABLE and not rejected:
-                    self._note_unavailable(details)
-                elif code == grpc.StatusCode.CANCELLED:
-                    arrays.done[i] = math.nan
-                    self.errors[i] = "cancelled: the run stopped before the response"
-        except asyncio.CancelledError:
+        else:
+            self._failed(i, code, details or "")
+        self.live.pop(i, None)
+        if self.closed:
+            self._next(self.model_of[i])  # before counting this one: in flight never reads 0 between the two
+        with self.lock:
+            self.finished += 1
+        if self.waiting_for_slot:
+            self.slot_free.set()
+
+    def _failed(self, i: int, code: int, details: str) -> None:
+        import grpc
+
+        from serving_bench.load.infer_channel import STATUS_CODES
+
+        arrays, status = self.arrays, STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN)
+        if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+            arrays.done[i] = math.nan  # no response
+            arrays.status[i] = TIMEOUT
+            self.errors[i] = f"timeout: no response within {self.share.timeout_s:g} s"
+        elif "timeout expired" in details.lower():  # Triton's queue policy dropped it (default_timeout_us)
+            arrays.done[i] = math.nan  # no answer, as the simulator records it
+            arrays.status[i] = TIMEOUT
+            self.errors[i] = f"timeout: {status.name}: {details}"
+        elif status == grpc.StatusCode.CANCELLED:
             arrays.done[i] = math.nan
             arrays.status[i] = ERROR
             self.errors[i] = "cancelled: the run stopped before the response"
-        finally:
-            self.in_flight -= 1
-            self.slot_free.set()
-
-    def _stamp_done(self, i: int, call) -> None:
-        self.arrays.done[i] = time.perf_counter() - self.t0
+        else:
+            rejected = status == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
+            arrays.status[i] = REJECTED if rejected else ERROR
+            self.errors[i] = f"{status.name}: {details}"
+            if status == grpc.StatusCode.UNAVAILABLE and not rejected:
+                self._note_unavailable(details)
 
     def _note_unavailable(self, details: str) -> None:
         """The server is gone when the transport says so (refused, reset, closed) or a run of requests fail."""
@@ -341,31 +440,9 @@ class _Sender:
 
     def _stop(self, reason: str) -> None:
         if not self.stopping:
-            self.stopping = True
             self.stop_reason = reason
+            self.stopping = True
             self.slot_free.set()
-
-    async def _watch(self) -> None:
-        while not self.stopping:
-            if self.stop_event.is_set():
-                self._stop("stopped")
-            await asyncio.sleep(0.02)
-
-    async def _drain(self) -> None:
-        """Wait for in-flight requests (each bounded by its deadline); after a stop, only ``grace_s``."""
-        pending = set(self.tasks)
-        if not pending:
-            return
-        limit = self.share.grace_s if self.stopping else self.share.timeout_s + 5.0
-        done, pending = await asyncio.wait(pending, timeout=limit)
-        if not pending:
-            return
-        watching_stop = not self.stopping
-        for task in pending:
-            task.cancel()
-        await asyncio.wait(pending, timeout=5.0)
-        if watching_stop:  # requests outlived their own deadline: the transport is stuck
-            self.stop_reason = self.stop_reason or "requests outlived their deadline"
 
 
 def _describe(err: BaseException) -> str:
@@ -388,12 +465,12 @@ def _sender_main(share: _Share, arrays: _Arrays | None, shm_name: str | None, n:
         shm = shared_memory.SharedMemory(name=shm_name)
         arrays = _Arrays.attach(shm.buf, n)
     _tight_timer_slack()
-    loop = new_event_loop()
-    asyncio.set_event_loop(loop)
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     sender = None
     try:
         sender = _Sender(share, arrays, 0.0, stop)
-        loop.run_until_complete(sender.connect())
+        sender.connect()
         # a full garbage collection walks every object (~30 ms with numpy/pandas/grpc loaded): do one now and move
         # everything that exists into the permanent generation, so collections during the run stay small
         gc.collect()
@@ -401,16 +478,18 @@ def _sender_main(share: _Share, arrays: _Arrays | None, shm_name: str | None, n:
         messages.put(("ready", None))
         while not go.wait(0.1):
             if stop.is_set():
-                messages.put(("done", ({}, "stopped before the start")))
+                messages.put(("done", ({}, "stopped before the start", 0.0)))
                 return
         sender.t0 = t0_value.value
-        loop.run_until_complete(sender.run())
-        messages.put(("done", (sender.errors, sender.stop_reason)))
+        cpu = time.process_time()
+        sender.run()
+        cpu = time.process_time() - cpu  # the whole process: this sender's threads and gRPC's own
+        messages.put(("done", (sender.errors, sender.stop_reason, cpu)))
     except BaseException as err:  # report, never hang the parent
         messages.put(("failed", f"{type(err).__name__}: {err}"))
     finally:
         gc.unfreeze()
-        loop.close()
+        sys.setswitchinterval(switch_interval)
         if shm is not None:
             del arrays
             shm.close()
@@ -419,7 +498,6 @@ def _sender_main(share: _Share, arrays: _Arrays | None, shm_name: str | None, n:
 class _Value:
     def __init__(self):
         self.value = 0.0
-
 
 # -- the target ----------------------------------------------------------------------------------------------------
 
@@ -551,7 +629,7 @@ class TritonTarget:
             records.attrs["server_stats"] = {}
         records.attrs["meta"].update(facts)
         records.attrs.update(mode=self.mode.name, senders=processes, url=self.url, elapsed_s=elapsed,
-                             timeout_s=self.timeout_s, t0_unix=self.t0_unix)
+                             timeout_s=self.timeout_s, t0_unix=self.t0_unix, sender_cpu_s=self.sender_cpu_s)
         if closed:
             records.attrs["concurrency"] = concurrency
         return records
@@ -606,6 +684,7 @@ class TritonTarget:
             t0_value.value = t0
             go.set()
             finished = 0
+            sender_cpu = 0.0
             last_progress = 0.0
             interrupted = False
             while finished < len(workers):
@@ -616,7 +695,8 @@ class TritonTarget:
                         kind = None
                     if kind == "done":
                         finished += 1
-                        errs, reason = payload
+                        errs, reason, cpu = payload
+                        sender_cpu += cpu
                         errors.update(errs)
                         if reason:
                             reasons.append(reason)
@@ -656,6 +736,7 @@ class TritonTarget:
         if self.progress is not None:
             self.progress(_progress(arrays, schedule, elapsed))
         self.t0_unix = t0_unix
+        self.sender_cpu_s = sender_cpu
         return errors, reasons, elapsed, stats_before
 
     def _records(self, schedule: Schedule, arrays: _Arrays, errors: dict[int, str], reasons: list[str],

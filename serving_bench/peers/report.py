@@ -10,10 +10,12 @@ import socket
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+_LOAD_AT_START = os.getloadavg()[0]  # benchmarks import this module first thing: the machine before they ran
 
 
 def machine() -> dict:
-    """Facts that make a figure comparable: date, host, CPU model and count, load average at the start, Python."""
+    """Facts that make a figure comparable: date, host, CPU model and count, load average at the start (when this
+    module was imported) and at the end (the benchmark's own load included), Python."""
     cpu = ""
     try:
         cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -21,7 +23,8 @@ def machine() -> dict:
     except OSError:
         pass
     return {"date": dt.date.today().isoformat(), "host": socket.gethostname() or platform.node(), "cpu": cpu,
-            "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0], "python": platform.python_version()}
+            "cpus": os.cpu_count(), "load_average_1m": _LOAD_AT_START, "load_average_1m_at_end": os.getloadavg()[0],
+            "python": platform.python_version()}
 
 
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None) -> Path:
