@@ -244,3 +244,32 @@ def test_stop_ends_a_closed_loop_within_the_grace_period(server):
     c = assert_target_contract(schedule, records, closed_loop=True)
     assert records.attrs["partial"] and records.attrs["stop_reason"] == "stopped"
     assert c["error"] >= 1 and records["error"].str.startswith("cancelled").any()
+
+
+def test_infer_channel_answers_every_started_call_once_with_its_tag(server):
+    """The sender's transport (grpcio's Cython layer, pinned): outcomes carry their tags, errors, deadlines and
+    cancellations come back as status codes, each call exactly once."""
+    from serving_bench.load.infer_channel import OK_CODE, STATUS_CODES, InferChannel
+
+    def payloads(model):
+        schedule = Schedule([0.0], [0], (model,), [0], [1], {"duration_s": 0.1})
+        return TritonTarget(server).prepare(schedule)[0]
+
+    zero, slow = payloads("sleep_zero"), payloads("sleep_slow")
+    channel = InferChannel(server.endpoints.grpc_url)
+    channel.ready(10.0)
+    for k in range(20):
+        channel.start(zero[0], 10.0, k)
+    channel.start(b"", 10.0, "no model")
+    channel.start(slow[0], 0.05, "deadline")  # 400 ms of service
+    channel.cancel(channel.start(slow[0], 10.0, "cancelled"), "test")
+    outcomes = {}
+    while len(outcomes) < 23:
+        tag, code, details = channel.next()
+        assert tag not in outcomes
+        outcomes[tag] = (STATUS_CODES[code].name, details)
+    channel.close()
+    assert all(outcomes[k] == ("OK", "") for k in range(20)) and OK_CODE == 0
+    assert outcomes["no model"][0] not in ("OK", "CANCELLED", "DEADLINE_EXCEEDED") and outcomes["no model"][1]
+    assert outcomes["deadline"][0] == "DEADLINE_EXCEEDED"
+    assert outcomes["cancelled"][0] == "CANCELLED"
