@@ -20,8 +20,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Every benchmark in its short mode (each prints a ratio against a peer measured in the same run).
+BENCHMARKS := lateness vs_perf_analyzer server_overhead sim_speed sim_fidelity frameworks vs_model_analyzer
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+	scripts/install_perf_analyzer.sh
+	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py --quick"; $(BIN)/python benchmarks/$$b.py --quick || exit 1; done
 
 clean-results:
 	rm -rf results model_repo/*/
