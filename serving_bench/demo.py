@@ -11,8 +11,8 @@ Stages, each a call into the package that owns it (nothing here measures, simula
 6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
 7. write the report (``serving_bench.report``) and print its path.
 
-Progress is printed per stage with elapsed time. A stage whose package is missing from this checkout is reported as
-not run (with the reason) and the demo exits non-zero; nothing is silently skipped.
+Progress is printed per stage with elapsed time. A stage that fails is reported with its reason, the stages that need
+it are reported as not run, and the demo exits non-zero; nothing is silently skipped.
 """
 
 from __future__ import annotations
@@ -39,14 +39,10 @@ ENSEMBLE = "tiny_ensemble=tiny_cnn_onnxruntime,tiny_cnn_torchscript"
 MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 
 
-class StageUnavailable(RuntimeError):
-    """A stage's package is not in this checkout."""
-
-
 @dataclass
 class Stage:
     name: str
-    status: str = "pending"  # ok | failed | unavailable | pending
+    status: str = "pending"  # ok | failed | not run | pending
     seconds: float = 0.0
     detail: str = ""
 
@@ -76,16 +72,8 @@ class Demo:
         try:
             stage.detail = fn() or ""
             stage.status = "ok"
-        except StageUnavailable as err:
-            stage.status, stage.detail = "unavailable", str(err)
         except (InputError, ServerError) as err:
             stage.status, stage.detail = "failed", err.line() if isinstance(err, InputError) else str(err)
-        except ModuleNotFoundError as err:
-            if not (err.name or "").startswith("serving_bench"):
-                raise
-            stage.status, stage.detail = "unavailable", f"{err.name} is not in this checkout"
-        except ImportError as err:
-            stage.status, stage.detail = "unavailable", f"{err} (not in this checkout yet)"
         except Exception as err:  # noqa: BLE001 - one stage's failure is reported; later stages may still run
             stage.status, stage.detail = "failed", f"{type(err).__name__}: {err}"
             traceback.print_exc()
@@ -206,7 +194,7 @@ class Demo:
         for i, (name, fn) in enumerate(stages):
             dep = needs.get(i)
             if dep is not None and self.stages[dep].status != "ok":
-                self.stages.append(Stage(name, "unavailable", 0.0, f"needs stage {dep + 1}"))
+                self.stages.append(Stage(name, "not run", 0.0, f"needs stage {dep + 1}"))
                 self.say(f"stage {i + 1}/{len(stages)}: {name}: not run (needs stage {dep + 1})")
                 continue
             self.run_stage(i + 1, len(stages), name, fn)
