@@ -25,6 +25,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
+from serving_bench.files import read_json
 
 ModelConfig = mc.ModelConfig
 CONFIG_NAME = "config.pbtxt"
@@ -159,10 +160,7 @@ def load_manifest(repo: str | Path) -> dict:
     path = Path(repo) / MANIFEST_NAME
     if not path.is_file():
         return {"version": MANIFEST_VERSION, "entries": {}}
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(path, f"line {err.lineno}", f"malformed JSON ({err.msg})") from None
+    manifest = read_json(path, "manifest")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), dict):
         raise InputError(path, "entries", "expected an object mapping entry names to records")
     return manifest

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 
-from serving_bench.errors import InputError
+from serving_bench.files import read_yaml
 from serving_bench.export.repository import check_entry_name
 from serving_bench.load import fields as fv
 from serving_bench.load.arrivals import ArrivalProcess, Poisson, arrival_from_mapping
@@ -67,17 +66,7 @@ class LoadProfile:
     def load(cls, path: str | Path) -> "LoadProfile":
         """Read and validate a YAML profile."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise InputError(path, None, f"cannot read the profile: {err.strerror or err}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark is not None else None
-            raise InputError(path, where, f"not valid YAML: {getattr(err, 'problem', None) or err}") from None
-        return cls.from_mapping(data, path)
+        return cls.from_mapping(read_yaml(path, "profile"), path)
 
     @classmethod
     def from_mapping(cls, data: Any, source: str | Path | None = None) -> "LoadProfile":

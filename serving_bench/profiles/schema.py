@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from serving_bench.errors import InputError
+from serving_bench.files import read_json
 
 PROFILE_FORMAT = "serving-bench-profile"
 PROFILE_VERSION = 1
@@ -414,13 +415,7 @@ class Profile:
     def load(cls, path: str | Path) -> "Profile":
         """Read and validate a profile; any problem is an :class:`InputError` naming the file and field."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as err:
-            raise InputError(path, None, f"cannot read the profile: {err.strerror or err}") from None
-        except json.JSONDecodeError as err:
-            raise InputError(path, f"line {err.lineno}", f"not JSON: {err.msg}") from None
-        return cls.from_json(data, str(path))
+        return cls.from_json(read_json(path, "profile"), str(path))
 
     @classmethod
     def from_json(cls, data: Any, source: str = "profile") -> "Profile":

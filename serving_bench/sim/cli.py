@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 from serving_bench.errors import InputError
+from serving_bench.files import read_yaml
 
 CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
                  "max_queue_size", "queue_timeout_us", "instances")
@@ -45,17 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def load_serving_yaml(path: str | Path):
     """A :class:`ServingConfig` from the YAML layout in the module docstring."""
-    import yaml
-
     from serving_bench.serving_config import ModelServing, ServingConfig
 
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise InputError(path, None, f"cannot read: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise InputError(path, None, f"not valid YAML: {err}") from None
+    data = read_yaml(path, "serving config")
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
         raise InputError(path, "models", "expected a mapping model name -> serving settings")
     models = []

@@ -37,9 +37,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from serving_bench.errors import InputError
+from serving_bench.files import read_yaml
 from serving_bench.export.repository import atomic_write_text
 from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
@@ -76,13 +76,7 @@ class Forecast:
 def load_forecast(path: str | Path) -> Forecast:
     """Parse and check a forecast file; any problem is one :class:`InputError` line (file, field, expected)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "forecast file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise InputError(path, f"line {mark.line + 1}" if mark else None, "malformed YAML") from None
+    data = read_yaml(path, "forecast")
     if not isinstance(data, dict):
         raise InputError(path, None, "expected a mapping with load, profile and growth")
     known = {"load", "profile", "growth", "slos", "max_gpus", "grouping", "search", "max_evals", "seed", "duration_s"}
