@@ -36,13 +36,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, (module_name, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         if only in (None, name):
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as err:
-                if err.name != module_name:
-                    raise
-                cmd.set_defaults(_missing=module_name)
-                continue
+            module = importlib.import_module(module_name)
             module.configure(cmd)
             cmd.set_defaults(_main=module.main)
     return parser
@@ -55,9 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
-    if getattr(args, "_missing", None):
-        print(f"serving-bench {args.command}: not available in this version ({args._missing} missing)", file=sys.stderr)
         return 2
     try:
         return int(args._main(args) or 0)
