@@ -170,8 +170,10 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
     from serving_bench.tune.cli import TuneOptions, run_tune
 
     load = work / "sb_load.yaml"
-    load.write_text(f"name: vs_model_analyzer\nduration: 20s\nseed: 1\nwarmup: 2s\n"
-                    f"models:\n  {model}: {{rate: 20, slo: {{p99: {p99_ms}ms}}}}\n")
+    # capacity is searched as a multiple of this load, up to max_scale below: 100 req/s x 128 = 12,800 req/s, above
+    # what 2 cores can serve (a ceiling the winners reach would make them tie, and the tie goes to fewer instances)
+    load.write_text(f"name: vs_model_analyzer\nduration: 5s\nseed: 1\nwarmup: 0.5s\n"
+                    f"models:\n  {model}: {{rate: 100, slo: {{p99: {p99_ms}ms}}}}\n")
     t0 = time.perf_counter()
     log("serving-bench: profiling on the embedded tritonserver")
     # only what the search below can use: batch sizes up to its largest max_batch_size, co-location up to its
@@ -185,11 +187,13 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
     log("serving-bench: tuning on the simulator")
     doc = run_tune(TuneOptions(load=str(load), profile=str(work / "sb_profile.json"), out=str(work / "sb_tune"),
                                repo=str(repo), instances=instances, max_batch_sizes=batches,
-                               queue_delays_us=(0, 500, 2000), max_scale=64.0, verify_top=0, report=False,
+                               queue_delays_us=(0, 500, 2000), max_scale=128.0, verify_top=0, report=False,
                                quiet=True))
     wall = time.perf_counter() - t0
     best = doc["best"]
-    log(f"serving-bench: profile {t_profile:.0f} s + tune {wall - t_profile:.0f} s; best {best['config'][model]}")
+    log(f"serving-bench: profile {t_profile:.0f} s + tune {wall - t_profile:.0f} s; best {best['config'][model]}, "
+        f"simulated capacity {best['result']['capacity_rps']:.0f} req/s" + (" (the search ceiling)" if best["result"]["capacity_capped"]
+                                                                   else ""))
     return {"wall_s": wall, "profile_s": t_profile, "tune_s": wall - t_profile, "evaluated":
             doc["search"]["evaluated"], "best": best, "tuned_repo": doc["tuned_repo"]}
 
