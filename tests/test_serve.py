@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -137,7 +138,13 @@ def test_concurrent_requests_are_split_back_to_their_senders(served, zoo_repo):
         client.async_infer("tiny_cnn_torchscript", [inp], callback)
     for _ in inputs:
         assert done.acquire(timeout=60)
-    stats = client.get_inference_statistics("tiny_cnn_torchscript").model_stats[0]
+    # Triton counts a batch after its responses are sent: the last one may land just after our callbacks ran
+    deadline = time.monotonic() + 5.0
+    while True:
+        stats = client.get_inference_statistics("tiny_cnn_torchscript").model_stats[0]
+        if stats.inference_count - stats_before.inference_count >= sum(sizes) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     client.close()
     for i, x in enumerate(inputs):
         assert isinstance(results[i], np.ndarray), results[i]
