@@ -174,31 +174,6 @@ def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back(t
     assert effect.overhead_gap_s == pytest.approx((0.001, 0.003, 0.009, 0.033))
 
 
-def test_slices_pool_and_drift_between_them_is_not_a_cold_start(tmp_path):
-    """The machine is 0.1 ms slower in the second round of slices: the service pools both rounds, and the cold-start
-    extra compares each spacing with back-to-back requests of the same rounds (not a fast hot window with a slow
-    later spaced one)."""
-    from serving_bench.profiles.estimators import LoopRun, Trace, idle_effect, service_and_overhead
-
-    reqs, runs, t = [], {}, 100.0
-    for slow in (0.0, 0.0001):
-        for key, (period, extra) in {("m", "solo", 1): (0.0012, 0.0), ("m", "idle", 0.008): (0.009, 0.0002)}.items():
-            t0 = t
-            for _ in range(20):
-                reqs.append(("m", t + 0.0001, t + 0.0001, t + 0.0002, t + 0.0005 + slow + extra))
-                t += period
-            runs.setdefault(key, []).append(LoopRun({"m": np.full(20, 0.001 + slow + extra)}, {}, (t0, t)))
-            t += 1.0
-    trace = Trace.load(_trace_file(tmp_path / "t.json", reqs))
-    service, overhead, dispatch = service_and_overhead(runs[("m", "solo", 1)], trace, "m", 0.0, None)
-    assert len(service) == 40 and service.mean() == pytest.approx(0.00035)
-    assert overhead == pytest.approx(np.full(40, 0.0006)) and dispatch == pytest.approx(np.full(40, 0.0001))
-    effect = idle_effect(runs, trace, "m", 0.0)
-    assert effect.service_extra_s == pytest.approx((0.0, 0.0002))  # the first round's hot run alone: 0.0003
-    one = service_and_overhead(runs[("m", "solo", 1)][0], trace, "m", 0.0, None)[0]
-    assert len(one) == 20 and one.mean() == pytest.approx(0.0003)
-
-
 @pytest.mark.server
 @pytest.mark.slow
 def test_measure_then_validate_on_real_triton(tmp_path):

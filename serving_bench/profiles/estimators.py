@@ -107,25 +107,9 @@ def thin(samples: np.ndarray) -> Dist:
     return Dist.from_samples(samples)
 
 
-def slices(runs: LoopRun | Sequence[LoopRun]) -> list[LoopRun]:
-    """One run, or the slices of one measurement spread over the profiling time, as a list."""
-    return [runs] if isinstance(runs, LoopRun) else list(runs)
-
-
-def service_and_overhead(runs: LoopRun | Sequence[LoopRun], trace: Trace | None, model: str, wait_s: float,
+def service_and_overhead(run: LoopRun, trace: Trace | None, model: str, wait_s: float,
                          overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Service samples of concurrency-1 runs (one run or its slices, pooled) and, with a trace, per-request overhead
-    and dispatch samples (None if any slice has none). Each slice as :func:`_service_and_overhead`."""
-    parts = [_service_and_overhead(run, trace, model, wait_s, overhead) for run in slices(runs)]
-    service = np.concatenate([p[0] for p in parts])
-    over = None if any(p[1] is None for p in parts) else np.concatenate([p[1] for p in parts])
-    dispatch = None if any(p[2] is None for p in parts) else np.concatenate([p[2] for p in parts])
-    return service, over, dispatch
-
-
-def _service_and_overhead(run: LoopRun, trace: Trace | None, model: str, wait_s: float,
-                          overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Service samples of one concurrency-1 run and, with a trace, per-request overhead and dispatch samples.
+    """Service samples of a concurrency-1 run and, with a trace, per-request overhead and dispatch samples.
 
     With a trace (requests matched in order: at concurrency 1 they run one after another; the driver's warm-up
     request precedes the run's): service = the batches' compute durations; dispatch = time from the request reaching
@@ -191,24 +175,12 @@ def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[
     return max(slope_multi - slope_solo, 0.0), int(sum(c for m, c in zip(ns, ws) if m >= 2))
 
 
-def medians(runs: LoopRun | Sequence[LoopRun], trace: Trace | None, model: str,
-            wait_s: float) -> tuple[float, float, float, float | None]:
+def medians(run: LoopRun, trace: Trace | None, model: str,
+             wait_s: float) -> tuple[float, float, float, float | None]:
     """(median service, median overhead, median dispatch, median instance idle before a batch or None) of a
-    one-at-a-time run, or of its slices pooled (see :func:`service_and_overhead`). Requests the batcher merged anyway
-    (a stall made them overlap) count as one batch: the service is that of single-request batches, the idle time the
-    one between consecutive batches of a slice. Without a trace the dispatch is part of the overhead (0)."""
-    parts = [_one_at_a_time(run, trace, model, wait_s) for run in slices(runs)]
-    service, overhead, dispatch = (np.concatenate([p[i] for p in parts]) for i in range(3))
-    idle = [p[3] for p in parts if p[3] is not None]
-    idle = np.concatenate(idle) if idle else np.zeros(0)
-    return (float(np.median(service)), float(np.median(overhead)), float(np.median(dispatch)),
-            float(np.median(idle)) if len(idle) else None)
-
-
-def _one_at_a_time(run: LoopRun, trace: Trace | None, model: str,
-                   wait_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """Per-batch service, per-request overhead and dispatch, and per-batch idle time (None without a trace) of one
-    one-at-a-time run (see :func:`medians`)."""
+    one-at-a-time run (see :func:`service_and_overhead`). Requests the batcher merged anyway (a stall made them
+    overlap) count as one batch: the service is that of single-request batches, the idle time the one between
+    consecutive batches. Without a trace the dispatch is part of the overhead (0)."""
     latency = run.latency[model]
     if trace is not None:
         rows = trace.window(model, run.window)
@@ -219,10 +191,11 @@ def _one_at_a_time(run: LoopRun, trace: Trace | None, model: str,
             single = (ends - starts)[counts == 1]
             idle = np.clip(starts[1:] - ends[:-1], 0.0, None)
             dispatch = np.clip(rows["COMPUTE_START"] - rows["REQUEST_START"] - wait_s, 0.0, None)
-            return (single if len(single) else ends - starts, latency - (rows["COMPUTE_END"] - rows["REQUEST_START"]),
-                    dispatch, idle)
+            return (float(np.median(single if len(single) else ends - starts)),
+                    float(np.median(latency - (rows["COMPUTE_END"] - rows["REQUEST_START"]))),
+                    float(np.median(dispatch)), float(np.median(idle)) if len(idle) else None)
     compute = run.compute_s(model)
-    return np.array([compute]), np.array([float(np.median(latency)) - compute - wait_s]), np.zeros(1), None
+    return compute, float(np.median(latency)) - compute - wait_s, 0.0, None
 
 
 def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -> IdleEffect | None:
@@ -232,7 +205,7 @@ def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -
     time from the trace (without one: the spacing minus the hot latency); the overhead's x is the spacing."""
     hot_run = runs[(model, "solo", 1)]
     hot_service, hot_overhead, hot_dispatch, hot_idle = medians(hot_run, trace, model, wait_s)
-    hot_latency = float(np.mean(np.concatenate([r.latency[model] for r in slices(hot_run)])))
+    hot_latency = float(np.mean(hot_run.latency[model]))
     points = sorted(k[2] for k in runs if k[0] == model and k[1] == "idle")
     if not points:
         return None

@@ -235,52 +235,38 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                  if pairs and results[a].device == results[b].device]
     pair_points: dict[tuple[str, str, int], list[float]] = {}
     solo_pair: dict[tuple[str, int], list[float]] = {}
-    notes = [f"closed loop, {seconds:g} s per point (service and cold starts in {rounds} interleaved slices), "
-             f"{rounds} interleaved rounds per co-location point; "
+    notes = [f"closed loop, {seconds:g} s per point, {rounds} interleaved rounds per co-location point; "
              f"{threads} thread(s) per instance"]
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     def phase1(session: Session) -> dict:
         runs: dict = {}
-
-        def solo(m: str, b: int, duration: float) -> LoopRun:
-            run = session.run({m: (b, 1)}, duration)
-            runs.setdefault((m, "solo", b), []).append(run)
-            return run
-
-        # Rounds, each a slice of every measurement: the machine's speed drifts by several % over tens of seconds
-        # (shared hosts), so each service distribution pools slices spread over the whole phase instead of one window.
-        for r in range(rounds):
-            for m in models:
-                for b in sizes[m]:
-                    solo(m, b, seconds / rounds)
-                hot = runs[(m, "solo", 1)][-1].latency[m]
-                for g in IDLE_GAPS_S:
-                    runs.setdefault((m, "idle", g), []).append(
-                        session.spaced(m, 1, g + float(np.mean(hot)), -(-IDLE_COUNT // rounds)))
-            for m in models if r == rounds // 2 else ():
-                config = configs[m]
-                if session.trace is not None:
-                    runs[(m, "gap")] = session.run({m: (sizes[m][-1], GAP_CONCURRENCY)}, max(seconds / 2, 0.5))
-                if config.HasField("dynamic_batching") and config.max_batch_size > 1:
-                    before = session.batch_stats([m])[m]
-                    session.run({m: (1, min(config.max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
-                    runs[(m, "per_request")] = (before, session.batch_stats([m])[m])
-            for a, b in pair_list:
-                for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
-                    alone_a = solo(a, pb, seconds / 2).compute_s(a)  # solo runs: service slices as well
-                    alone_b = solo(b, pb, seconds / 2).compute_s(b)
+        for m in models:
+            config = configs[m]
+            for b in sizes[m]:
+                runs[(m, "solo", b)] = session.run({m: (b, 1)}, seconds)
+                log(f"{m}: batch {b}: {len(runs[(m, 'solo', b)].latency[m])} requests, server compute "
+                    f"{runs[(m, 'solo', b)].compute_s(m) * 1e3:.3f} ms")
+            hot = runs[(m, "solo", 1)].latency[m]
+            for g in IDLE_GAPS_S:
+                runs[(m, "idle", g)] = session.spaced(m, 1, g + float(np.mean(hot)), IDLE_COUNT)
+            if session.trace is not None:
+                runs[(m, "gap")] = session.run({m: (sizes[m][-1], GAP_CONCURRENCY)}, max(seconds / 2, 0.5))
+            if config.HasField("dynamic_batching") and config.max_batch_size > 1:
+                before = session.batch_stats([m])[m]
+                session.run({m: (1, min(config.max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
+                runs[(m, "per_request")] = (before, session.batch_stats([m])[m])
+        for a, b in pair_list:
+            for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
+                for _ in range(rounds):
+                    alone_a = session.run({a: (pb, 1)}, seconds / 2).compute_s(a)
+                    alone_b = session.run({b: (pb, 1)}, seconds / 2).compute_s(b)
                     both = session.run({a: (pb, 1), b: (pb, 1)}, seconds / 2)
                     if min(alone_a, alone_b, both.compute_s(a), both.compute_s(b)) > 0:
                         pair_points.setdefault((a, b, pb), []).append(
                             alone_a / both.compute_s(a) + alone_b / both.compute_s(b))
                         solo_pair.setdefault((a, pb), []).append(alone_a)
                         solo_pair.setdefault((b, pb), []).append(alone_b)
-        for m in models:
-            for b in sizes[m]:
-                part = runs[(m, "solo", b)]
-                log(f"{m}: batch {b}: {sum(len(x.latency[m]) for x in part)} requests, server compute per slice " +
-                    ", ".join(f"{x.compute_s(m) * 1e3:.3f}" for x in part) + " ms")
         return runs
 
     trace_file = None
