@@ -51,6 +51,8 @@ configuration gets: cores // all configured instances of the measured models) an
 
 from __future__ import annotations
 
+import contextlib
+
 import platform
 import socket
 import time
@@ -158,6 +160,25 @@ class Session:
         count, ns = count - before.get(rows, (0, 0))[0], ns - before.get(rows, (0, 0))[1]
         return ns * 1e-9 / count if count > 0 else 0.0
 
+    @contextlib.contextmanager
+    def untraced(self):
+        """Request tracing off inside the block (Triton's trace settings, restored after). The bundled tritonserver
+        2.51 aborted (``std::length_error`` in ``TRITONBACKEND_ResponseNew``) in most demo profiles while fast
+        models (~0.3 ms) ran many merged batch-1 requests with tracing on; runs that need only statistics run
+        untraced."""
+        import tritonclient.grpc as grpcclient
+
+        if self.trace is None:
+            yield
+            return
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            client.update_trace_settings(settings={"trace_level": ["OFF"]})
+            yield
+        finally:
+            client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+            client.close()
+
     def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
         """Triton's cumulative per-batch-size statistics: model -> executed batch size -> (executions, compute ns)."""
         import tritonclient.grpc as grpcclient
@@ -254,7 +275,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 runs[(m, "gap")] = session.run({m: (sizes[m][-1], GAP_CONCURRENCY)}, max(seconds / 2, 0.5))
             if config.HasField("dynamic_batching") and config.max_batch_size > 1:
                 before = session.batch_stats([m])[m]
-                session.run({m: (1, min(config.max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
+                with session.untraced():  # statistics only; see Session.untraced
+                    session.run({m: (1, min(config.max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
                 runs[(m, "per_request")] = (before, session.batch_stats([m])[m])
         for a, b in pair_list:
             for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
