@@ -191,9 +191,9 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
                                quiet=True))
     wall = time.perf_counter() - t0
     best = doc["best"]
+    capped = " (the search ceiling)" if best["result"]["capacity_capped"] else ""
     log(f"serving-bench: profile {t_profile:.0f} s + tune {wall - t_profile:.0f} s; best {best['config'][model]}, "
-        f"simulated capacity {best['result']['capacity_rps']:.0f} req/s" + (" (the search ceiling)" if best["result"]["capacity_capped"]
-                                                                   else ""))
+        f"simulated capacity {best['result']['capacity_rps']:.0f} req/s{capped}")
     return {"wall_s": wall, "profile_s": t_profile, "tune_s": wall - t_profile, "evaluated":
             doc["search"]["evaluated"], "best": best, "tuned_repo": doc["tuned_repo"]}
 
