@@ -308,7 +308,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             trace_file = Path(tmp) / "trace.json"
             with TritonServer(repo, models=list(models), instances={m: 1 for m in models},
                               threads_per_instance=threads,
-                              extra_args=TRACE_ARGS + ("--trace-config", f"triton,file={trace_file}")) as server:
+                              extra_args=TRACE_ARGS + ("--trace-config", f"triton,file={trace_file}")) as server, \
+                    server.guard():  # a server that dies mid-measurement: ServerError with its log's last lines
                 runs = phase1(Session(server.endpoints, trace_file))
             try:
                 trace = Trace.load(trace_file)
@@ -394,7 +395,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             phase2(session, {m: model_serving_from_config(configs[m]).instance_count for m in models})
         else:
             with TritonServer(repo, models=list(models), instances={m: kmax for m in models},
-                              threads_per_instance=threads) as server:
+                              threads_per_instance=threads) as server, server.guard():
                 phase2(Session(server.endpoints), {m: kmax for m in models})
 
     pair_curves = []

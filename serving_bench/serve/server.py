@@ -293,12 +293,11 @@ class TritonServer:
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
-        """Turn a client error raised inside the block into :class:`ServerError` naming the log when the cause is
-        that the server died (a refused connection to a dead server says nothing about why it died)."""
+        """Turn an error raised inside the block (a client's, or a ServerError that only names the address) into
+        :class:`ServerError` naming the log when the cause is that the server died (a refused connection to a dead
+        server says nothing about why it died)."""
         try:
             yield
-        except ServerError:
-            raise
         except Exception as err:
             deadline = time.monotonic() + 0.5  # the process may still be exiting when its sockets close
             while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
