@@ -52,7 +52,6 @@ configuration gets: cores // all configured instances of the measured models) an
 from __future__ import annotations
 
 import contextlib
-
 import platform
 import socket
 import time
@@ -75,7 +74,8 @@ PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
 IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
 IDLE_COUNT = 25  # requests per spacing
-TRACE_ARGS = ("--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1", "--trace-config",
+TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response
+TRACE_ARGS = ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
               "triton,log-frequency=0")
 
 
@@ -176,7 +176,7 @@ class Session:
             client.update_trace_settings(settings={"trace_level": ["OFF"]})
             yield
         finally:
-            client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+            client.update_trace_settings(settings={"trace_level": [TRACE_LEVEL]})
             client.close()
 
     def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:

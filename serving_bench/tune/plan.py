@@ -37,7 +37,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from serving_bench.errors import InputError
 from serving_bench.files import read_yaml
 from serving_bench.export.repository import atomic_write_text
