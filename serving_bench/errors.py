@@ -30,3 +30,7 @@ class InputError(Exception):
 
 class ServerError(RuntimeError):
     """The Triton server failed to start, died, or refused a model; the message names its log file."""
+
+
+class ServerDied(ServerError):
+    """The server process we started died while in use (a crash, a kill): the work can resume on a new one."""

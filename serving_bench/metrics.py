@@ -5,7 +5,9 @@ latency, not as missing load (coordinated omission). ``service_s = done_s - sent
 Entries listed in ``meta['ensembles']`` (name -> member models, set by the target) get a second copy of their figures
 under ``summary['ensembles']``. Latency statistics use the requests whose intended time falls in the measurement
 window ``[warmup_s, duration_s - cooldown_s)``; throughput counts completions inside that window. Accounting (counts
-by status) covers every scheduled request. All times in seconds; rates per second.
+by status) covers every scheduled request; ``failed`` means error + rejected everywhere (timeouts are counted
+apart, so ``sent = ok + failed + timeout``). An SLO check with no data in the window is ``None`` ("n/a"), not a
+miss. All times in seconds; rates per second.
 """
 
 from __future__ import annotations
@@ -56,6 +58,14 @@ def _percentiles(values: np.ndarray, prefix: str = "") -> dict[str, float | None
     return {f"{prefix}p{p:g}_s": float(v) for p, v in zip(PERCENTILES, q)}
 
 
+def slo_verdict(checks) -> bool | None:
+    """False if any check is missed, None ("n/a") if none is missed but one has no data, else True."""
+    checks = list(checks)
+    if any(c is False for c in checks):
+        return False
+    return None if any(c is None for c in checks) else True
+
+
 def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
     """Summary of one group of requests (a model, or all); ``window`` = (start_s, end_s) of the measurement."""
     start, end = window
@@ -98,9 +108,9 @@ def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: 
         checks = {}
         for stat, bound in slo.items():
             value = out.get(f"{stat}_s")
-            checks[stat] = {"bound_s": bound, "value_s": value, "met": value is not None and value <= bound}
+            checks[stat] = {"bound_s": bound, "value_s": value, "met": None if value is None else value <= bound}
         out["slo"] = checks
-        out["slo_met"] = all(c["met"] for c in checks.values())
+        out["slo_met"] = slo_verdict(c["met"] for c in checks.values())
     else:
         out["goodput_rps"] = out["throughput_rps"]
     return out

@@ -46,6 +46,13 @@ def new_records(schedule: Schedule, target: str) -> pd.DataFrame:
     return records
 
 
+def not_sent_records(schedule: Schedule, target: str, reason: str) -> pd.DataFrame:
+    """The records of a run stopped before it sent anything: every request ``not_sent``, marked partial."""
+    records = new_records(schedule, target)
+    records.attrs.update(partial=True, stop_reason=reason)
+    return records
+
+
 def status_codes(statuses) -> np.ndarray:
     """int codes (index into :data:`STATUSES`) for an array of status strings."""
     lookup = {s: i for i, s in enumerate(STATUSES)}

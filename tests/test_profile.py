@@ -1,6 +1,6 @@
 """Profiles: JSON round trip, one-line errors, the batch-size interpolation rule, CSV and H200 import, the
-measurement's estimators on synthetic Triton data (trace parsing, gap between batches, per-request cost, co-location
-significance, cold starts), and (server) measurement + validate on the real Triton with the sleep model and an ONNX
+measurement's estimators on synthetic server data (execution logs, trace parsing, service/dispatch/overhead, gap
+between batches, per-request cost, co-location significance, cold starts), and (server) measurement + validate on the real Triton with the sleep model and an ONNX
 Runtime model."""
 
 from __future__ import annotations
@@ -96,25 +96,87 @@ def _trace_file(path, requests):
     return path
 
 
-def test_trace_batches_and_gap_between_batches(tmp_path):
-    from serving_bench.profiles.estimators import LoopRun, Trace, batch_gap, trace_batches
+def _executions(batches):
+    """Executed batches (start, end, requests) of one model, as a runner's execution log gives them."""
+    from serving_bench.serve.execution_log import Executions
 
-    # one instance, 3 requests always in flight: each batch starts 100 us after the previous one ends, except one
-    # that was not queued yet (its gap does not count); a request of another model is ignored
-    reqs, t = [], 10.0
+    arr = np.array(batches, dtype=float).reshape(-1, 3)
+    return Executions(arr[:, 0], arr[:, 1], arr[:, 2].astype(np.int32), arr[:, 2].astype(np.int32),
+                      np.zeros(len(arr), np.int32), ("m_0_0",))
+
+
+def _compute_stats(compute_s):
+    return {"compute_input_mean_s": 0.0, "compute_infer_mean_s": compute_s, "compute_output_mean_s": 0.0}
+
+
+def test_execution_log_round_trip_ignores_a_torn_record(tmp_path):
+    from serving_bench.serve.execution_log import ExecutionLogWriter, log_path, read_execution_logs
+
+    a = ExecutionLogWriter(tmp_path, "m.v2", "m.v2_0_0")
+    b = ExecutionLogWriter(tmp_path, "m.v2", "m.v2_0_1")
+    a.write(1.0, 1.5, 8, 2)
+    b.write(0.5, 0.7, 1, 1)
+    a.write(2.0, 2.1, 4, 4)
+    a.close(), b.close()
+    with open(log_path(tmp_path, "m.v2", "m.v2_0_1"), "ab") as f:
+        f.write(b"\x00" * 7)  # a runner killed mid-write
+    ex = read_execution_logs(tmp_path)["m.v2"]
+    assert ex.start_s.tolist() == [0.5, 1.0, 2.0] and ex.rows.tolist() == [1, 8, 4]
+    assert ex.requests.tolist() == [1, 2, 4] and [ex.instances[i] for i in ex.instance] == [
+        "m.v2_0_1", "m.v2_0_0", "m.v2_0_0"]
+    assert len(ex.window(0.9, 2.0)) == 2 and log_path(tmp_path, "../x", "y/z").parent == tmp_path
+
+
+def test_trace_is_read_as_executed_batches(tmp_path):
+    from serving_bench.profiles.estimators import Trace
+
+    # two requests merged into one batch (same compute start), one alone, another model's request apart
+    reqs = [("m", 1.0, 1.0, 1.1, 1.2), ("m", 1.05, 1.05, 1.1, 1.21), ("m", 2.0, 2.0, 2.1, 2.3),
+            ("other", 1.0, 1.0, 1.0, 1.001)]
+    ex = Trace.load(_trace_file(tmp_path / "trace.json", reqs))["m"]
+    assert ex.start_s.tolist() == [1.1, 2.1] and ex.end_s == pytest.approx([1.21, 2.3])
+    assert ex.requests.tolist() == [2, 1]
+
+
+def test_gap_between_batches_from_executed_batches():
+    from serving_bench.profiles.estimators import LoopRun, batch_gap
+
+    # one instance, 3 requests always in flight: each batch starts 300 us after the previous one ends, of which the
+    # hop to the runner is 200 us (Triton's compute 5.2 ms, the runner's 5.0 ms): a gap of 100 us; except one that
+    # was sent only after the previous batch ended (its gap does not count); another model's batch is ignored
+    batches, sent, t = [], [], 10.0
     for i in range(6):
-        start, end = t, t + 0.005
-        queued = start - 0.004 if i != 3 else start - 0.00001
-        reqs.append(("m", queued, queued, start, end))
-        t = end + (0.0001 if i != 2 else 0.003)
-    reqs.append(("other", 10.0, 10.0, 10.0, 10.001))
-    trace = Trace.load(_trace_file(tmp_path / "trace.json", reqs))
-    run = LoopRun({}, {}, (9.0, 11.0))
-    starts, ends, queued = trace_batches(trace.window("m", run.window))
-    assert len(starts) == 6 and np.allclose(ends - starts, 0.005)
-    gap, count = batch_gap(run, trace, "m")
+        batches.append((t, t + 0.005, 1))
+        sent.append(t - 0.004 if i != 3 else t - 0.0001)
+        t += 0.005 + (0.0003 if i != 2 else 0.003)
+    run = LoopRun({"m": np.full(6, 0.01)}, {"m": _compute_stats(0.0052)}, (9.0, 11.0), {"m": np.array(sent)},
+                  {"m": np.array(sent) + 0.01}, {"m": _executions(batches), "other": _executions([(10, 10.1, 1)])})
+    gap, count = batch_gap(run, "m")
     assert count == 4 and gap == pytest.approx(0.0001)
-    assert len(trace.window("m", (10.02, 11.0))["COMPUTE_START"]) == 1
+    assert batch_gap(LoopRun({}, {}, (9.0, 11.0)), "m") == (0.0, 0)
+
+
+def test_service_dispatch_and_overhead_from_executed_batches():
+    from serving_bench.profiles.estimators import LoopRun, service_and_overhead
+
+    # one request at a time: sent, 100 us to the runner, 300 us logged, 150 us back; Triton counts 340 us of
+    # compute, so 40 us of hop (20 us each way): service 340 us, dispatch 80 us, overhead 130 us (+ a queue delay
+    # of 50 us the simulator adds itself); a stray batch between requests (another run) is not matched
+    sent = 100.0 + np.arange(10) * 0.001
+    batches = [(s + 0.0001, s + 0.0004, 1) for s in sent] + [(sent[3] + 0.0006, sent[3] + 0.0007, 1)]
+    batches.sort()
+    done = sent + 0.00055
+    run = LoopRun({"m": done - sent}, {"m": _compute_stats(0.00034)}, (99.0, 101.0), {"m": sent}, {"m": done},
+                  {"m": _executions(batches)})
+    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
+    assert service == pytest.approx(np.full(10, 0.00034), abs=1e-9)
+    assert dispatch == pytest.approx(np.full(10, 0.00003), abs=1e-9)
+    assert overhead == pytest.approx(np.full(10, 0.00013), abs=1e-9)
+    # without server-side batches: latency - (mean latency - Triton's compute), the rest one constant overhead
+    run.executions = None
+    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
+    assert service == pytest.approx(np.full(10, 0.00034)) and dispatch is None
+    assert overhead == pytest.approx([0.00055 - 0.00034 - 0.00005])
 
 
 def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():
@@ -152,22 +214,27 @@ def test_lone_wait_follows_tritons_preferred_sizes():
     assert lone_wait_s(config, 1) == 0.0 and lone_wait_s(config, 2) == pytest.approx(5e-4)
 
 
-def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back(tmp_path):
-    from serving_bench.profiles.estimators import LoopRun, Trace, idle_effect
+def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back():
+    from serving_bench.profiles.estimators import LoopRun, idle_effect
 
-    reqs, runs, t = [], {}, 100.0
-    # hot: 0.3 ms service, 1 ms client latency, requests back to back; spaced: service 0.3 + extra
+    runs, t = {}, 100.0
+    # hot: 0.3 ms service, 1 ms client latency, requests back to back; spaced: service 0.3 + extra; the 64 ms
+    # spacing stalled (a 66 ms extra: the instance never idled), so it is left out
     for key, (period, extra) in {("m", "solo", 1): (0.0012, 0.0), ("m", "idle", 0.002): (0.003, 0.0002),
-                                 ("m", "idle", 0.008): (0.009, 0.0001), ("m", "idle", 0.032): (0.033, 0.0006)}.items():
+                                 ("m", "idle", 0.008): (0.009, 0.0001), ("m", "idle", 0.032): (0.033, 0.0006),
+                                 ("m", "idle", 0.064): (0.065, 0.066)}.items():
         t0 = t
+        sent, batches = [], []
         for _ in range(20):
-            reqs.append(("m", t + 0.0001, t + 0.0001, t + 0.0002, t + 0.0005 + extra))
+            sent.append(t)
+            batches.append((t + 0.0002, t + 0.0005 + extra, 1))
             t += period
         latency = np.full(20, 0.001 + extra + (0.0004 if key[1] == "idle" else 0.0))
-        runs[key] = LoopRun({"m": latency}, {}, (t0, t))
+        sent = np.array(sent)
+        runs[key] = LoopRun({"m": latency}, {}, (t0, t), {"m": sent}, {"m": sent + latency},
+                            {"m": _executions(batches)})
         t += 1.0
-    trace = Trace.load(_trace_file(tmp_path / "t.json", reqs))
-    effect = idle_effect(runs, trace, "m", 0.0)
+    effect = idle_effect(runs, "m", 0.0)
     assert effect.service_extra_s == pytest.approx((0.0, 0.0002, 0.0002, 0.0006))  # never warmer after longer idle
     assert effect.service_idle_s[0] == pytest.approx(0.0012 - 0.0003)
     assert effect.overhead_extra_s == pytest.approx((0.0, 0.0004, 0.0004, 0.0004))

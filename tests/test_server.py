@@ -86,7 +86,7 @@ def test_server_death_during_use_names_the_log(sleep_repo):
         with pytest.raises(ServerError, match=r"died .* \[ServerError\].*server log: "):  # e.g. the load driver's
             with server.guard():
                 raise ServerError("cannot reach Triton at 127.0.0.1:1")
-        with pytest.raises(ServerError, match=r"not running \(exit code -9\).*server log: "):
+        with pytest.raises(ServerError, match=r"died \(exit code -9, SIGKILL\).*server log: "):
             server.check_alive()
         log = server.log_path
     finally:

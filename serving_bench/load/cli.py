@@ -3,8 +3,9 @@
 Builds the schedule from the profile (or loads ``--schedule saved.npz``), starts the embedded tritonserver with only
 the models the profile needs (unless ``--url`` names a running server), replays the schedule open loop (or closed
 loop with ``--concurrency``) with a progress bar showing the live rate and p99, samples telemetry, and writes the
-results folder (:mod:`serving_bench.load.results`). On Ctrl-C or server death the partial records are saved,
-marked partial; the exit status is then 130 or 3.
+results folder (:mod:`serving_bench.load.results`). On Ctrl-C or SIGTERM (to the process or its whole group, at any
+moment after the schedule is built), on server death or a dead model instance the records of what was sent are
+saved, marked partial; the exit status is then 130 or 3.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 from serving_bench.errors import InputError
+from serving_bench.interrupts import RunInterrupted, deferred_interrupts
+from serving_bench.records import not_sent_records
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +100,8 @@ def main(args) -> int:
     from serving_bench.load.results import write_results
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", None, f"{out} is a file; expected a results folder (new, empty, or --overwrite)")
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise InputError("--out", None, f"{out} exists and is not empty; choose another folder or pass --overwrite")
     if args.url and args.instances:
@@ -112,53 +117,63 @@ def main(args) -> int:
     schedule = _schedule(args)
     mode = ClosedLoop(concurrency=args.concurrency) if args.concurrency else \
         OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap)
+    repo = Path(args.repo)
+    if not args.url and not repo.is_dir():
+        raise InputError("--repo", None, f"{repo} is not a folder; export models first (serving-bench export)")
 
+    # A Ctrl-C or SIGTERM from here on stops the run where it is safe and the results folder is still written: the
+    # records of what was sent, marked partial (every request not_sent when it came before the start).
     server = None
-    if args.url:
-        from serving_bench.serve.server import Endpoints
-
-        endpoints, pid = Endpoints.from_url(args.url), None
-    else:
+    stopped_early = None
+    if not args.url:
         from serving_bench.serve.server import TritonServer
 
-        repo = Path(args.repo)
-        if not repo.is_dir():
-            raise InputError("--repo", None, f"{repo} is not a folder; export models first (serving-bench export)")
         server = TritonServer(repo, models=list(schedule.models), instances=instances)
-        server.start()
-        endpoints, pid = server.endpoints, server.process.pid
-    bar = None
-    try:
-        target = TritonTarget(server or endpoints, mode=mode, timeout_s=timeout_s, senders=args.senders,
-                              source=args.profile)
-        target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything starts
-        bar = _Bar(len(schedule), not args.no_progress)
-        target.progress = bar
-        telemetry = None
-        if not args.no_telemetry:
-            from serving_bench.telemetry import Telemetry
-
-            telemetry = Telemetry(endpoints.metrics_url, interval_s=0.5, pid=pid)
-            telemetry.start()
         try:
-            records = target.run(schedule)
+            server.start()  # a Ctrl-C while it starts: it cleans up after itself
+        except KeyboardInterrupt:
+            server, stopped_early = None, "interrupted (Ctrl-C) before the start"
+    with deferred_interrupts() as signals:
+        bar = None
+        telemetry = None
+        try:
+            stopped_early = stopped_early or signals.reason and f"{signals.reason} before the start"
+            if stopped_early:
+                records = not_sent_records(schedule, TritonTarget.name, stopped_early)
+            else:
+                from serving_bench.serve.server import Endpoints
+
+                endpoints = server.endpoints if server is not None else Endpoints.from_url(args.url)
+                target = TritonTarget(server or endpoints, mode=mode, timeout_s=timeout_s, senders=args.senders,
+                                      source=args.profile)
+                target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything
+                bar = _Bar(len(schedule), not args.no_progress)
+                target.progress = bar
+                if not args.no_telemetry:
+                    from serving_bench.telemetry import Telemetry
+
+                    telemetry = Telemetry(endpoints.metrics_url, interval_s=0.5, pid=server and server.pid)
+                    telemetry.start()
+                try:
+                    records = target.run(schedule) if not signals.reason else \
+                        not_sent_records(schedule, target.name, f"{signals.reason} before the start")
+                except RunInterrupted as stop:
+                    records = stop.records
         finally:
             if telemetry is not None:
                 telemetry.stop()
-        bar.close()
+            if bar is not None:
+                bar.close()
+            if server is not None:
+                server.stop()
         if out.exists() and args.overwrite:
             shutil.rmtree(out)
         summary = write_results(out, records, schedule, telemetry=telemetry)
-    finally:
-        if bar is not None:
-            bar.close()
-        if server is not None:
-            server.stop()
     _print_summary(summary, out)
     reason = records.attrs.get("stop_reason") or ""
     if records.attrs.get("partial"):
-        print(f"run stopped early ({reason}); partial records saved", file=sys.stderr)
-        return 130 if "interrupted" in reason else 3
+        print(f"run stopped early ({reason}); partial records saved in {out}/", file=sys.stderr)
+        return 130 if reason.startswith("interrupted") else 3
     return 0
 
 
@@ -224,11 +239,12 @@ def _print_summary(summary: dict, out: Path) -> None:
     def ms(v):
         return f"{v * 1e3:8.2f}" if v is not None else "       -"
 
-    print(f"{'model':32s} {'ok':>7s} {'failed':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'SLO':>5s}")
+    print(f"{'model':32s} {'ok':>7s} {'failed':>7s} {'timeout':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} "
+          f"{'SLO':>5s}")
     for name, s in [*summary["models"].items(), ("overall", summary["overall"])]:
         c = s["counts"]
-        slo = "" if "slo_met" not in s else ("met" if s["slo_met"] else "MISS")
-        print(f"{name:32s} {c['ok']:7d} {c['failed'] + c['timeout']:7d} {ms(s['p50_s'])} {ms(s['p99_s'])} "
+        slo = "" if "slo_met" not in s else {True: "met", False: "MISS", None: "n/a"}[s["slo_met"]]
+        print(f"{name:32s} {c['ok']:7d} {c['failed']:7d} {c['timeout']:7d} {ms(s['p50_s'])} {ms(s['p99_s'])} "
               f"{s['throughput_rps']:8.1f} {slo:>5s}")
     late = summary["overall"].get("lateness_p99_s")
     print(f"send lateness p99: {ms(late).strip()} ms; results in {out}/")

@@ -16,7 +16,12 @@ from the run start ``t0``. Targets never time themselves. Every scheduled reques
 ``ok``; ``error`` (the server or transport answered with an error, or the call was cancelled when the run stopped);
 ``timeout`` (no answer within ``timeout_s``, the gRPC deadline); ``rejected`` (the server refused it: queue full);
 ``not_sent``. A stop — Ctrl-C, the server gone, a ``stop()`` — ends sending at once; in-flight requests get
-``grace_s`` to finish, then are cancelled; the records are marked ``partial`` with ``stop_reason``.
+``grace_s`` to finish, then are cancelled; the records are marked ``partial`` with ``stop_reason``. A model instance
+that died (the python backend answers ``Stub process '...' is not healthy``: the instance never recovers, and Triton
+keeps the model ready) stops the run the same way, but requests still in flight are cancelled at once rather than
+left to their deadline (``stop_reason`` starts with :data:`INSTANCE_DIED`). A Ctrl-C or SIGTERM at any moment of
+``run`` — while the senders start, during the run, while they drain — stops it cleanly and raises
+:class:`~serving_bench.interrupts.RunInterrupted` carrying the records of what was sent so far.
 
 Why it looks like this (measured on 2 cores against a no-op python model, figures in ``docs/load.md``): the client
 must cost less per request than the server for a Python load generator to keep up with a C++ one. ``grpc.aio``
@@ -51,12 +56,15 @@ import numpy as np
 import pandas as pd
 
 from serving_bench.errors import InputError, ServerError
+from serving_bench.interrupts import RunInterrupted, deferred_interrupts
 from serving_bench.load.schedule import Schedule
 from serving_bench.records import STATUSES, new_records
 
 OK, ERROR, TIMEOUT, REJECTED, NOT_SENT = (STATUSES.index(s) for s in ("ok", "error", "timeout", "rejected",
                                                                        "not_sent"))
 IN_FLIGHT = 100  # internal, never left in finished records
+INSTANCE_DIED = "model instance died"  # stop_reason prefix when the python backend reports a dead stub
+SERVER_DIED = "server died"  # stop_reason prefix when the server process is gone
 OK_CODE = 0  # gRPC status OK
 GRPC_OPTIONS = (("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1))
 
@@ -202,6 +210,7 @@ class _Sender:
         self.stop_event = stop
         self.errors: dict[int, str] = {}
         self.stopping = False
+        self.cancel_at_once = False  # a stop whose in-flight requests cannot be answered any more
         self.stop_reason: str | None = None
         self.unavailable_streak = 0
         self.lock = threading.Lock()
@@ -318,7 +327,7 @@ class _Sender:
         share, pc = self.share, time.perf_counter
         stopped = self.stopping
         deadline = pc() + (share.grace_s if stopped else share.timeout_s + 5.0)
-        while self.finished < self.sent and pc() < deadline:
+        while self.finished < self.sent and pc() < deadline and not self.cancel_at_once:
             time.sleep(0.002)
             if not stopped and self._should_stop(pc()):
                 stopped = True
@@ -423,6 +432,10 @@ class _Sender:
             arrays.done[i] = math.nan
             arrays.status[i] = ERROR
             self.errors[i] = "cancelled: the run stopped before the response"
+        elif "is not healthy" in details:  # the python backend: this model instance's stub process died
+            arrays.status[i] = ERROR
+            self.errors[i] = f"{status.name}: {details}"
+            self._stop(f"{INSTANCE_DIED}: {details}", at_once=True)
         else:
             rejected = status == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
             arrays.status[i] = REJECTED if rejected else ERROR
@@ -438,11 +451,13 @@ class _Sender:
         if lost or self.unavailable_streak >= 20:
             self._stop(f"server unavailable: {details}")
 
-    def _stop(self, reason: str) -> None:
+    def _stop(self, reason: str, at_once: bool = False) -> None:
+        """Stop sending; ``at_once``: cancel what is in flight without waiting for it (it cannot be answered)."""
         if not self.stopping:
             self.stop_reason = reason
             self.stopping = True
             self.slot_free.set()
+        self.cancel_at_once = self.cancel_at_once or at_once
 
 
 def _describe(err: BaseException) -> str:
@@ -461,7 +476,8 @@ def _sender_main(share: _Share, arrays: _Arrays | None, shm_name: str | None, n:
     if arrays is None:  # a sender process: attach to the parent's shared arrays
         from multiprocessing import shared_memory
 
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and tells us through ``stop``
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the parent handles them and tells us through ``stop``
+            signal.signal(sig, signal.SIG_IGN)
         shm = shared_memory.SharedMemory(name=shm_name)
         arrays = _Arrays.attach(shm.buf, n)
     _tight_timer_slack()
@@ -476,7 +492,7 @@ def _sender_main(share: _Share, arrays: _Arrays | None, shm_name: str | None, n:
         gc.collect()
         gc.freeze()
         messages.put(("ready", None))
-        while not go.wait(0.1):
+        while not go.wait(0.1) or stop.is_set():
             if stop.is_set():
                 messages.put(("done", ({}, "stopped before the start", 0.0)))
                 return
@@ -614,34 +630,44 @@ class TritonTarget:
                                  "wait" if closed else self.mode.on_cap,
                                  {m: c for m, c in per.items() if c > 0}, duration, self.timeout_s, self.grace_s))
         arrays, shm = _Arrays.allocate(n, shared=processes > 0)
+        self._stop.clear()
         try:
-            errors, reasons, elapsed, stats_before = self._execute(shares, arrays, shm, n, schedule)
-            records = self._records(schedule, arrays, errors, reasons, closed)
+            with deferred_interrupts(on_signal=lambda _reason: self._stop.set()) as signals:
+                errors, reasons, elapsed, stats_before = self._execute(shares, arrays, shm, n, schedule)
+                if signals.reason:
+                    reasons.append(signals.reason + (" before the start" if elapsed == 0.0 else ""))
+                elif self._stop.is_set() and not reasons:
+                    reasons.append("stopped")
+                records = self._records(schedule, arrays, errors, reasons, closed)
         finally:
             if shm is not None:
                 del arrays
                 shm.close()
                 shm.unlink()
         try:
-            stats_after = asyncio.run(_statistics(self.url, list(self.specs)))
+            stats_after = asyncio.run(_statistics(self.url, list(self.specs))) if stats_before else {}
             records.attrs["server_stats"] = _stats_delta(stats_before, stats_after)
         except Exception:  # the server may be gone (that is recorded already)
             records.attrs["server_stats"] = {}
         records.attrs["meta"].update(facts)
         records.attrs.update(mode=self.mode.name, senders=processes, url=self.url, elapsed_s=elapsed,
-                             timeout_s=self.timeout_s, t0_unix=self.t0_unix, sender_cpu_s=self.sender_cpu_s)
+                             timeout_s=self.timeout_s, t0_unix=self.t0_unix, t0_s=self.t0_s,
+                             sender_cpu_s=self.sender_cpu_s)
         if closed:
             records.attrs["concurrency"] = concurrency
+        if signals.reason:
+            raise RunInterrupted(records)
         return records
 
     def _execute(self, shares: list[_Share], arrays: _Arrays, shm, n: int, schedule: Schedule):
-        """Start the senders, give them a common t0, watch (progress, server liveness, Ctrl-C) until they finish."""
-        self._stop.clear()
+        """Start the senders, give them a common t0, watch (progress, server liveness, a stop) until they finish.
+        A stop before the start sends nothing; a sender that fails before the start is a :class:`ServerError`, one
+        that fails later ends the run (partial)."""
         threaded = shm is None
         if threaded:
             messages: Any = queue.Queue()
             go: Any = threading.Event()
-            stop: Any = self._stop
+            stop: Any = threading.Event()
             t0_value: Any = _Value()
             workers = [threading.Thread(target=_sender_main, name="serving-bench-sender",
                                         args=(s, arrays, None, n, messages, go, t0_value, stop), daemon=True)
@@ -652,15 +678,18 @@ class TritonTarget:
             workers = [ctx.Process(target=_sender_main, name="serving-bench-sender",
                                    args=(s, None, shm.name, n, messages, go, t0_value, stop), daemon=True)
                        for s in shares]
-        for w in workers:
-            w.start()
         errors: dict[int, str] = {}
         reasons: list[str] = []
         failures: list[str] = []
+        t0 = time.perf_counter()
+        stats_before: dict = {}
+        sender_cpu = 0.0
         try:
+            for w in workers:
+                w.start()
             ready = 0
             deadline = time.monotonic() + 120.0
-            while ready < len(workers) and not failures:
+            while ready < len(workers) and not failures and not self._stop.is_set():
                 try:
                     kind, payload = messages.get(timeout=0.2)
                 except queue.Empty:
@@ -675,69 +704,74 @@ class TritonTarget:
                 else:
                     failures.append(payload if kind == "failed" else str(payload))
             if failures:
-                stop.set()
-                go.set()
                 raise ServerError(failures[0])
-            stats_before = asyncio.run(_statistics(self.url, list(self.specs)))  # after the warm-up requests
-            t0 = time.perf_counter() + 0.02
-            t0_unix = time.time() + (t0 - time.perf_counter())
-            t0_value.value = t0
-            go.set()
-            finished = 0
-            sender_cpu = 0.0
+            started = not self._stop.is_set()  # stopped before the start: nothing is sent
+            finished = 0 if started else len(workers)
+            if started:
+                stats_before = asyncio.run(_statistics(self.url, list(self.specs)))  # after the warm-up requests
+                t0 = time.perf_counter() + 0.02
+                t0_value.value = t0
+                go.set()
             last_progress = 0.0
-            interrupted = False
             while finished < len(workers):
                 try:
-                    try:
-                        kind, payload = messages.get(timeout=0.1)
-                    except queue.Empty:
-                        kind = None
-                    if kind == "done":
-                        finished += 1
-                        errs, reason, cpu = payload
-                        sender_cpu += cpu
-                        errors.update(errs)
-                        if reason:
-                            reasons.append(reason)
-                            stop.set()  # one sender lost the server: stop the others too
-                    elif kind == "failed":
-                        finished += 1
-                        failures.append(payload)
-                        stop.set()
-                    if self._stop.is_set() and not stop.is_set():
-                        stop.set()
-                    if self.alive is not None and not stop.is_set():
-                        try:
-                            self.alive()
-                        except ServerError as err:
-                            reasons.append(f"server died: {err}")
-                            stop.set()
-                    now = time.perf_counter()
-                    if self.progress is not None and now - last_progress >= self.progress_interval_s:
-                        last_progress = now
-                        self.progress(_progress(arrays, schedule, now - t0))
-                except KeyboardInterrupt:
-                    if interrupted:
-                        raise
-                    interrupted = True
-                    reasons.append("interrupted (Ctrl-C)")
+                    kind, payload = messages.get(timeout=0.1)
+                except queue.Empty:
+                    kind = None
+                if kind == "done":
+                    finished += 1
+                    errs, reason, cpu = payload
+                    sender_cpu += cpu
+                    errors.update(errs)
+                    if reason:
+                        reasons.append(reason)
+                        stop.set()  # one sender lost the server: stop the others too
+                elif kind == "failed":
+                    finished += 1
+                    reasons.append(f"a sender failed: {payload}")
                     stop.set()
-            elapsed = time.perf_counter() - t0
+                if self._stop.is_set() and not stop.is_set():
+                    stop.set()
+                if self.alive is not None and not stop.is_set():
+                    try:
+                        self.alive()
+                    except ServerError as err:
+                        reasons.append(f"{SERVER_DIED}: {err}")
+                        stop.set()
+                now = time.perf_counter()
+                if self.progress is not None and now - last_progress >= self.progress_interval_s:
+                    last_progress = now
+                    self.progress(_progress(arrays, schedule, now - t0))
+            elapsed = time.perf_counter() - t0 if started else 0.0
         finally:
             stop.set()
             go.set()
             for w in workers:
-                w.join(timeout=30)
-                if not threaded and w.is_alive():
-                    w.kill()
-        if failures:
-            raise ServerError(f"a sender failed: {failures[0]}")
+                if w.ident is not None:  # started
+                    w.join(timeout=30)
+                    if not threaded and w.is_alive():
+                        w.kill()
+        if any(r.startswith("server unavailable") for r in reasons) and self.alive is not None:
+            reasons[:0] = self._server_death()  # the transport noticed first; say why the server is gone
         if self.progress is not None:
             self.progress(_progress(arrays, schedule, elapsed))
-        self.t0_unix = t0_unix
+        self.t0_unix = time.time() + (t0 - time.perf_counter())
+        self.t0_s = t0
         self.sender_cpu_s = sender_cpu
         return errors, reasons, elapsed, stats_before
+
+    def _server_death(self, wait_s: float = 1.0) -> list[str]:
+        """``["server died: ..."]`` (naming its exit code and log) when the local server process is gone, waiting up
+        to ``wait_s`` for a process that is still exiting; ``[]`` when it is alive."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.alive()
+            except ServerError as err:
+                return [f"{SERVER_DIED}: {err}"]
+            if time.monotonic() > deadline:
+                return []
+            time.sleep(0.05)
 
     def _records(self, schedule: Schedule, arrays: _Arrays, errors: dict[int, str], reasons: list[str],
                  closed: bool) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""Turning what Triton reports into profile numbers: pure functions over closed-loop runs, Triton's request trace and
-its per-batch-size statistics (:mod:`serving_bench.profiles.measure` runs the server and the load; the estimators
+"""Turning what the server reports into profile numbers: pure functions over closed-loop runs, the batches the server
+executed (the runners' execution logs, or Triton's request trace) and Triton's per-batch-size statistics
+(:mod:`serving_bench.profiles.measure` runs the server and the load; the estimators
 and why each is the way it is are described there). Tested on synthetic data in ``tests/test_profile.py``.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Dist, IdleEffect
+from serving_bench.serve.execution_log import Executions
 
 MAX_SAMPLES = 2000  # samples kept per distribution (quantiles of more)
 MIN_SIGNIFICANT = 0.02  # a co-location slowdown below 2 % is never taken as real
@@ -21,13 +23,18 @@ MIN_SIGNIFICANT = 0.02  # a co-location slowdown below 2 % is never taken as rea
 
 @dataclass
 class LoopRun:
-    """One run: per model its successful requests' client latency (s, from the intended time, in send order: open
-    loop runs include the client's own send lateness, closed loop ones have none), Triton's statistics for the run
-    (``load.driver``'s per-model means) and the run's ``perf_counter`` window."""
+    """One run: per model its successful requests, in send order — client latency (s, from the intended time: open
+    loop runs include the client's own send lateness, closed loop ones have none), and send and completion times
+    (``perf_counter`` seconds, the clock of the runners' execution logs) — Triton's statistics for the run
+    (``load.driver``'s per-model means), the run's ``perf_counter`` window and, where the server could say, the batches
+    it executed in that window (runners' execution logs or Triton's trace; None: unknown)."""
 
     latency: dict[str, np.ndarray]
     stats: dict[str, dict]
     window: tuple[float, float]
+    sent: dict[str, np.ndarray] = field(default_factory=dict)
+    done: dict[str, np.ndarray] = field(default_factory=dict)
+    executions: dict[str, Executions] | None = None  # the batches each model executed in the window, where known
 
     def compute_s(self, model: str) -> float:
         """Triton's mean compute time per request in this run (input + infer + output), seconds."""
@@ -35,15 +42,15 @@ class LoopRun:
         return sum(s.get(f"compute_{p}_mean_s") or 0.0 for p in ("input", "infer", "output"))
 
 
-@dataclass
 class Trace:
-    """Triton's per-request timestamps (seconds on ``perf_counter``'s clock), per model, in request order."""
+    """Triton's request trace (``--trace-config level=TIMESTAMPS``), read as executed batches: an optional second
+    source of what :mod:`serving_bench.serve.execution_log` records (off by default: see docs/serve.md)."""
 
-    by_model: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, path: Path) -> "Trace":
-        """Parse a Triton trace file (a JSON list of ``{"id", "model_name"}`` and ``{"id", "timestamps"}`` items)."""
+    @staticmethod
+    def load(path: Path) -> dict[str, Executions]:
+        """Per model the executed batches of a Triton trace file (a JSON list of ``{"id", "model_name"}`` and
+        ``{"id", "timestamps"}`` items): requests of one batch share its ``COMPUTE_START``; a batch ends at its
+        requests' latest ``COMPUTE_END`` (seconds on ``perf_counter``'s clock)."""
         try:
             raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as err:
@@ -55,37 +62,19 @@ class Trace:
                 entry["model"] = item["model_name"]
             for stamp in item.get("timestamps", ()):
                 entry[stamp["name"]] = stamp["ns"] * 1e-9
-        keys = ("REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END")
         grouped: dict[str, list] = {}
         for entry in entries.values():
-            if "model" in entry and all(k in entry for k in keys):
-                grouped.setdefault(entry["model"], []).append(tuple(entry[k] for k in keys))
+            if "model" in entry and "COMPUTE_START" in entry and "COMPUTE_END" in entry:
+                grouped.setdefault(entry["model"], []).append((entry["COMPUTE_START"], entry["COMPUTE_END"]))
         out = {}
         for model, rows in grouped.items():
-            arr = np.array(sorted(rows))
-            out[model] = {k: arr[:, i] for i, k in enumerate(keys)}
-        return cls(out)
-
-    def window(self, model: str, window: tuple[float, float]) -> dict[str, np.ndarray]:
-        """The model's requests that started inside ``window``."""
-        rows = self.by_model.get(model)
-        if rows is None:
-            return {k: np.zeros(0) for k in ("REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END")}
-        sel = (rows["REQUEST_START"] >= window[0]) & (rows["REQUEST_START"] <= window[1])
-        return {k: v[sel] for k, v in rows.items()}
-
-
-def trace_batches(rows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Executed batches of a trace window: (compute start, compute end, earliest queue start), by start time.
-    Requests of one batch share its compute timestamps."""
-    if not len(rows["COMPUTE_START"]):
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    starts, inverse = np.unique(rows["COMPUTE_START"], return_inverse=True)
-    ends = np.zeros(len(starts))
-    queued = np.full(len(starts), np.inf)
-    np.maximum.at(ends, inverse, rows["COMPUTE_END"])
-    np.minimum.at(queued, inverse, rows["QUEUE_START"])
-    return starts, ends, queued
+            arr = np.array(rows)
+            starts, inverse, requests = np.unique(arr[:, 0], return_inverse=True, return_counts=True)
+            ends = np.zeros(len(starts))
+            np.maximum.at(ends, inverse, arr[:, 1])
+            out[model] = Executions(starts, ends, np.zeros(len(starts), np.int32), requests.astype(np.int32),
+                                    np.zeros(len(starts), np.int32), ("trace",))
+        return out
 
 
 def lone_wait_s(config, rows: int) -> float:
@@ -107,24 +96,55 @@ def thin(samples: np.ndarray) -> Dist:
     return Dist.from_samples(samples)
 
 
-def service_and_overhead(run: LoopRun, trace: Trace | None, model: str, wait_s: float,
-                         overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Service samples of a concurrency-1 run and, with a trace, per-request overhead and dispatch samples.
+def batches_of(run: LoopRun, model: str) -> Executions | None:
+    """The model's executed batches in the run (None when the server did not say or the requests' times are
+    unknown)."""
+    if run.executions is None or model not in run.sent:
+        return None
+    return run.executions.get(model, Executions.empty()).window(*run.window)
 
-    With a trace (requests matched in order: at concurrency 1 they run one after another; the driver's warm-up
-    request precedes the run's): service = the batches' compute durations; dispatch = time from the request reaching
-    Triton to its compute start, less ``wait_s`` (the batcher's own delay, which the simulator models); overhead =
-    client latency - time inside Triton. Without: service = latency - ``overhead`` - ``wait_s`` (``overhead`` given)
-    or, if None, latency - (mean latency - Triton's mean compute), the overhead being that constant mean and the
-    dispatch part of it."""
+
+def served_by(run: LoopRun, batches: Executions, model: str) -> tuple[np.ndarray, Executions]:
+    """For the requests of a one-at-a-time run: which were matched to a batch (mask over the run's requests) and, for
+    each matched one, the batch that served it — the model's first batch that started after the request was sent,
+    if it started before the answer came (a batch the batcher merged from two stalled requests serves both)."""
+    sent, done = run.sent[model], run.done[model]
+    j = np.searchsorted(batches.start_s, sent)
+    matched = j < len(batches)
+    matched[matched] = batches.start_s[j[matched]] <= done[matched]
+    return matched, batches.select(j[matched])
+
+
+def hop_s(run: LoopRun, batches: Executions, model: str) -> float:
+    """What Triton counts as compute beyond what the runner logged (the shared-memory hop to the stub and back, on
+    the instance's clock): Triton's mean compute per request of the run minus the logged mean, at least 0. Runs of
+    one request per batch only (then Triton's per-request mean is its per-batch mean); 0 without statistics, and
+    ~0 for batches read from Triton's own trace."""
+    compute = run.compute_s(model)
+    return max(compute - float(np.mean(batches.duration_s)), 0.0) if compute > 0 and len(batches) else 0.0
+
+
+def service_and_overhead(run: LoopRun, model: str, wait_s: float,
+                         overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Service samples of a concurrency-1 run and, with the executed batches, per-request overhead and dispatch
+    samples.
+
+    With batches (each request matched to its batch, :func:`served_by`; ``h`` = :func:`hop_s`, counted half on each
+    side of the runner): service = batch duration + h (what occupies Triton's instance); dispatch = from the send to
+    the batch's start, less ``wait_s`` (the batcher's own delay, which the simulator models) and h/2 — the request's
+    way to the instance (client, network, Triton's threads); overhead = the rest of the latency — the way back.
+    Without: service = latency - ``overhead`` - ``wait_s`` (``overhead`` given) or, if None, latency - (mean latency -
+    Triton's mean compute), the overhead being that constant mean and the dispatch part of it."""
     latency = run.latency[model]
-    if trace is not None:
-        rows = trace.window(model, run.window)
-        if len(rows["COMPUTE_START"]) >= len(latency) >= 5:
-            rows = {k: v[-len(latency):] for k, v in rows.items()}
-            compute = rows["COMPUTE_END"] - rows["COMPUTE_START"]
-            dispatch = np.clip(rows["COMPUTE_START"] - rows["REQUEST_START"] - wait_s, 0.0, None)
-            return compute, latency - (rows["COMPUTE_END"] - rows["REQUEST_START"]), dispatch
+    executed = batches_of(run, model)
+    if executed is not None:
+        matched, batches = served_by(run, executed, model)
+        if len(batches) >= 5:
+            h = hop_s(run, batches, model)
+            sent = run.sent[model][matched]
+            dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
+            back = latency[matched] - (batches.end_s - sent) - h / 2
+            return batches.duration_s + h, back, dispatch
     compute = run.compute_s(model)
     if overhead is None:
         overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
@@ -132,19 +152,27 @@ def service_and_overhead(run: LoopRun, trace: Trace | None, model: str, wait_s: 
     return latency - overhead - wait_s, None, None
 
 
-def batch_gap(run: LoopRun, trace: Trace, model: str) -> tuple[float, int]:
-    """Median gap (s) between a batch's end and the next one's start on a busy single instance, and how many
-    transitions it is the median of (only those where the next batch was already queued when the previous ended).
-    The median: on a shared machine a few stalls of milliseconds dominate the mean of a short run (a mean of 350 us
-    against a median of 100 us was seen), and the service samples already carry the machine's stalls; on a quiet
-    machine mean and median agree."""
-    starts, ends, queued = trace_batches(trace.window(model, run.window))
-    if len(starts) < 3:
+def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
+    """Median gap (s) between a batch's end and the next one's start on a busy single instance (requests of the
+    largest size, so one per batch, in send order), and how many transitions it is the median of: only those where
+    the next request had been sent before the previous batch ended. The logged gap less the hop to the stub
+    (:func:`hop_s`), at least 0. The median: on a shared machine a few stalls of milliseconds dominate the mean of a
+    short run (a mean of 350 us against a median of 100 us was seen), and the service samples already carry the
+    machine's stalls; on a quiet machine mean and median agree."""
+    batches = batches_of(run, model)
+    if batches is None:
         return 0.0, 0
-    waiting = queued[1:] < ends[:-1]
-    gaps = (starts[1:] - ends[:-1])[waiting]
-    gaps = gaps[gaps >= 0]
-    return (float(np.median(gaps)), len(gaps)) if len(gaps) else (0.0, 0)
+    sent = run.sent[model]
+    n = min(len(batches), len(sent))
+    if n < 3:
+        return 0.0, 0
+    batches = batches.select(np.arange(len(batches) - n, len(batches)))
+    sent = sent[-n:]
+    waiting = sent[1:] < batches.end_s[:-1]
+    gaps = (batches.start_s[1:] - batches.end_s[:-1])[waiting]
+    if not len(gaps):
+        return 0.0, 0
+    return max(float(np.median(gaps)) - hop_s(run, batches, model), 0.0), len(gaps)
 
 
 def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]],
@@ -175,36 +203,40 @@ def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[
     return max(slope_multi - slope_solo, 0.0), int(sum(c for m, c in zip(ns, ws) if m >= 2))
 
 
-def medians(run: LoopRun, trace: Trace | None, model: str,
-             wait_s: float) -> tuple[float, float, float, float | None]:
+def medians(run: LoopRun, model: str, wait_s: float) -> tuple[float, float, float, float | None]:
     """(median service, median overhead, median dispatch, median instance idle before a batch or None) of a
     one-at-a-time run (see :func:`service_and_overhead`). Requests the batcher merged anyway (a stall made them
     overlap) count as one batch: the service is that of single-request batches, the idle time the one between
-    consecutive batches. Without a trace the dispatch is part of the overhead (0)."""
+    consecutive batches. Without executed batches the dispatch is part of the overhead (0)."""
     latency = run.latency[model]
-    if trace is not None:
-        rows = trace.window(model, run.window)
-        if len(rows["COMPUTE_START"]) >= len(latency) >= 3:
-            rows = {k: v[-len(latency):] for k, v in rows.items()}
-            starts, ends, _ = trace_batches(rows)
-            _, counts = np.unique(rows["COMPUTE_START"], return_counts=True)
-            single = (ends - starts)[counts == 1]
-            idle = np.clip(starts[1:] - ends[:-1], 0.0, None)
-            dispatch = np.clip(rows["COMPUTE_START"] - rows["REQUEST_START"] - wait_s, 0.0, None)
-            return (float(np.median(single if len(single) else ends - starts)),
-                    float(np.median(latency - (rows["COMPUTE_END"] - rows["REQUEST_START"]))),
+    executed = batches_of(run, model)
+    if executed is not None:
+        matched, batches = served_by(run, executed, model)
+        if len(batches) >= 3:
+            h = hop_s(run, batches, model)
+            sent = run.sent[model][matched]
+            starts, first = np.unique(batches.start_s, return_index=True)
+            distinct = batches.select(first)
+            single = distinct.requests <= 1
+            service = distinct.duration_s[single] if single.any() else distinct.duration_s
+            idle = np.clip(starts[1:] - distinct.end_s[:-1] - h, 0.0, None)
+            dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
+            return (float(np.median(service)) + h,
+                    float(np.median(latency[matched] - (batches.end_s - sent) - h / 2)),
                     float(np.median(dispatch)), float(np.median(idle)) if len(idle) else None)
     compute = run.compute_s(model)
     return compute, float(np.median(latency)) - compute - wait_s, 0.0, None
 
 
-def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -> IdleEffect | None:
+def idle_effect(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     """The cold-start extras (:class:`IdleEffect`) from the back-to-back run at batch 1 (the hot reference) and the
     spaced runs: per spacing, median service and overhead minus the hot medians (at least 0, and never smaller
     after a longer idle: a longer idle cannot make a start warmer). The service's x is the instance's median idle
-    time from the trace (without one: the spacing minus the hot latency); the overhead's x is the spacing."""
+    time from the executed batches (without them: the spacing minus the hot latency); the overhead's x is the
+    spacing. A spaced run whose instance idled less than half the planned spacing (a stall on a shared machine
+    queued its requests: it measured a backlog, not a cold start) is left out."""
     hot_run = runs[(model, "solo", 1)]
-    hot_service, hot_overhead, hot_dispatch, hot_idle = medians(hot_run, trace, model, wait_s)
+    hot_service, hot_overhead, hot_dispatch, hot_idle = medians(hot_run, model, wait_s)
     hot_latency = float(np.mean(hot_run.latency[model]))
     points = sorted(k[2] for k in runs if k[0] == model and k[1] == "idle")
     if not points:
@@ -213,7 +245,9 @@ def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -
     o_x, o_y, d_y = [hot_latency], [0.0], [0.0]
     for g in points:
         run = runs[(model, "idle", g)]
-        service, overhead, dispatch, idle = medians(run, trace, model, wait_s)
+        service, overhead, dispatch, idle = medians(run, model, wait_s)
+        if idle is not None and idle < g / 2:
+            continue
         period = g + hot_latency
         s_x.append(idle if idle is not None else max(period - hot_latency, 0.0))
         s_y.append(max(service - hot_service, 0.0))
@@ -228,7 +262,7 @@ def idle_effect(runs: Mapping, trace: Trace | None, model: str, wait_s: float) -
         return tuple(float(x) for x in xs[keep]), tuple(float(y) for y in ys[keep])
 
     (sx, sy), (ox, oy), (_, dy) = monotone(s_x, s_y), monotone(o_x, o_y), monotone(o_x, d_y)
-    return IdleEffect(sx, sy, ox, oy, dy if trace is not None else ())
+    return IdleEffect(sx, sy, ox, oy, dy if batches_of(hot_run, model) is not None else ())
 
 
 def significant_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

@@ -2,30 +2,34 @@
 the per-request cost inside a batch, and co-location curves (per model and per model pair).
 
 Everything is driven closed-loop through the team's driver (``load.driver``) against the team's server
-(``serve.server``); times come from Triton itself wherever it can say them, because the simulator models the *server*
+(``serve.server``); times come from the server wherever it can say them, because the simulator models the *server*
 and the client's own jitter on a busy machine must not leak into service times:
 
-* **Server-side timestamps.** The embedded server runs with Triton's request tracing (``--trace-config
-  level=TIMESTAMPS``, every request); its steady clock is ``CLOCK_MONOTONIC``, the clock of ``time.perf_counter``, so
-  each closed-loop run's trace entries are the ones inside the run's time window. A batch's **service time** is
-  ``COMPUTE_END - COMPUTE_START`` (what occupies the instance). Against an external server (``url``) there is no
-  trace: service samples are then client latencies minus the mean overhead (their spread includes client jitter).
-* **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows.
-* **Dispatch and overhead** (per request, not occupying the instance), from the ``b = 1`` run. *Dispatch*: inside
-  Triton, from the request's arrival to its compute start (thread hand-offs: the batcher's and the instance's
-  wake-ups), less the queue delay the simulator itself imposes on a lone request (``max_queue_delay`` unless the
-  request alone is a preferred size); the simulator delays each request's arrival at the batcher by a draw.
-  *Overhead*: client latency minus the time inside Triton (gRPC, network, the client; from the intended time, so
-  in open-loop runs the client's own send lateness is part of it), added on the return path.
-  One sample per request each (without a trace, one constant overhead covers both).
+* **Server-side timestamps.** The embedded server's runners log every executed batch (start, end, rows, requests;
+  :mod:`serving_bench.serve.execution_log`) on ``time.perf_counter``'s clock, the driver's, so each closed-loop run's
+  batches are the ones inside its time window. Triton's own compute time per batch is longer by the hop to the
+  runner's process and back; that difference (Triton's mean compute per request of the run minus the logged mean) is
+  added to each logged duration. Triton's request trace is not used by default: with it the bundled tritonserver
+  2.51 aborted in most demo profiles (docs/serve.md); ``trace=True`` reads the batches from the trace instead.
+  Against an external server (``url``) neither exists: service samples are then client latencies minus the mean
+  overhead (their spread includes client jitter).
+* **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows; a batch's
+  **service time** is what occupies Triton's instance (logged duration + the hop).
+* **Dispatch and overhead** (per request, not occupying the instance), from the ``b = 1`` run, each request matched
+  to the batch that served it. *Dispatch*: from the send to the batch's start (client, network, Triton's threads:
+  the batcher's and the instance's wake-ups), less half the hop and less the queue delay the simulator itself
+  imposes on a lone request (``max_queue_delay`` unless the request alone is a preferred size); the simulator
+  delays each request's arrival at the batcher by a draw. *Overhead*: the rest of the client latency, the way back
+  (from the intended time, so in open-loop runs the client's own send lateness is part of it), added on the return
+  path. One sample per request each (without server-side times, one constant overhead covers both).
 * **Cold starts** (``idle``): requests of one row sent one at a time with the instance idle ~2, 8, 32 and 64 ms
   between them (open loop, fixed spacing); the median service time, dispatch and overhead at each spacing minus those
   of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
   ONNX Runtime model computes twice as long after 16 ms idle as back to back). The simulator adds it per batch from
   the instance's idle time and per request from the time since the previous request.
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, the time
-  from a batch's ``COMPUTE_END`` to the next one's ``COMPUTE_START`` when that one was already queued (Triton's
-  instance thread releasing a payload and taking the next) — median over the run; embedded server only.
+  from a batch's end to the next one's start when that one had been sent before (Triton's instance thread releasing
+  a payload and taking the next), less the hop — median over the run; embedded server only.
 * **Per-request cost inside a batch** (``per_request_s``): with dynamic batching, requests of one row at concurrency
   ``min(max_batch_size, 8)``; Triton's per-batch-size statistics (``batch_stats``) give the compute time of batches
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
@@ -42,8 +46,12 @@ and the client's own jitter on a busy machine must not leak into service times:
   concurrency 1, then both together (concurrency 1 each): ``S_pair(2) = t_a1 / t_a2 + t_b1 / t_b2``, median over
   rounds, with the same significance rule; at batch 1 and at the largest batch size both allow.
 
-The estimators (pure functions over the runs, the trace and the statistics) are in
+The estimators (pure functions over the runs, the executed batches and the statistics) are in
 :mod:`serving_bench.profiles.estimators`; this module runs the servers and the load.
+
+**Recovery.** Each phase is a list of steps (one per measured point). A server that dies during a step (a crash, a
+kill) is started again and the phase resumes at that step, at most :data:`MAX_RESTARTS` times per phase; each restart
+is logged and noted in the profile. An external server (``url``) is not restarted.
 
 Threads per instance are fixed for every server of a measurement (``threads``; default what the served
 configuration gets: cores // all configured instances of the measured models) and recorded in the profile.
@@ -54,19 +62,25 @@ from __future__ import annotations
 import contextlib
 import platform
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, ServerDied
+from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
+from serving_bench.load.driver import ClosedLoop, TritonTarget
 from serving_bench.load.schedule import Schedule
 from serving_bench.profiles.estimators import (LoopRun, Trace, batch_gap, idle_effect, lone_wait_s, per_request_cost,
                                               service_and_overhead, significant_speedup, thin)
 from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, PairCurve, Profile
+from serving_bench.serve.runners import cpu_cores, default_threads
+from serving_bench.serve.server import MAX_RESTARTS, Endpoints, TritonServer
+from serving_bench.serving_config import model_serving_from_config
 
 DEFAULT_SECONDS = 2.0
 DEFAULT_ROUNDS = 3
@@ -74,9 +88,13 @@ PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
 IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
 IDLE_COUNT = 25  # requests per spacing
-TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response
-TRACE_ARGS = ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
-              "triton,log-frequency=0")
+TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response (only with trace=True)
+
+
+def trace_args(trace_file: Path) -> tuple[str, ...]:
+    """tritonserver arguments that trace every request into ``trace_file``."""
+    return ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
+            "triton,log-frequency=0", "--trace-config", f"triton,file={trace_file}")
 
 
 def default_batch_sizes(max_batch_size: int) -> list[int]:
@@ -92,18 +110,20 @@ def default_batch_sizes(max_batch_size: int) -> list[int]:
 # -- running closed loops ----------------------------------------------------------------------------------------------
 
 class Session:
-    """A server under measurement (``endpoints``; ``trace``: its trace file, or None for an external server)."""
+    """A server under measurement: ``endpoints``; ``server``: the embedded :class:`TritonServer` when its runners log
+    executed batches (each run then carries its batches), else None; ``traced``: the server traces requests (its
+    batches are attached to the runs by :meth:`attach_trace` once the trace file is complete)."""
 
-    def __init__(self, endpoints, trace: Path | None = None):
+    def __init__(self, endpoints, server: TritonServer | None = None, traced: bool = False):
         self.endpoints = endpoints
-        self.trace = trace
+        self.server = server
+        self.traced = traced
         self.url = endpoints.grpc_url
+        self.runs: list[LoopRun] = []
 
     def run(self, loads: Mapping[str, tuple[int, int]], seconds: float) -> LoopRun:
         """Closed loop for ``seconds``: model -> (rows per request, concurrency), all models at once. A run that
         got fewer than 5 answers per model (a stalled shared machine) is repeated once, twice as long."""
-        from serving_bench.load.driver import ClosedLoop, TritonTarget
-
         names = tuple(loads)
         per = 100_000
         n = per * len(names)
@@ -125,8 +145,6 @@ class Session:
     def spaced(self, model: str, rows: int, period: float, count: int) -> LoopRun:
         """Open loop: ``count`` requests of ``rows`` rows, one every ``period`` seconds (the instance idles between
         them when ``period`` exceeds the latency)."""
-        from serving_bench.load.driver import TritonTarget
-
         times = np.arange(count) * period
         schedule = Schedule(times, np.zeros(count, dtype=np.int32), (model,), np.zeros(count, dtype=np.int32),
                             np.full(count, rows, dtype=np.int32), {"duration_s": float(count * period)})
@@ -137,7 +155,10 @@ class Session:
         start = time.perf_counter()
         records = target.run(schedule)
         end = time.perf_counter()
-        latency = {}
+        if records.attrs.get("partial"):  # the server or a model instance died: measure this step on a new one
+            raise ServerDied(f"the measurement run stopped early: {records.attrs.get('stop_reason')}")
+        t0 = records.attrs.get("t0_s", 0.0)
+        latency, sent, done = {}, {}, {}
         for m in names:
             rows = records[(records["model"].astype(str) == m) & (records["status"].astype(str) == "ok")]
             if len(rows) < 5:
@@ -148,7 +169,24 @@ class Session:
                                  f"succeeded ({why})")
             rows = rows.sort_values("sent_s")
             latency[m] = (rows["done_s"] - rows["intended_s"]).to_numpy()  # closed loop: intended = sent
-        return LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end))
+            sent[m] = t0 + rows["sent_s"].to_numpy()
+            done[m] = t0 + rows["done_s"].to_numpy()
+        executions = None
+        if self.server is not None:
+            executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
+        run = LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end), sent, done, executions)
+        self.runs.append(run)
+        return run
+
+    def attach_trace(self, trace_file: Path) -> str | None:
+        """Give this session's runs the batches Triton's trace recorded; a note when the trace is unusable."""
+        try:
+            executions = Trace.load(trace_file)
+        except InputError as err:
+            return f"no request trace ({err.line()}): service samples of that server are client latency - overhead"
+        for run in self.runs:
+            run.executions = {m: ex.window(*run.window) for m, ex in executions.items()}
+        return None
 
     def execution_time(self, model: str, rows: int, concurrency: int, seconds: float) -> float:
         """Mean compute time (s) of the executed batches of exactly ``rows`` rows in a closed loop of ``rows``-row
@@ -161,14 +199,13 @@ class Session:
         return ns * 1e-9 / count if count > 0 else 0.0
 
     @contextlib.contextmanager
-    def untraced(self):
-        """Request tracing off inside the block (Triton's trace settings, restored after). The bundled tritonserver
-        2.51 aborted (``std::length_error`` in ``TRITONBACKEND_ResponseNew``) in most demo profiles while fast
-        models (~0.3 ms) ran many merged batch-1 requests with tracing on; runs that need only statistics run
-        untraced."""
+    def untraced(self) -> Iterator[None]:
+        """Request tracing off inside the block (Triton's trace settings, restored after): with tracing on, the
+        bundled tritonserver 2.51 aborted (``std::length_error`` in ``TRITONBACKEND_ResponseNew``) in most demo
+        profiles while fast models ran many merged batch-1 requests; runs that need only statistics run untraced."""
         import tritonclient.grpc as grpcclient
 
-        if self.trace is None:
+        if not self.traced:
             yield
             return
         client = grpcclient.InferenceServerClient(self.url)
@@ -199,7 +236,61 @@ class Session:
             client.close()
 
 
-# -- what each measurement yields --------------------------------------------------------------------------------------
+Step = tuple[object, Callable[[Session], object]]  # (key, what to measure in a session) -> results[key]
+
+
+def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], ContextManager[Session]],
+              log: Callable[[str], None], notes: list[str], phase: str, max_restarts: int = MAX_RESTARTS) -> None:
+    """Measure each step not yet in ``results`` in order, in sessions from ``open_session``. When the server (or a
+    model instance) dies during a step, a new one is started and the phase resumes at that step (at most
+    ``max_restarts`` times; the step's partial work is discarded); each restart is logged and added to ``notes``."""
+    restarts = 0
+    while True:
+        current = None
+        try:
+            with open_session() as session:
+                for key, measure in steps:
+                    if key not in results:
+                        current = key
+                        results[key] = measure(session)
+            return
+        except ServerDied as err:
+            if restarts >= max_restarts:
+                raise
+            restarts += 1
+            note = (f"{phase}: the server died at step {current} ({err}); started a new one and resumed at that step "
+                    f"(restart {restarts} of at most {max_restarts})")
+            log(f"note: {note}")
+            notes.append(note)
+
+
+@contextlib.contextmanager
+def embedded_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
+                     notes: list[str], log: Callable[[str], None]) -> Iterator[Session]:
+    """A session on a new embedded server with ``instances`` instances of every model: execution logs on, or
+    Triton's request trace with ``trace`` (attached to the runs once the server stopped)."""
+    with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
+        trace_file = Path(tmp) / "trace.json"
+        server = TritonServer(repo, models=list(models), instances={m: instances for m in models},
+                              threads_per_instance=threads, execution_log=not trace,
+                              extra_args=trace_args(trace_file) if trace else ())
+        session = None
+        try:
+            with server, server.guard():  # a server that died mid-step: ServerDied naming its log
+                session = Session(server.endpoints, None if trace else server, traced=trace)
+                yield session
+        finally:
+            if trace and session is not None:  # the trace file is complete once the server has stopped
+                note = session.attach_trace(trace_file)
+                if note:
+                    notes.append(note)
+                    log(f"note: {note}")
+
+
+@contextlib.contextmanager
+def external_session(url: str) -> Iterator[Session]:
+    yield Session(Endpoints.from_url(url))
+
 
 # -- the measurement ---------------------------------------------------------------------------------------------------
 
@@ -217,8 +308,6 @@ class _ModelResult:
 
 
 def _device_of(config) -> str:
-    from serving_bench.serving_config import model_serving_from_config
-
     return model_serving_from_config(config).instances[0][0]
 
 
@@ -226,15 +315,13 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     batch_sizes: Sequence[int] | None = None, colocation: Sequence[int] = (1, 2, 4),
                     colocation_batches: Sequence[int] | None = None, pairs: bool = True,
                     seconds: float = DEFAULT_SECONDS, rounds: int = DEFAULT_ROUNDS, threads: int | None = None,
-                    url: str | None = None, log: Callable[[str], None] | None = None) -> Profile:
+                    url: str | None = None, trace: bool = False,
+                    log: Callable[[str], None] | None = None) -> Profile:
     """Measure ``models`` of ``repo`` on the embedded server (or the external one at ``url``); save to
     ``out_path``. ``colocation``: instance counts for S(k) (k > 1 measured); ``colocation_batches``: batch sizes of
     the curves (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds
-    per curve point; ``threads``: threads per instance (embedded server)."""
-    from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
-    from serving_bench.serve.runners import cpu_cores, default_threads
-    from serving_bench.serve.server import Endpoints, TritonServer
-
+    per curve point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
+    Triton's request trace instead of the runners' execution logs."""
     log = log or (lambda _msg: None)
     repo = Path(repo)
     if rounds < 1:
@@ -254,81 +341,77 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     ks = sorted({int(k) for k in colocation if k > 1})
     pair_list = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]
                  if pairs and results[a].device == results[b].device]
-    pair_points: dict[tuple[str, str, int], list[float]] = {}
-    solo_pair: dict[tuple[str, int], list[float]] = {}
     notes = [f"closed loop, {seconds:g} s per point, {rounds} interleaved rounds per co-location point; "
              f"{threads} thread(s) per instance"]
-
-    # -- phase 1: one instance per model ---------------------------------------------------------------------------
-    def phase1(session: Session) -> dict:
-        runs: dict = {}
-        for m in models:
-            config = configs[m]
-            for b in sizes[m]:
-                runs[(m, "solo", b)] = session.run({m: (b, 1)}, seconds)
-                log(f"{m}: batch {b}: {len(runs[(m, 'solo', b)].latency[m])} requests, server compute "
-                    f"{runs[(m, 'solo', b)].compute_s(m) * 1e3:.3f} ms")
-            hot = runs[(m, "solo", 1)].latency[m]
-            for g in IDLE_GAPS_S:
-                runs[(m, "idle", g)] = session.spaced(m, 1, g + float(np.mean(hot)), IDLE_COUNT)
-            if session.trace is not None:
-                runs[(m, "gap")] = session.run({m: (sizes[m][-1], GAP_CONCURRENCY)}, max(seconds / 2, 0.5))
-            if config.HasField("dynamic_batching") and config.max_batch_size > 1:
-                before = session.batch_stats([m])[m]
-                with session.untraced():  # statistics only; see Session.untraced
-                    session.run({m: (1, min(config.max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
-                runs[(m, "per_request")] = (before, session.batch_stats([m])[m])
-        for a, b in pair_list:
-            for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
-                for _ in range(rounds):
-                    alone_a = session.run({a: (pb, 1)}, seconds / 2).compute_s(a)
-                    alone_b = session.run({b: (pb, 1)}, seconds / 2).compute_s(b)
-                    both = session.run({a: (pb, 1), b: (pb, 1)}, seconds / 2)
-                    if min(alone_a, alone_b, both.compute_s(a), both.compute_s(b)) > 0:
-                        pair_points.setdefault((a, b, pb), []).append(
-                            alone_a / both.compute_s(a) + alone_b / both.compute_s(b))
-                        solo_pair.setdefault((a, pb), []).append(alone_a)
-                        solo_pair.setdefault((b, pb), []).append(alone_b)
-        return runs
-
-    trace_file = None
     if url:
         threads = 1
         notes[0] = notes[0].replace("thread(s) per instance", "thread(s) per instance recorded (the external server's "
                                     "own setting applies)")
-        session = Session(Endpoints.from_url(url))
-        runs = phase1(session)
-        trace = None
-        notes.append(f"external server {url}: no request trace, so service samples are client latency - mean "
-                     "overhead and the gap between batches is not measured")
-    else:
-        import tempfile
+        notes.append(f"external server {url}: no server-side batch times, so service samples are client latency - "
+                     "mean overhead and the gap between batches is not measured")
 
-        with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
-            trace_file = Path(tmp) / "trace.json"
-            with TritonServer(repo, models=list(models), instances={m: 1 for m in models},
-                              threads_per_instance=threads,
-                              extra_args=TRACE_ARGS + ("--trace-config", f"triton,file={trace_file}")) as server, \
-                    server.guard():  # a server that dies mid-measurement: ServerError with its log's last lines
-                runs = phase1(Session(server.endpoints, trace_file))
-            try:
-                trace = Trace.load(trace_file)
-            except InputError as err:  # a server built without tracing: measure from the client side instead
-                trace = None
-                notes.append(f"no request trace ({err.line()}): service samples are client latency - mean overhead")
-                log(f"note: {notes[-1]}")
-            if trace is not None and not trace.by_model:
-                trace = None
-                notes.append("the request trace was empty: service samples are client latency - mean overhead")
-                log(f"note: {notes[-1]}")
+    def sessions(instances: int) -> Callable[[], ContextManager[Session]]:
+        if url:
+            return lambda: external_session(url)
+        return lambda: embedded_session(repo, models, instances, threads, trace, notes, log)
+
+    # -- phase 1: one instance per model ---------------------------------------------------------------------------
+    runs: dict = {}
+
+    def solo(m: str, b: int) -> Step:
+        def measure(session: Session) -> LoopRun:
+            run = session.run({m: (b, 1)}, seconds)
+            log(f"{m}: batch {b}: {len(run.latency[m])} requests, server compute {run.compute_s(m) * 1e3:.3f} ms")
+            return run
+        return (m, "solo", b), measure
+
+    def idle(m: str, g: float) -> Step:
+        return (m, "idle", g), lambda s: s.spaced(m, 1, g + float(np.mean(runs[(m, "solo", 1)].latency[m])),
+                                                  IDLE_COUNT)
+
+    def per_request(m: str) -> Step:
+        def measure(session: Session) -> tuple:
+            before = session.batch_stats([m])[m]
+            with session.untraced():  # statistics only; see Session.untraced
+                session.run({m: (1, min(configs[m].max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
+            return before, session.batch_stats([m])[m]
+        return (m, "per_request"), measure
+
+    def pair(a: str, b: str, pb: int) -> Step:
+        def measure(session: Session) -> tuple[list[float], list[float], list[float]]:
+            values, solo_a, solo_b = [], [], []
+            for _ in range(rounds):
+                alone_a = session.run({a: (pb, 1)}, seconds / 2).compute_s(a)
+                alone_b = session.run({b: (pb, 1)}, seconds / 2).compute_s(b)
+                both = session.run({a: (pb, 1), b: (pb, 1)}, seconds / 2)
+                if min(alone_a, alone_b, both.compute_s(a), both.compute_s(b)) > 0:
+                    values.append(alone_a / both.compute_s(a) + alone_b / both.compute_s(b))
+                    solo_a.append(alone_a)
+                    solo_b.append(alone_b)
+            return values, solo_a, solo_b
+        return (a, b, pb), measure
+
+    steps: list[Step] = []
+    for m in models:
+        config = configs[m]
+        steps += [solo(m, b) for b in sizes[m]] + [idle(m, g) for g in IDLE_GAPS_S]
+        if not url:
+            steps.append(((m, "gap"), lambda s, m=m: s.run({m: (sizes[m][-1], GAP_CONCURRENCY)},
+                                                           max(seconds / 2, 0.5))))
+        if config.HasField("dynamic_batching") and config.max_batch_size > 1:
+            steps.append(per_request(m))
+    for a, b in pair_list:
+        steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
+    restarts = 0 if url else MAX_RESTARTS  # an external server is not ours to start again
+    run_steps(steps, runs, sessions(1), log, notes, "one instance per model", restarts)
 
     for m in models:
         r = results[m]
         config = configs[m]
         overhead_mean = None
         for b in sizes[m]:
-            run = runs[(m, "solo", b)]
-            service, over, dispatch = service_and_overhead(run, trace, m, lone_wait_s(config, b), overhead_mean)
+            service, over, dispatch = service_and_overhead(runs[(m, "solo", b)], m, lone_wait_s(config, b),
+                                                           overhead_mean)
             if b == sizes[m][0]:
                 r.overhead = thin(np.clip(over, 0.0, None)) if over is not None else Dist.constant(0.0)
                 r.dispatch = thin(dispatch) if dispatch is not None else None
@@ -338,9 +421,10 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" + (
                     f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
                     f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else ""))
-        if (m, "gap") in runs and trace is not None:
-            r.gap_s, count = batch_gap(runs[(m, "gap")], trace, m)
-            log(f"{m}: gap between batches on a busy instance {r.gap_s * 1e6:.0f} us (median of {count})")
+        if (m, "gap") in runs:
+            r.gap_s, count = batch_gap(runs[(m, "gap")], m)
+            if count:
+                log(f"{m}: gap between batches on a busy instance {r.gap_s * 1e6:.0f} us (median of {count})")
         if (m, "per_request") in runs:
             md = ModelOnDevice("n/a", r.batches)
 
@@ -355,7 +439,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us (from {used} batches of 2+ "
                 "requests)")
 
-        r.idle = idle_effect(runs, trace, m, lone_wait_s(config, 1))
+        r.idle = idle_effect(runs, m, lone_wait_s(config, 1))
         if r.idle is not None:
             log(f"{m}: cold start: service +" + ", +".join(
                 f"{e * 1e6:.0f} us after {i * 1e3:.1f} ms idle" for i, e in zip(r.idle.service_idle_s,
@@ -365,45 +449,51 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
 
     # -- phase 2: co-location curves -------------------------------------------------------------------------------
     if ks:
-        def phase2(session: Session, available: Mapping[str, int]) -> None:
-            for m in models:
-                usable = [k for k in ks if k <= available.get(m, 1)]
-                cb = sorted({b for b in (colocation_batches or (1, sizes[m][-1])) if b <= sizes[m][-1]})
-                for b in cb if usable else ():
-                    solo, ratios = [], {k: [] for k in usable}
-                    for _ in range(rounds):
-                        t1 = session.execution_time(m, b, 1, seconds / 2)
-                        solo.append(t1)
-                        for k in usable:
-                            tk = session.execution_time(m, b, k, seconds / 2)
-                            if t1 > 0 and tk > 0:
-                                ratios[k].append(k * t1 / tk)
-                    points = [(1.0, 1.0)]
-                    for k in usable:
-                        if ratios[k]:
-                            s, why = significant_speedup(float(k), ratios[k], solo)
-                            points.append((float(k), s))
-                            log(f"{m}: batch {b}: {k} batches at once: S({k}) = {s:.2f} "
-                                f"(rounds {', '.join(f'{x:.2f}' for x in ratios[k])}; {why})")
-                    if len(points) > 1:
-                        results[m].curves.append(Curve(b, tuple(k for k, _ in points), tuple(s for _, s in points)))
-
         kmax = max(ks)
-        if url:
-            from serving_bench.serving_config import model_serving_from_config
+        available = ({m: model_serving_from_config(configs[m]).instance_count for m in models} if url
+                     else {m: kmax for m in models})
 
-            phase2(session, {m: model_serving_from_config(configs[m]).instance_count for m in models})
-        else:
-            with TritonServer(repo, models=list(models), instances={m: kmax for m in models},
-                              threads_per_instance=threads) as server, server.guard():
-                phase2(Session(server.endpoints), {m: kmax for m in models})
+        def curve(m: str, b: int, usable: list[int]) -> Step:
+            def measure(session: Session) -> Curve | None:
+                solo_times, ratios = [], {k: [] for k in usable}
+                for _ in range(rounds):
+                    t1 = session.execution_time(m, b, 1, seconds / 2)
+                    solo_times.append(t1)
+                    for k in usable:
+                        tk = session.execution_time(m, b, k, seconds / 2)
+                        if t1 > 0 and tk > 0:
+                            ratios[k].append(k * t1 / tk)
+                points = [(1.0, 1.0)]
+                for k, values in ratios.items():
+                    if values:
+                        s, why = significant_speedup(float(k), values, solo_times)
+                        points.append((float(k), s))
+                        log(f"{m}: batch {b}: {k} batches at once: S({k}) = {s:.2f} "
+                            f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
+                return Curve(b, tuple(k for k, _ in points), tuple(s for _, s in points)) if len(points) > 1 else None
+            return (m, b), measure
+
+        curve_steps = []
+        for m in models:
+            usable = [k for k in ks if k <= available.get(m, 1)]
+            cb = sorted({b for b in (colocation_batches or (1, sizes[m][-1])) if b <= sizes[m][-1]})
+            curve_steps += [curve(m, b, usable) for b in cb] if usable else []
+        curves: dict = {}
+        run_steps(curve_steps, curves, sessions(kmax), log, notes, "co-location", restarts)
+        for (m, _), measured in curves.items():
+            if measured is not None:
+                results[m].curves.append(measured)
 
     pair_curves = []
-    for (a, b, pb), values in sorted(pair_points.items()):
-        s, why = significant_speedup(2.0, values, solo_pair[(a, pb)] + solo_pair[(b, pb)])
-        log(f"{a} + {b}: batch {pb}: one batch of each at once: S_pair(2) = {s:.2f} "
-            f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
-        pair_curves.append(PairCurve(results[a].device, (a, b), Curve(pb, (1.0, 2.0), (1.0, s))))
+    for a, b in pair_list:
+        for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
+            values, solo_a, solo_b = runs[(a, b, pb)]
+            if not values:
+                continue
+            s, why = significant_speedup(2.0, values, solo_a + solo_b)
+            log(f"{a} + {b}: batch {pb}: one batch of each at once: S_pair(2) = {s:.2f} "
+                f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
+            pair_curves.append(PairCurve(results[a].device, (a, b), Curve(pb, (1.0, 2.0), (1.0, s))))
 
     profiles = {}
     for m in models:
@@ -420,12 +510,14 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             devices[d] = DeviceInfo(d, "gpu", _gpu_name(int(d[3:]) if d[3:].isdigit() else 0))
     overall = Dist.constant(float(np.mean([profiles[m].overhead.mean for m in models])))
     where = url or "embedded tritonserver"
+    server_side = any(run.executions is not None for run in runs.values() if isinstance(run, LoopRun))
+    source = ("Triton's request trace" if trace else "the runners' execution logs, plus Triton's hop to the runner")
     profile = Profile(devices, profiles, overall, tuple(pair_curves),
                       host={"hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
                             "cores": cores, "os": platform.platform(), "server": where},
                       source=f"measured on {where} from {repo}",
                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      notes=tuple(notes + ["service = Triton's compute time per batch (request trace)" if trace
+                      notes=tuple(notes + [f"service = Triton's compute time per batch ({source})" if server_side
                                            else "service = client latency - mean overhead"]))
     if out_path is not None:
         profile.save(out_path)

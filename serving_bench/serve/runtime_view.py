@@ -67,11 +67,13 @@ def _instance_count(config: ModelConfig) -> int:
 
 def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[str] | None = None,
                        instances: Mapping[str, int] | None = None, threads_per_instance: int | None = None,
-                       cuda_graphs: str | None = None, validate: bool = True) -> list[str]:
+                       cuda_graphs: str | None = None, validate: bool = True,
+                       execution_log: str | Path | None = None) -> list[str]:
     """Write the runtime view of ``repo`` into ``dest`` (a new folder); return the entry names it holds.
 
     ``threads_per_instance`` (None: cores // all served instances, at least 1) goes to every runner-backed entry;
-    ``cuda_graphs`` to TorchScript entries on KIND_GPU instances. With ``validate`` the served entries are checked
+    ``cuda_graphs`` to TorchScript entries on KIND_GPU instances; ``execution_log`` (a folder) to every runner-backed
+    entry. With ``validate`` the served entries are checked
     first (:func:`check_served_entries`). Bad input raises :class:`InputError` before ``dest`` is created.
     """
     from serving_bench.serve.runners import check_servable, default_threads, runtime_entry
@@ -108,7 +110,7 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
         out = dest / name
         out.mkdir()
         served_config = runtime_entry(entry_dir(repo, name), config, out, threads_per_instance=threads_per_instance,
-                                      cuda_graphs=cuda_graphs)
+                                      cuda_graphs=cuda_graphs, execution_log=execution_log)
         write_config(served_config, out / CONFIG_NAME)
     return names
 

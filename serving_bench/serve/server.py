@@ -11,6 +11,9 @@ fails with ``'_thread.RLock' object has no attribute '_recursion_count'``), and 
 view links the ``serving_bench`` package into each entry folder (which is on the stub's ``sys.path``) instead.
 
 The server runs in its own process group; stopping sends SIGTERM, waits, then kills the whole group (stubs included).
+The python backend's shared-memory regions (``/dev/shm``, one per model instance) carry a prefix naming this process
+and server (:func:`shm_prefix`): they are removed when the server stops, however it ended, and regions of servers
+whose starting process is dead are removed when the next one starts.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -35,10 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from serving_bench.errors import InputError, ServerError
+from serving_bench.errors import InputError, ServerDied, ServerError
+from serving_bench.serve.execution_log import Executions, read_execution_logs
 from serving_bench.serve.ports import free_port, port_is_free
 
 LOOPBACK = "127.0.0.1"
+MAX_RESTARTS = 2  # a measurement whose server died mid-step starts a new one and resumes, at most this often
 
 
 def cache_dir() -> Path:
@@ -151,6 +157,51 @@ def _die_with_parent_prefix() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"]
 
 
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "serving_bench_pb_"  # + "<pid of the starting process>_<server number>_"; the backend appends a uuid
+_SERVER_NUMBERS = itertools.count()
+
+
+def shm_prefix(number: int, pid: int | None = None) -> str:
+    """The python backend's shared-memory region prefix of server ``number`` started by process ``pid``."""
+    return f"{SHM_PREFIX}{os.getpid() if pid is None else pid}_{number}_"
+
+
+def remove_shm_regions(prefix: str) -> int:
+    """Remove the shared-memory regions whose names start with ``prefix``; return how many."""
+    return _unlink(SHM_DIR.glob(f"{prefix}*") if SHM_DIR.is_dir() else ())
+
+
+def remove_orphaned_shm_regions() -> int:
+    """Remove the regions of servers whose starting process no longer exists (killed before it could clean up)."""
+    def orphaned(path: Path) -> bool:
+        pid = path.name[len(SHM_PREFIX):].split("_", 1)[0]
+        return pid.isdigit() and not _process_exists(int(pid))
+
+    return _unlink(p for p in (SHM_DIR.glob(f"{SHM_PREFIX}*") if SHM_DIR.is_dir() else ()) if orphaned(p))
+
+
+def _unlink(paths) -> int:
+    removed = 0
+    for path in paths:
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
 
 
@@ -168,7 +219,7 @@ class TritonServer:
                  http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
                  host: str = LOOPBACK, log_path: str | Path | None = None, startup_timeout_s: float = 300.0,
                  metrics_interval_ms: int = 500, extra_args: Sequence[str] = (), cuda_graphs: str | None = None,
-                 validate: bool = True):
+                 validate: bool = True, execution_log: bool = False):
         self.repo = Path(repo)
         self.cuda_graphs = cuda_graphs
         self.validate = validate
@@ -181,12 +232,16 @@ class TritonServer:
         self.startup_timeout_s = startup_timeout_s
         self.metrics_interval_ms = metrics_interval_ms
         self.extra_args = list(extra_args)
+        self.execution_log = execution_log
+        self.execution_log_dir: Path | None = None
         self.process: subprocess.Popen | None = None
         self.endpoints: Endpoints | None = None
         self.served_models: list[str] = []
         self.workdir: Path | None = None
         self.log_path: Path | None = None
+        self.shm_prefix = shm_prefix(next(_SERVER_NUMBERS))
         self._failed = False
+        self._stopped = False  # stop() was called: the process ended because we asked
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def __enter__(self) -> "TritonServer":
@@ -201,15 +256,20 @@ class TritonServer:
         from serving_bench.serve.runtime_view import build_runtime_repo
 
         install = find_tritonserver()
+        self._stopped = False
+        remove_orphaned_shm_regions()
         for name, port in self.requested_ports.items():
             if port is not None and not port_is_free(port, self.host):
                 raise ServerError(f"--{name}-port {port} is already in use on {self.host}; choose another or omit it")
         self.workdir = Path(tempfile.mkdtemp(prefix="serving-bench-server-"))
         view = self.workdir / "repo"
+        if self.execution_log:
+            self.execution_log_dir = _mkdir(self.workdir / "executions")
         try:
             self.served_models = build_runtime_repo(self.repo, view, models=self.models, instances=self.instances,
                                                     threads_per_instance=self.threads_per_instance,
-                                                    cuda_graphs=self.cuda_graphs, validate=self.validate)
+                                                    cuda_graphs=self.cuda_graphs, validate=self.validate,
+                                                    execution_log=self.execution_log_dir)
         except BaseException:  # bad input: nothing launched, nothing left behind
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -243,7 +303,8 @@ class TritonServer:
         args = [str(install.server_bin), f"--model-repository={view}", f"--backend-directory={install.backend_dir}",
                 f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}",
                 f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}",
-                f"--metrics-interval-ms={self.metrics_interval_ms}", "--exit-timeout-secs=5", "--log-verbose=0"]
+                f"--metrics-interval-ms={self.metrics_interval_ms}", "--exit-timeout-secs=5", "--log-verbose=0",
+                f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}"]
         if self.models:
             args.append("--model-control-mode=explicit")
             args += [f"--load-model={name}" for name in self.served_models]
@@ -278,6 +339,13 @@ class TritonServer:
             time.sleep(0.1)
         raise ServerError(self._failure_message(f"tritonserver not ready after {self.startup_timeout_s:.0f} s"))
 
+    def executions(self) -> dict[str, Executions]:
+        """Every runner-backed model's executed batches so far (see :mod:`serving_bench.serve.execution_log`); the
+        server must have been started with ``execution_log=True``."""
+        if self.execution_log_dir is None:
+            raise ValueError("this server was started without execution_log=True")
+        return read_execution_logs(self.execution_log_dir)
+
     @property
     def pid(self) -> int | None:
         """Process id of the running server (for telemetry of its process tree); None when not running."""
@@ -288,8 +356,10 @@ class TritonServer:
         from any loop that waits on the server, so a crash ends the wait instead of hanging it."""
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
-            self._failed = self.process is not None
-            raise ServerError(self._failure_message(f"tritonserver is not running (exit code {code})"))
+            if self.process is None or self._stopped:
+                raise ServerError(self._failure_message("tritonserver is not running (not started, or stopped)"))
+            self._failed = True
+            raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(code)})"))
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -302,15 +372,16 @@ class TritonServer:
             deadline = time.monotonic() + 0.5  # the process may still be exiting when its sockets close
             while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if self.process is not None and self.process.poll() is not None:
+            if self.process is not None and self.process.poll() is not None and not self._stopped:
                 self._failed = True
-                raise ServerError(self._failure_message(f"tritonserver died (exit code {self.process.returncode}) "
-                                                        f"while in use [{type(err).__name__}]")) from err
+                raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(self.process.returncode)}) "
+                                                       f"while in use [{type(err).__name__}]")) from err
             raise
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop the server and every process it started; remove the temporary folder unless it holds a failure log."""
         failed = self._failed or self.process is not None and self.process.poll() not in (None, 0, -signal.SIGTERM)
+        self._stopped = True
         self._kill(timeout_s)
         if self.workdir is not None:
             if failed and self.user_log is None:
@@ -342,6 +413,7 @@ class TritonServer:
             except (ProcessLookupError, PermissionError):
                 break
             time.sleep(0.02)
+        remove_shm_regions(self.shm_prefix)  # a killed server or stub leaves its regions behind
 
     # -- diagnostics -----------------------------------------------------------------------------------------------
     def _log_text(self) -> str:
@@ -360,6 +432,16 @@ class TritonServer:
         detail = "; ".join(failures) or " | ".join(
             line.strip() for line in text.splitlines()[-5:] if line.strip())
         return f"{headline}: {detail} (server log: {self.log_path})"
+
+
+def exit_status(code: int | None) -> str:
+    """``exit code N``, with the signal's name when a signal ended the process (``exit code -9, SIGKILL``)."""
+    if code is not None and code < 0:
+        try:
+            return f"exit code {code}, {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"exit code {code}"
 
 
 def _http_get(url: str, timeout_s: float) -> int:

@@ -270,7 +270,8 @@ def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, ou
                        + (f", p99 {p.p99_s * 1e3:.1f} ms" if p.p99_s is not None else ""))
 
         measured = verify.verify_candidate(config, load.base, slos, repo=opts.repo, url=opts.url,
-                                           out_dir=out / "verify" / f"rank{rank}", progress=progress)
+                                           out_dir=out / "verify" / f"rank{rank}", progress=progress,
+                                           log=lambda line: _log(opts, line))
         simulated = ctx.summary(obs["params"], 1.0)
         met, _ = check_slos(measured, slos, ctx.objective.max_failed_fraction)
         row = {"rank": rank, "key": obs["key"], "slo_met": met, "server": opts.url or "embedded"}

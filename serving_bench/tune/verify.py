@@ -81,10 +81,12 @@ def apply_to_server(url: str, config: ServingConfig) -> None:
 
 
 def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *, repo: str | Path | None,
-                     url: str | None, out_dir: Path, progress=None) -> dict:
-    """Replay ``schedule`` on Triton configured with ``config``; returns the measured summary (and saves records)."""
+                     url: str | None, out_dir: Path, progress=None, log=None) -> dict:
+    """Replay ``schedule`` on Triton configured with ``config``; returns the measured summary (and saves records).
+    On the embedded server a replay cut short by the server or a model instance dying is run again on a new server
+    (at most ``MAX_RESTARTS`` times, each noted through ``log`` and in the records' ``restarts``)."""
     from serving_bench.records import save_records
-    from serving_bench.serve.server import Endpoints, TritonServer
+    from serving_bench.serve.server import MAX_RESTARTS, Endpoints, TritonServer
 
     served = list(schedule.models)
     if url:
@@ -94,8 +96,17 @@ def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *
         with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
             copy = copy_repo(repo, Path(tmp) / "repo")
             config.apply_to_repo(copy)
-            with TritonServer(copy, models=served) as server:
-                records = adapters.replay(server, schedule, progress)
+            restarts = []
+            while True:
+                with TritonServer(copy, models=served) as server:
+                    records = adapters.replay(server, schedule, progress)
+                reason = records.attrs.get("stop_reason") or ""
+                if not records.attrs.get("partial") or reason.startswith("interrupted") \
+                        or len(restarts) >= MAX_RESTARTS:
+                    break
+                restarts.append(f"the replay stopped early ({reason}); replayed again on a new server")
+                (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
+            records.attrs["restarts"] = restarts
     save_records(records, out_dir)
     summary = summarize(records, slos={m: dict(s) for m, s in slos.items()})
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")

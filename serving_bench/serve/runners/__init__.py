@@ -9,8 +9,9 @@
   ``dynamic_batching``, ``instance_group`` and I/O are kept, and parameters record ``original_platform`` and
   ``framework``.
 
-Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance) and a link
-to the ``serving_bench`` package (:func:`link_package`).
+Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance), optionally
+``execution_log`` (the folder its instances log executed batches to, :mod:`serving_bench.serve.execution_log`), and
+a link to the ``serving_bench`` package (:func:`link_package`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, ModelConfig
+from serving_bench.serve.execution_log import PARAMETER as EXECUTION_LOG
 
 RUNNERS_DIR = Path(__file__).parent
 PACKAGE_DIR = RUNNERS_DIR.parents[1]  # serving_bench/
@@ -90,12 +92,12 @@ def check_servable(src: Path, config: ModelConfig) -> None:
 
 
 def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_instance: int | None = None,
-                  cuda_graphs: str | None = None) -> ModelConfig:
+                  cuda_graphs: str | None = None, execution_log: str | Path | None = None) -> ModelConfig:
     """Fill ``out`` (an empty folder) with the served form of entry ``src``; return the config to serve it with.
 
     ``threads_per_instance`` is written into every runner-backed entry (``None``: keep what the config says, else
     1). ``cuda_graphs`` (``all`` or batch sizes ``1,2,4``) turns on CUDA graphs for TorchScript entries on KIND_GPU
-    instances. Raises :class:`InputError` (one line naming the config field) for a platform that has no runner, a
+    instances. ``execution_log``: the folder runner instances log their executed batches to (None: no log). Raises :class:`InputError` (one line naming the config field) for a platform that has no runner, a
     TensorRT entry where TensorRT or a GPU is missing (:func:`check_servable`), or a missing artifact.
     """
     from serving_bench.serve.runtime_view import link_tree
@@ -115,7 +117,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
         else:
             link_tree(src, out)
         link_package(out)
-        _set_threads(served, threads_per_instance)
+        _set_runner_parameters(served, threads_per_instance, execution_log)
         return served
     check_servable(src, config)
     platform = native_platform(config)
@@ -145,7 +147,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
     served.parameters["artifact"].string_value = ARTIFACTS[platform]
     if cuda_graphs and framework == "torchscript":
         served.parameters["cuda_graphs"].string_value = cuda_graphs
-    _set_threads(served, threads_per_instance)
+    _set_runner_parameters(served, threads_per_instance, execution_log)
     return served
 
 
@@ -181,7 +183,9 @@ def _link_with_renamed_runner(src: Path, out: Path, runner: str) -> None:
             os.symlink(item.resolve(), out / item.name)
 
 
-def _set_threads(config: ModelConfig, threads: int | None) -> None:
+def _set_runner_parameters(config: ModelConfig, threads: int | None, execution_log: str | Path | None) -> None:
+    if execution_log is not None:
+        config.parameters[EXECUTION_LOG].string_value = str(execution_log)
     if threads is not None:
         config.parameters["threads_per_instance"].string_value = str(int(threads))
     elif not config.parameters["threads_per_instance"].string_value:

@@ -5,6 +5,10 @@ A runner file (copied into an entry's version folder as ``model.py``) subclasses
 the batch axis, calls ``run`` once, splits the outputs back per request, and turns any exception into a Triton error
 response for every request of the batch (the server keeps running).
 
+With the config parameter ``execution_log`` (a folder; set by ``TritonServer(..., execution_log=True)``) every
+instance records each executed batch: start and end (``perf_counter``), rows and requests
+(:mod:`serving_bench.serve.execution_log`).
+
 Only importable inside the python backend (it needs ``triton_python_backend_utils``).
 """
 
@@ -12,10 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+from serving_bench.serve.execution_log import PARAMETER, ExecutionLogWriter
 
 
 class BatchingRunner:
@@ -31,6 +38,9 @@ class BatchingRunner:
         self.model_dir = Path(args["model_repository"]) / args["model_version"]
         self.device = "cuda:%s" % args["model_instance_device_id"] if args.get("model_instance_kind") == "GPU" else "cpu"
         self.threads = int(self.params.get("threads_per_instance") or os.environ.get("OMP_NUM_THREADS") or 1)
+        folder = self.params.get(PARAMETER)
+        self.execution_log = ExecutionLogWriter(folder, args["model_name"], args["model_instance_name"]) \
+            if folder else None
         self.load()
 
     def load(self) -> None:
@@ -41,11 +51,25 @@ class BatchingRunner:
         raise NotImplementedError
 
     def execute(self, requests):
+        start = time.perf_counter()
+        responses, rows = self._execute(requests)
+        if self.execution_log is not None:
+            self.execution_log.write(start, time.perf_counter(), rows, len(requests))
+        return responses
+
+    def finalize(self) -> None:
+        if self.execution_log is not None:
+            self.execution_log.close()
+
+    def _execute(self, requests):
+        """(responses, rows of the batch)."""
+        rows = 0
         try:
             per_request = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.input_names}
                            for r in requests]
+            sizes = [len(x[self.input_names[0]]) for x in per_request] if self.batched else [1] * len(per_request)
+            rows = sum(sizes)
             if self.batched and len(per_request) > 1:
-                sizes = [len(x[self.input_names[0]]) for x in per_request]
                 merged = {n: np.concatenate([x[n] for x in per_request]) for n in self.input_names}
                 outputs = self.run(merged)
                 cuts = np.cumsum(sizes)[:-1]
@@ -55,7 +79,7 @@ class BatchingRunner:
                 results = [self.run(x) for x in per_request]
             return [pb_utils.InferenceResponse([
                 pb_utils.Tensor(n, np.ascontiguousarray(out[n], dtype=self.output_dtypes[n])) for n in self.output_names])
-                for out in results]
+                for out in results], rows
         except Exception as err:  # answer every request of the batch with the error; the server keeps running
             message = f"{type(err).__name__}: {err}"
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests], rows
