@@ -63,9 +63,10 @@ class Payload:
 class Clock:
     """What the core needs from an engine. ``notify`` requests a step of a model at the end of the current instant;
     ``timer`` (re)arms a model's batcher timer (inf: none); ``device_changed`` re-plans a device's next completion;
-    ``wake`` re-plans the next arrival that would wake a model's batcher (the fast engine uses it, SimPy ignores it);
-    ``arrive`` schedules a dynamic arrival (an ensemble step) of model ``m`` at ``t``; ``release`` calls
-    ``Server.release(m, instance, t)`` at time ``t`` (an instance's gap between batches has passed)."""
+    ``arrive`` schedules a dynamic arrival (an ensemble step, a closed-loop request) of model ``m`` at ``t``;
+    ``release`` calls ``Server.release(m, instance, t)`` at time ``t`` (an instance's gap between batches has
+    passed); ``call`` runs ``fn(t)`` at time ``t`` among that instant's state changes (a closed-loop client sending
+    its next request)."""
 
     now: float = 0.0
 
@@ -78,6 +79,8 @@ class Clock:
     def arrive(self, m: int, t: float, slot: int) -> None: ...
 
     def release(self, m: int, instance: int, t: float) -> None: ...
+
+    def call(self, t: float, fn) -> None: ...
 
 
 class ModelState:
@@ -197,10 +200,16 @@ class ModelState:
 
 
 class Server:
-    """All models and devices of one run; the engine calls ``step``, ``complete`` and ``arrive_dynamic``."""
+    """All models and devices of one run; the engine calls ``step``, ``complete`` and ``release``.
 
-    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True):
+    ``on_done(owner, now)`` hears of answered requests: those of ensemble steps (negative owners) always, every
+    request when ``report_all`` (a closed loop sends the next request when one is answered)."""
+
+    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True,
+                 on_done=None, report_all: bool = False):
         self.spec = spec
+        self.on_done = on_done
+        self.report_all = report_all
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
@@ -314,8 +323,8 @@ class Server:
             st.busy_s += now - job.start
             st.executions += 1
             st.executed_items += p.items
-            if self.spec.ensembles:
-                self._ensemble_progress(st, p, now)
+            if self.on_done is not None:
+                self._report_done(st, p, now)
             gap = st.inst_gap[instance]
             if gap > 0.0:
                 self.clock.release(m, instance, now + gap)
@@ -518,14 +527,10 @@ class Server:
             return 0.0, pending_n, pending_items
         return wait, 0, 0
 
-    # -- ensembles ---------------------------------------------------------------------------------------------------
-    def _ensemble_progress(self, st: ModelState, p: Payload, now: float) -> None:
-        owner = st.owner
+    def _report_done(self, st: ModelState, p: Payload, now: float) -> None:
+        owner, report_all, on_done = st.owner, self.report_all, self.on_done
         for a, b in p.ranges:
             for i in range(a, b):
                 o = owner[i]
-                if o < 0:
-                    self.ensemble_step_done(o, now)
-
-    def ensemble_step_done(self, slot: int, now: float) -> None:  # set by the target when ensembles are used
-        raise NotImplementedError
+                if o < 0 or report_all:
+                    on_done(o, now)

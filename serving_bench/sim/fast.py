@@ -17,7 +17,7 @@ import math
 
 from serving_bench.sim.core import Server
 
-DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE = 0, 1, 2, 3, 4, 5
+DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE, CALL = 0, 1, 2, 3, 4, 5, 6
 
 
 class FastClock:
@@ -58,6 +58,9 @@ class FastClock:
 
     def release(self, m: int, instance: int, t: float) -> None:
         self.push(t, RELEASE, m, instance)
+
+    def call(self, t: float, fn) -> None:
+        self.push(t, CALL, fn, None)
 
 
 def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> Server:
@@ -132,8 +135,10 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
                 clock.notify(target)
         elif kind == RELEASE:
             server.release(target, version, t)
-        elif kind == ARRIVE:  # a dynamic arrival (an ensemble step)
+        elif kind == ARRIVE:  # a dynamic arrival (an ensemble step, a closed-loop request)
             arrive(target, t, version[0], version[1])
+        elif kind == CALL:
+            target(t)
         else:  # FEED: the next request of an arrival stream delivered one by one
             times, ids, items, (what, index) = feeds[target]
             pos = version

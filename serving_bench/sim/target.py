@@ -254,11 +254,11 @@ class _Run:
         spec = self.spec
 
         def factory(clock):
-            server = Server(spec, clock, [self.static_lists(m.index) for m in spec.models], self.seed)
+            server = Server(spec, clock, [self.static_lists(m.index) for m in spec.models], self.seed,
+                            on_done=self._step_done if spec.ensembles else None)
             for st in server.models:
                 if st.m in self.dynamic_models or st.spec.max_queue_size:
                     st.static = False
-            server.ensemble_step_done = lambda code, now: self._step_done(clock, code, now)
             self.clock = clock
             return server
 
@@ -293,7 +293,7 @@ class _Run:
         ens = self.spec.ensembles[entry[1]]
         self.clock.arrive(ens.steps[step], t + self.spec.step_s, self._code(slot, step), entry[6])
 
-    def _step_done(self, clock, code: int, now: float) -> None:
+    def _step_done(self, code: int, now: float) -> None:
         slot, step = divmod(-1 - code, 64)
         entry = self.ens[slot]
         entry[2].add(step)
