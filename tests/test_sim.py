@@ -321,3 +321,73 @@ def test_missing_model_or_device_names_the_field():
 def test_more_instances_than_the_device_allows():
     with pytest.raises(InputError, match=r"test_profile.json: devices.cpu.max_instances: .*3 instances.*at most 2"):
         SimTarget(sleep_profile(max_instances=2), one(instances=(("cpu", 3),)))
+
+
+# -- closed loop -------------------------------------------------------------------------------------------------
+
+class _Closed:
+    """The closed-loop mode as the targets take it (``name``, ``per_model``, ``duration_s``)."""
+
+    name = "closed"
+
+    def __init__(self, concurrency, duration_s=None):
+        self.concurrency, self.duration_s = concurrency, duration_s
+
+    def per_model(self, models):
+        return {m: self.concurrency.get(m, 0) if isinstance(self.concurrency, dict) else self.concurrency
+                for m in models}
+
+
+def _exponential(mean):
+    u = np.linspace(0, 1, 2001)[:-1]
+    return Dist(tuple(list(u) + [1.0]), tuple(list(-np.log1p(-u) * mean) + [-np.log(1 / 4000) * mean]))
+
+
+@pytest.mark.parametrize("clients", [1, 4])
+def test_closed_loop_deterministic_cycle(clients):
+    """N clients, deterministic service S and return overhead Z, one instance: each client's cycle is
+    max(S + Z, N S) — the server saturates once N S > S + Z (the closed-network asymptotes are exact here)."""
+    s, z = 0.006, 0.002
+    records = SimTarget(sleep_profile(overhead=z), one(max_batch_size=1)).run(poisson(1, 5000), _Closed(clients, 3.0))
+    assert_target_contract(poisson(1, 5000), records, closed_loop=True)
+    cycle = max(s + z, clients * s)
+    latency = (records["done_s"] - records["sent_s"]).to_numpy()
+    assert latency[clients:-clients] == pytest.approx(cycle)
+    assert len(records) == pytest.approx(clients * 3.0 / cycle, abs=clients)
+    assert (records["intended_s"] == records["sent_s"]).all() and records["sent_s"].max() < 3.0
+
+
+def test_closed_loop_matches_the_machine_repair_model():
+    """M/M/1//N: N clients thinking (the return overhead) an exponential Z, service exponential S. Utilisation
+    U = 1 - p0, p0 = 1 / sum_k N!/(N-k)! (S/Z)^k; throughput X = U / S; response (send to answer) R = N / X - Z."""
+    from math import factorial
+
+    n_clients, s, z = 3, 0.004, 0.006
+    profile = sleep_profile(service={1: _exponential(s)})
+    data = profile.to_json()
+    data["overhead"] = _exponential(z).to_json()
+    profile = Profile.from_json(data, "p.json")
+    records = SimTarget(profile, one(max_batch_size=0)).run(poisson(1, 400_000), _Closed(n_clients, 400.0))
+    p0 = 1 / sum(factorial(n_clients) / factorial(n_clients - k) * (s / z) ** k for k in range(n_clients + 1))
+    x = (1 - p0) / s
+    assert len(records) / 400.0 == pytest.approx(x, rel=0.02)
+    response = (records["done_s"] - records["sent_s"]).mean()  # includes the think (return) time
+    assert response == pytest.approx(n_clients / x, rel=0.02)
+
+
+def test_closed_loop_engines_agree_with_ensembles_and_queue_limits():
+    profile = _noisy_profile(("pre", "left", "right", "join", "b"))
+    config = ServingConfig(tuple(ModelServing(n, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=300)
+                                 for n in ("pre", "left", "right", "join"))
+                           + (ModelServing("b", max_batch_size=8, dynamic_batching=True, max_queue_size=2),),
+                           (("pipe", ("pre", "left", "right", "join")),))
+    deps = {"pipe": ((), (0,), (0,), (1, 2))}
+    sched = poisson(100, 20000, seed=9, models=("pipe", "left", "b"))
+    mode = _Closed({"pipe": 3, "left": 2, "b": 5}, 0.5)
+    fast = SimTarget(profile, config, ensemble_deps=deps, seed=3).run(sched, mode)
+    ref = SimTarget(profile, config, ensemble_deps=deps, seed=3, engine="simpy").run(sched, mode)
+    assert fast.equals(ref)
+    c = assert_target_contract(sched, fast, closed_loop=True)
+    assert c["ok"] > 100 and c["rejected"] > 0  # 5 clients against a queue of 2: some are refused
+    per_model = fast.groupby("model", observed=True).size()
+    assert set(per_model.index) == {"pipe", "left", "b"}

@@ -202,13 +202,15 @@ class ModelState:
 class Server:
     """All models and devices of one run; the engine calls ``step``, ``complete`` and ``release``.
 
-    ``on_done(owner, now)`` hears of answered requests: those of ensemble steps (negative owners) always, every
-    request when ``report_all`` (a closed loop sends the next request when one is answered)."""
+    ``on_done(owner, now)`` hears of answered requests and ``on_failed(owner, now, outcome)`` of requests the server
+    refused (``"rejected"``: queue full) or dropped (``"timeout"``: queue timeout): those of ensemble steps (negative owners) always, every request when
+    ``report_all`` (a closed loop sends the next request when one is answered)."""
 
     def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True,
-                 on_done=None, report_all: bool = False):
+                 on_done=None, on_failed=None, report_all: bool = False):
         self.spec = spec
         self.on_done = on_done
+        self.on_failed = on_failed
         self.report_all = report_all
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
@@ -331,6 +333,17 @@ class Server:
             else:
                 self.release(m, instance, now)
 
+    def arrive(self, m: int, now: float, owner: int, items: int) -> None:
+        """A dynamically fed request reaches model ``m``'s queue at ``now`` (the engines call this)."""
+        st = self.models[m]
+        if st.append(now, owner, items):
+            if st.wake_predicate() if st.spec.dynamic else st.idle:
+                self.clock.notify(m)
+            elif st.spec.dynamic:
+                self.idle_arrival(st)
+        elif self.on_failed is not None and (owner < 0 or self.report_all):
+            self.on_failed(owner, now, "rejected")
+
     def release(self, m: int, instance: int, now: float) -> None:
         """Instance ``instance`` of model ``m`` is free again: it joins the idle ones (lowest index first)."""
         st = self.models[m]
@@ -439,6 +452,10 @@ class Server:
             j = bisect_right(t, limit, h, end)
             st.timed_out.append((h, j, now))
             st.head = j
+            if self.on_failed is not None:
+                for o in st.owner[h:j]:
+                    if o < 0 or self.report_all:
+                        self.on_failed(o, now, "timeout")
 
     def _get_dynamic_batch(self, st: ModelState, now: float) -> tuple[float, int, int]:
         """Triton's ``GetDynamicBatch``: (wait seconds or 0 to send, requests to move, their items)."""

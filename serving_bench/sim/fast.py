@@ -97,14 +97,7 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
         if len(feed[0]):
             clock.push(float(feed[0][0]), FEED, f, 0)
 
-    def arrive(m: int, t: float, owner: int, items: int) -> None:
-        st = models[m]
-        if st.append(t, owner, items):
-            if st.wake_predicate() if st.spec.dynamic else st.idle:
-                clock.notify(m)
-            elif st.spec.dynamic:
-                server.idle_arrival(st)
-
+    arrive = server.arrive
     dirty = clock.dirty
     while True:
         if late and (not heap or heap[0][0] > clock.now):

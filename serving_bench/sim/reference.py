@@ -93,19 +93,10 @@ class SimPyClock:
         self.at(t, lambda: self.server.release(m, instance, self.now))
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
-        self.at(t, lambda: self.deliver(m, owner, items))
+        self.at(t, lambda: self.server.arrive(m, self.now, owner, items))
 
     def call(self, t: float, fn) -> None:
         self.at(t, lambda: fn(self.now))
-
-    def deliver(self, m: int, owner: int, items: int) -> None:
-        """A dynamically fed request reaches model ``m``'s queue."""
-        st = self.server.models[m]
-        if st.append(self.now, owner, items):
-            if st.wake_predicate() if st.spec.dynamic else st.idle:
-                self.notify(m)
-            elif st.spec.dynamic:
-                self.server.idle_arrival(st)
 
 
 def _static_arrivals(clock: SimPyClock, m: int):
@@ -125,7 +116,7 @@ def _feed(clock: SimPyClock, feed, ensemble_arrival):
     for pos in range(len(times)):
         yield env.timeout(delay_to(env, float(times[pos])))
         if what == "model":
-            clock.deliver(index, int(ids[pos]), int(items[pos]))
+            clock.server.arrive(index, clock.now, int(ids[pos]), int(items[pos]))
         else:
             ensemble_arrival(index, int(ids[pos]), clock.now, int(items[pos]))
 
