@@ -337,3 +337,22 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     rows = {r["metric"]: r for r in run_validation(load, repo, tmp_path / "naive.json", tmp_path / "naive",
                                                    replay_dir=tmp_path / "val" / "real")}
     assert ratio(rows["server mean"]) > math.log(3), rows["server mean"]
+
+
+def test_padded_sizes_come_from_the_runtime_and_set_the_measured_sizes():
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from serving_bench.export.repository import ModelConfig
+    from serving_bench.profiles.measure import default_batch_sizes, padded_sizes
+
+    tvm = ModelConfig(name="m", backend="python", max_batch_size=32)
+    tvm.parameters["buckets"].string_value = "1,8,4"
+    assert padded_sizes(tvm) == [1, 4, 8]
+    assert default_batch_sizes(32, [1, 4, 8]) == [1, 4, 8, 16, 32]  # above the largest bucket: unpadded sizes
+    torch_gpu = ModelConfig(name="t", platform="pytorch_libtorch", max_batch_size=8)
+    torch_gpu.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU)
+    assert padded_sizes(torch_gpu, "1,2,8") == [1, 2, 8] and padded_sizes(torch_gpu) == []
+    torch_cpu = ModelConfig(name="c", platform="pytorch_libtorch", max_batch_size=8)
+    assert padded_sizes(torch_cpu, "all") == []  # CUDA graphs only on GPU instances
+    with pytest.raises(InputError, match=r"--cuda-graphs: 1,99: cuda_graphs='1,99': expected"):
+        padded_sizes(torch_gpu, "1,99")

@@ -391,3 +391,35 @@ def test_closed_loop_engines_agree_with_ensembles_and_queue_limits():
     assert c["ok"] > 100 and c["rejected"] > 0  # 5 clients against a queue of 2: some are refused
     per_model = fast.groupby("model", observed=True).size()
     assert set(per_model.index) == {"pipe", "left", "b"}
+
+
+# -- padding and the mean batch ---------------------------------------------------------------------------------
+
+def test_padded_batches_run_at_the_next_captured_size():
+    """A runtime with captured sizes 1, 4, 8 (CUDA graphs, TVM buckets): a batch of 3 takes the time of 4, a batch
+    of 5 the time of 8; the profile measured those sizes only."""
+    service = {1: Dist.constant(0.002), 4: Dist.constant(0.004), 8: Dist.constant(0.008)}
+    profile = sleep_profile(service=service)
+    data = profile.to_json()
+    data["models"]["sleep_python"]["devices"]["cpu"]["padded_sizes"] = [1, 4, 8]
+    profile = Profile.from_json(data, "p.json")
+    config = one(max_batch_size=8, dynamic_batching=True, preferred_batch_sizes=(3, 5))
+    for size, expected in ((3, 0.004), (5, 0.008)):
+        sched = Schedule(np.zeros(size), np.zeros(size), ("sleep_python",), np.zeros(size), np.ones(size),
+                         {"duration_s": 1.0})
+        records = SimTarget(profile, config).run(sched)
+        assert (records["exec_batch"] == size).all() and records["done_s"].to_numpy() == pytest.approx(expected)
+    data["models"]["sleep_python"]["devices"]["cpu"]["padded_sizes"] = [4, 2]
+    with pytest.raises(InputError, match=r"p.json: models.sleep_python.devices.cpu.padded_sizes: expected strictly"):
+        Profile.from_json(data, "p.json")
+    assert profile.models["sleep_python"].devices["cpu"].executed_size(9) == 9  # beyond the captured: unpadded
+
+
+def test_mean_batch_is_per_execution():
+    """Two executions, one of 1 item and one of 3 (three requests): 2 items per execution, not the 2.5 a
+    request-weighted mean would give."""
+    from serving_bench.metrics import per_execution_batch
+
+    assert per_execution_batch(np.array([1, 1, 1, 1]), np.array([1, 3, 3, 3])) == pytest.approx(2.0)
+    assert per_execution_batch(np.array([2, 1]), np.array([3, 3])) == pytest.approx(3.0)
+    assert per_execution_batch(np.array([1]), np.array([-1])) is None

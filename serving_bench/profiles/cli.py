@@ -2,7 +2,7 @@
 
     serving-bench profile --repo model_repo/ --models sleep_python,tiny_cnn_onnxruntime --out p.json
         [--batch-sizes 1,2,4,8] [--colocation 1,2,4] [--colocation-batches 1,8] [--no-pairs] [--rounds 3]
-        [--seconds 2] [--threads N] [--url host:8001] [--trace]
+        [--seconds 2] [--threads N] [--url host:8001] [--trace] [--cuda-graphs all|1,2,4]
     serving-bench profile --csv timings.csv --model resnet50_onnxruntime --device gpu0 --out p.json
     serving-bench profile --import-h200 --out h200.json      # the bundled H200 torch-eager table
 """
@@ -41,6 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int,
                         help="threads per instance on the embedded server (default: what the served config gets)")
     parser.add_argument("--url", help="an external Triton's gRPC host:port instead of the embedded server")
+    parser.add_argument("--cuda-graphs", help="serve TorchScript entries on GPU instances with CUDA graphs (all, or "
+                        "batch sizes 1,2,4: batches are padded to them) and profile them at those sizes")
     parser.add_argument("--trace", action="store_true",
                         help="server-side times from Triton's request trace instead of the runners' execution logs "
                              "(off by default: the bundled tritonserver 2.51 can abort under tracing, docs/serve.md)")
@@ -72,7 +74,8 @@ def main(args: argparse.Namespace) -> int:
                                   colocation_batches=_ints(args.colocation_batches, "--colocation-batches")
                                   if args.colocation_batches else None,
                                   pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds,
-                                  threads=args.threads, url=args.url, trace=args.trace, log=print)
+                                  threads=args.threads, url=args.url, trace=args.trace,
+                                  cuda_graphs=args.cuda_graphs, log=print)
     profile.save(args.out)
     names = ", ".join(sorted(profile.models))
     print(f"wrote {args.out}: {len(profile.models)} models ({names}) on {', '.join(sorted(profile.devices))}")

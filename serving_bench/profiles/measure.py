@@ -79,6 +79,7 @@ from serving_bench.profiles.estimators import (LoopRun, Trace, batch_gap, idle_e
                                               service_and_overhead, significant_speedup, thin)
 from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.serve.runners import cpu_cores, default_threads
+from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serve.server import MAX_RESTARTS, Endpoints, TritonServer
 from serving_bench.serving_config import model_serving_from_config
 
@@ -97,14 +98,39 @@ def trace_args(trace_file: Path) -> tuple[str, ...]:
             "triton,log-frequency=0", "--trace-config", f"triton,file={trace_file}")
 
 
-def default_batch_sizes(max_batch_size: int) -> list[int]:
-    """1, 2, 4, ... up to and including ``max_batch_size`` (just 1 without batching)."""
+def default_batch_sizes(max_batch_size: int, padded: Sequence[int] = ()) -> list[int]:
+    """1, 2, 4, ... up to and including ``max_batch_size`` (just 1 without batching); with ``padded`` sizes (the
+    sizes a runtime pads batches to), those sizes and the powers of two above the largest (run unpadded)."""
     if max_batch_size <= 1:
         return [1]
     sizes = [1]
     while sizes[-1] * 2 < max_batch_size:
         sizes.append(sizes[-1] * 2)
-    return sizes + [max_batch_size]
+    sizes.append(max_batch_size)
+    if padded:
+        return sorted(set(padded) | {b for b in sizes if b > max(padded)})
+    return sizes
+
+
+def padded_sizes(config, cuda_graphs: str | None = None) -> list[int]:
+    """The batch sizes the served runtime pads to: the CUDA graphs captured for a TorchScript entry on GPU
+    instances (``cuda_graphs``, as ``serve --cuda-graphs``), or a tuned TVM entry's static buckets (parameter
+    ``buckets``); [] when batches run at their own size."""
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    if params.get("buckets"):
+        return sorted({int(b) for b in params["buckets"].split(",") if b.strip()})
+    if cuda_graphs and _cuda_graph_entry(config):
+        try:
+            return parse_batch_sizes(cuda_graphs, config.max_batch_size)
+        except ValueError as err:
+            raise InputError("--cuda-graphs", cuda_graphs, str(err)) from None
+    return []
+
+
+def _cuda_graph_entry(config) -> bool:
+    """A TorchScript entry on GPU instances: what the runner can replay CUDA graphs for."""
+    return (config.platform == "pytorch_libtorch" or config.backend == "pytorch") and \
+        any(g.kind == g.KIND_GPU for g in config.instance_group)
 
 
 # -- running closed loops ----------------------------------------------------------------------------------------------
@@ -266,13 +292,13 @@ def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], C
 
 @contextlib.contextmanager
 def embedded_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
-                     notes: list[str], log: Callable[[str], None]) -> Iterator[Session]:
+                     cuda_graphs: str | None, notes: list[str], log: Callable[[str], None]) -> Iterator[Session]:
     """A session on a new embedded server with ``instances`` instances of every model: execution logs on, or
     Triton's request trace with ``trace`` (attached to the runs once the server stopped)."""
     with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
         trace_file = Path(tmp) / "trace.json"
         server = TritonServer(repo, models=list(models), instances={m: instances for m in models},
-                              threads_per_instance=threads, execution_log=not trace,
+                              threads_per_instance=threads, execution_log=not trace, cuda_graphs=cuda_graphs,
                               extra_args=trace_args(trace_file) if trace else ())
         session = None
         try:
@@ -315,13 +341,16 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     batch_sizes: Sequence[int] | None = None, colocation: Sequence[int] = (1, 2, 4),
                     colocation_batches: Sequence[int] | None = None, pairs: bool = True,
                     seconds: float = DEFAULT_SECONDS, rounds: int = DEFAULT_ROUNDS, threads: int | None = None,
-                    url: str | None = None, trace: bool = False,
+                    url: str | None = None, trace: bool = False, cuda_graphs: str | None = None,
                     log: Callable[[str], None] | None = None) -> Profile:
     """Measure ``models`` of ``repo`` on the embedded server (or the external one at ``url``); save to
     ``out_path``. ``colocation``: instance counts for S(k) (k > 1 measured); ``colocation_batches``: batch sizes of
     the curves (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds
     per curve point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
-    Triton's request trace instead of the runners' execution logs."""
+    Triton's request trace instead of the runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU
+    instances with CUDA graphs (``all`` or sizes, as ``serve --cuda-graphs``). Entries whose runtime pads batches
+    (CUDA graphs, TVM's tuned buckets) are measured at their padded sizes by default, and the profile records them
+    (``padded_sizes``)."""
     log = log or (lambda _msg: None)
     repo = Path(repo)
     if rounds < 1:
@@ -334,9 +363,10 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if threads is None:
         threads = default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
     results = {m: _ModelResult(_device_of(c), c) for m, c in configs.items()}
-    sizes = {}
+    sizes, padded = {}, {}
     for m, config in configs.items():
-        wanted = list(batch_sizes) if batch_sizes else default_batch_sizes(config.max_batch_size)
+        padded[m] = padded_sizes(config, cuda_graphs)
+        wanted = list(batch_sizes) if batch_sizes else default_batch_sizes(config.max_batch_size, padded[m])
         sizes[m] = sorted({b for b in wanted if b <= max(config.max_batch_size, 1)} | {1})
     ks = sorted({int(k) for k in colocation if k > 1})
     pair_list = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]
@@ -353,7 +383,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     def sessions(instances: int) -> Callable[[], ContextManager[Session]]:
         if url:
             return lambda: external_session(url)
-        return lambda: embedded_session(repo, models, instances, threads, trace, notes, log)
+        return lambda: embedded_session(repo, models, instances, threads, trace, cuda_graphs, notes, log)
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
@@ -498,8 +528,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     profiles = {}
     for m in models:
         r = results[m]
-        md = ModelOnDevice(_mode_of(r.config), r.batches, tuple(sorted(r.curves, key=lambda c: c.batch)), threads,
-                           r.per_request_s, None, r.gap_s, r.idle)
+        md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
+                           tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
+                           r.idle, tuple(padded[m]))
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
                                    r.dispatch)
     devices = {}
@@ -535,9 +566,8 @@ def _gpu_name(index: int) -> str:
         return ""
 
 
-def _mode_of(config) -> str:
-    params = {k: v.string_value for k, v in config.parameters.items()}
-    if params.get("cuda_graphs", "").lower() in ("1", "true", "yes"):
+def _mode_of(config, padded: Sequence[int] = ()) -> str:
+    if padded and _cuda_graph_entry(config):
         return "cuda_graphs"
     if config.platform == "tensorrt_plan":
         return "tensorrt"

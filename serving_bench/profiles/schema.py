@@ -17,6 +17,7 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
+             "padded_sizes": [1, 4, 8],             # optional: a batch runs padded to the next of these sizes
              "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
@@ -26,6 +27,11 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
 
 A distribution is ``{"samples_s": [...]}``, ``{"quantiles": {"q": [...], "s": [...]}}`` (q from 0 to 1) or
 ``{"constant_s": x}``; all become one quantile function (linear between points).
+
+**Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
+size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
+size's time; a batch larger than all of them runs unpadded (the CUDA-graph runner runs it eagerly). The profile
+must hold the service time of every size a batch runs at.
 
 **Batch sizes between measured ones** (the documented rule): the service time of batch ``b`` with measured neighbours
 ``lo < b < hi`` is the comonotone linear interpolation of their quantile functions,
@@ -285,10 +291,16 @@ class ModelOnDevice:
     memory_bytes: int | None = None
     batch_gap_s: float = 0.0
     idle: IdleEffect | None = None
+    padded_sizes: tuple[int, ...] = ()
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
         return tuple(sorted(self.batches))
+
+    def executed_size(self, batch: int) -> int:
+        """The size a batch of ``batch`` rows runs at: the smallest padded size that holds it, else its own."""
+        i = bisect.bisect_left(self.padded_sizes, batch)
+        return self.padded_sizes[i] if i < len(self.padded_sizes) else batch
 
     def service(self, batch: int) -> Dist:
         """Service-time distribution of an executed batch of ``batch`` items (the interpolation rule above)."""
@@ -311,6 +323,8 @@ class ModelOnDevice:
                "colocation": [c.to_json() for c in self.colocation]}
         if self.idle is not None:
             out["idle"] = self.idle.to_json()
+        if self.padded_sizes:
+            out["padded_sizes"] = list(self.padded_sizes)
         return out
 
 
@@ -475,12 +489,16 @@ class Profile:
                 memory = md.get("memory_bytes")
                 if memory is not None and (not isinstance(memory, int) or memory < 0):
                     raise InputError(source, f"{dwhere}.memory_bytes", "expected bytes >= 0 or null")
+                padded = md.get("padded_sizes") or []
+                if not isinstance(padded, list) or any(not isinstance(b, int) or isinstance(b, bool) or b < 1
+                                                       for b in padded) or any(b <= a for a, b in zip(padded, padded[1:])):
+                    raise InputError(source, f"{dwhere}.padded_sizes", "expected strictly increasing batch sizes >= 1")
                 per_device[dev] = ModelOnDevice(mode, batches, curves, threads,
                                                 _number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
                                                 memory,
                                                 _number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
-                                                if md.get("idle") is not None else None)
+                                                if md.get("idle") is not None else None, tuple(padded))
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,

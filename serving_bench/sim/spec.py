@@ -173,13 +173,15 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             md = profile.on_device(ms.name, device)
             table: list[list[float] | None] = [None]
             for b in needed_batch_sizes(ms):
+                runs_at = md.executed_size(b)  # padded to a captured size, where the runtime has them
                 try:
-                    table.append(_grid(md.service(b)))
+                    table.append(_grid(md.service(runs_at)))
                 except KeyError:
+                    padded = f" (padded to {runs_at})" if runs_at != b else ""
                     raise InputError(src, f"models.{ms.name}.devices.{device}.batches",
-                                     f"the config needs batch size {b} (max_batch_size {ms.max_batch_size}) but the "
-                                     f"profile measured {list(md.batch_sizes)}; sizes outside the measured range are "
-                                     "not extrapolated") from None
+                                     f"the config needs batch size {b}{padded} (max_batch_size {ms.max_batch_size}) "
+                                     f"but the profile measured {list(md.batch_sizes)}; sizes outside the measured "
+                                     "range are not extrapolated") from None
             spec.tables[device] = table
             spec.per_request_s[device] = md.per_request_s
             spec.batch_gap_s[device] = md.batch_gap_s
