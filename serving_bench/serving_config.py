@@ -37,6 +37,11 @@ class ModelServing:
     def instance_count(self) -> int:
         return sum(count for _, count in self.instances)
 
+    @property
+    def queue_policy(self) -> bool:
+        """True when Triton's batcher runs without payload prefetching (see :func:`queue_policy_settings`)."""
+        return self.dynamic_batching and self.max_batch_size > 0 and bool(self.max_queue_size or self.queue_timeout_us)
+
     def replace(self, **changes) -> "ModelServing":
         return dataclasses.replace(self, **changes)
 
@@ -134,6 +139,28 @@ def apply_model_serving(config: ModelConfig, model: ModelServing) -> ModelConfig
         else:
             raise InputError(None, f"{model.name}.instances", f"device {device!r}: expected 'cpu' or 'gpuN'")
     return out
+
+
+def queue_policy_settings(config: ModelConfig) -> tuple[str, ...]:
+    """The dynamic-batching settings of ``config`` that make Triton's batcher run without payload prefetching, as
+    ``field value`` texts (empty: none). Triton (``PriorityQueue``, core r24.10) prefetches only with no priority
+    levels and a default queue policy without ``max_queue_size``, ``default_timeout_microseconds`` and
+    ``allow_timeout_override``; without prefetching the bundled 2.51 batcher can wait up to 0.5 s for an instance
+    that is already free (docs/serve.md, "Queue policies under overload")."""
+    if not config.HasField("dynamic_batching") or config.max_batch_size <= 0:
+        return ()
+    db = config.dynamic_batching
+    policy = db.default_queue_policy
+    found = []
+    if policy.max_queue_size:
+        found.append(f"max_queue_size {policy.max_queue_size}")
+    if policy.default_timeout_microseconds:
+        found.append(f"default_timeout_microseconds {policy.default_timeout_microseconds}")
+    if policy.allow_timeout_override:
+        found.append("allow_timeout_override true")
+    if db.priority_levels:
+        found.append(f"priority_levels {db.priority_levels}")
+    return tuple(found)
 
 
 def parse_instances(text: str, source: str = "--instances") -> Mapping[str, int]:
