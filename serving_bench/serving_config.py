@@ -38,9 +38,15 @@ class ModelServing:
         return sum(count for _, count in self.instances)
 
     @property
-    def queue_policy(self) -> bool:
-        """True when Triton's batcher runs without payload prefetching (see :func:`queue_policy_settings`)."""
-        return self.dynamic_batching and self.max_batch_size > 0 and bool(self.max_queue_size or self.queue_timeout_us)
+    def queue_policy(self) -> tuple[str, ...]:
+        """The settings that make Triton's batcher run without payload prefetching (:func:`queue_policy_settings`);
+        empty when none."""
+        config = ModelConfig(max_batch_size=self.max_batch_size)
+        if self.dynamic_batching:
+            config.dynamic_batching.SetInParent()
+            config.dynamic_batching.default_queue_policy.max_queue_size = self.max_queue_size
+            config.dynamic_batching.default_queue_policy.default_timeout_microseconds = self.queue_timeout_us
+        return queue_policy_settings(config)
 
     def replace(self, **changes) -> "ModelServing":
         return dataclasses.replace(self, **changes)
