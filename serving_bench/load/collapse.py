@@ -36,13 +36,14 @@ def queue_policy_collapse(records: pd.DataFrame) -> dict | None:
     """Per model with a queue policy that collapsed in this run: ``{model: {"reason": one line, "utilisation",
     "refused", "sent", "answered_rps", "capacity_rps", "settings"}}``; ``None`` when none did (or the run lacks
     Triton's statistics). Needs ``records.attrs``: ``meta.queue_policies``, ``meta.instances``, ``server_stats``
-    (with ``busy_s``) and the run length (``meta.duration_s``; a partial run: ``elapsed_s`` if shorter)."""
+    (with ``busy_s``) and the run length (``meta.duration_s``; a partial or closed-loop run: ``elapsed_s`` if
+    shorter)."""
     attrs = records.attrs
     meta = attrs.get("meta") or {}
     policies = meta.get("queue_policies") or {}
     stats = attrs.get("server_stats") or {}
     length = float(meta.get("duration_s") or attrs.get("elapsed_s") or 0.0)
-    if attrs.get("partial") and attrs.get("elapsed_s"):  # rates over the part that ran
+    if attrs.get("elapsed_s") and (attrs.get("partial") or attrs.get("mode") == "closed"):  # the part that ran
         length = min(length, float(attrs["elapsed_s"]))
     if not policies or length <= 0:
         return None
