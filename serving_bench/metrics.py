@@ -151,6 +151,9 @@ def summarize(records: pd.DataFrame, *, slos: Mapping[str, Slo] | None = None, w
         summary["ensembles"] = {name: {**summary["models"][name], "members": list(members)}
                                 for name, members in ensembles.items() if name in summary["models"]}
     summary["valid"] = all(s.get("slo_met", True) for s in summary["models"].values()) and not summary["partial"]
+    # the replay's detection of Triton 2.51's queue-policy collapse (serving_bench.load.collapse): None, or per model
+    # the reason and figures; the measurement is still valid (it is what that server did)
+    summary["queue_policy_collapse"] = records.attrs.get("queue_policy_collapse")
     if telemetry is not None:
         summary["telemetry"] = dict(telemetry)
     return summary

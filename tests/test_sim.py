@@ -4,6 +4,7 @@ identity (fast vs SimPy reference), the Target contract, and one-line errors for
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from serving_bench.metrics import summarize
 from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim import SimTarget
+from serving_bench.sim.spec import QueuePolicyNotModelledWarning
 
 from conformance import assert_target_contract
 
@@ -423,3 +425,12 @@ def test_mean_batch_is_per_execution():
     assert per_execution_batch(np.array([1, 1, 1, 1]), np.array([1, 3, 3, 3])) == pytest.approx(2.0)
     assert per_execution_batch(np.array([2, 1]), np.array([3, 3])) == pytest.approx(3.0)
     assert per_execution_batch(np.array([1]), np.array([-1])) is None
+
+
+def test_a_queue_policy_warns_that_triton_2_51s_stall_is_not_modelled():
+    expected = r"^sleep_python: queue policy \(max_queue_size 16\) simulated "
+    with pytest.warns(QueuePolicyNotModelledWarning, match=expected):
+        SimTarget(sleep_profile(), one(max_batch_size=8, dynamic_batching=True, max_queue_size=16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", QueuePolicyNotModelledWarning)
+        SimTarget(sleep_profile(), one(max_batch_size=8, dynamic_batching=True))

@@ -57,6 +57,7 @@ import pandas as pd
 
 from serving_bench.errors import InputError, ServerError
 from serving_bench.interrupts import RunInterrupted, deferred_interrupts
+from serving_bench.load.collapse import flag_queue_policy_collapse
 from serving_bench.load.schedule import Schedule
 from serving_bench.records import STATUSES, new_records
 
@@ -604,7 +605,9 @@ class TritonTarget:
             index[rows] = base + inverse
             warmup.append(base)
         facts = {"ensembles": {n: list(s.ensemble_members) for n, s in specs.items() if s.ensemble_members},
-                 "platforms": {n: s.platform for n, s in specs.items()}}
+                 "platforms": {n: s.platform for n, s in specs.items()},
+                 "instances": {n: s.instances for n, s in specs.items()},
+                 "queue_policies": {n: list(s.queue_policy) for n, s in specs.items() if s.queue_policy}}
         self._prepared = (schedule, (payloads, index, warmup, facts))
         return payloads, index, warmup, facts
 
@@ -655,6 +658,7 @@ class TritonTarget:
                              sender_cpu_s=self.sender_cpu_s)
         if closed:
             records.attrs["concurrency"] = concurrency
+        flag_queue_policy_collapse(records)
         if signals.reason:
             raise RunInterrupted(records)
         return records
@@ -883,8 +887,9 @@ async def _statistics(url: str, models: Sequence[str] | None) -> dict:
             stats = await client.get_inference_statistics(name)
             for s in stats.model_stats:
                 inf = s.inference_stats
+                busy = sum(b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in s.batch_stats)
                 out[name] = {"inference_count": s.inference_count, "execution_count": s.execution_count,
-                             **{f"{k}_count": getattr(inf, k).count for k in _PHASES},
+                             "busy_ns": busy, **{f"{k}_count": getattr(inf, k).count for k in _PHASES},
                              **{f"{k}_ns": getattr(inf, k).ns for k in _PHASES}}
         return out
     finally:
@@ -895,7 +900,8 @@ _PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "comput
 
 
 def _stats_delta(before: dict, after: dict) -> dict:
-    """Per model during the run: requests, executions, mean batch and the server's mean time per phase (s)."""
+    """Per model during the run: requests, executions, mean batch, the server's mean time per phase (s) and
+    ``busy_s``, the compute time of its executions summed (instance-seconds, from the per-batch-size statistics)."""
     out = {}
     for name, a in after.items():
         b = before.get(name, {})
@@ -903,7 +909,8 @@ def _stats_delta(before: dict, after: dict) -> dict:
         count = d.get("success_count", 0)
         row = {"inference_count": d["inference_count"], "execution_count": d["execution_count"],
                "success_count": count, "fail_count": d.get("fail_count", 0),
-               "mean_exec_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else None}
+               "mean_exec_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else None,
+               "busy_s": d.get("busy_ns", 0) / 1e9}
         for phase in ("queue", "compute_input", "compute_infer", "compute_output", "success"):
             c = d.get(f"{phase}_count", 0)
             row[f"{phase}_mean_s"] = d[f"{phase}_ns"] / c / 1e9 if c else None

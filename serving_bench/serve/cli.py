@@ -53,17 +53,23 @@ def _install_signal_handlers() -> dict:
 def _models_table(server, endpoints) -> list[str]:
     import tritonclient.grpc as grpcclient
 
+    from serving_bench.serving_config import queue_policy_settings
+
     client = grpcclient.InferenceServerClient(endpoints.grpc_url)
     lines = []
     try:
         for name in server.served_models:
-            config = client.get_model_config(name, as_json=True)["config"]
-            count = sum(int(g.get("count", 1)) for g in config.get("instance_group", []))
-            kind = config.get("platform") or config.get("backend", "")
-            original = config.get("parameters", {}).get("original_platform", {}).get("string_value")
+            config = client.get_model_config(name).config
+            count = sum(g.count or 1 for g in config.instance_group)
+            kind = config.platform or config.backend
+            original = config.parameters["original_platform"].string_value if "original_platform" in \
+                config.parameters else ""
             runner = f" (runs {original} in the python backend)" if original else ""
-            lines.append(f"  {name}: {kind}{runner}, max_batch_size {config.get('max_batch_size', 0)}, "
-                         f"{count or '-'} instance(s)")
+            policy = queue_policy_settings(config)
+            stall = f"; queue policy ({', '.join(policy)}): the batcher stalls under load, see docs/serve.md" \
+                if policy else ""
+            lines.append(f"  {name}: {kind}{runner}, max_batch_size {config.max_batch_size}, "
+                         f"{count or '-'} instance(s){stall}")
     finally:
         client.close()
     return lines

@@ -103,3 +103,16 @@ def read_execution_logs(folder: str | Path) -> dict[str, Executions]:
         out[model] = Executions(records["start_s"].copy(), records["end_s"].copy(), records["rows"].copy(),
                                 records["requests"].copy(), instance, tuple(name for name, _ in parts))
     return out
+
+
+def assign_requests(sent_s: np.ndarray, executions: Executions) -> np.ndarray:
+    """For one model's requests (send times, any order) the index of the batch that served each, or -1: Triton's
+    batcher takes requests in arrival order and batches leave in the order they were formed, so the requests sorted
+    by send time fill the batches sorted by start, ``requests`` at a time. A request the log does not cover (it
+    failed, or the log ended) is -1. Exact while requests reach Triton in the order they were sent (one sender)."""
+    order = np.argsort(sent_s, kind="stable")
+    per_batch = np.repeat(np.arange(len(executions)), executions.requests)
+    out = np.full(len(sent_s), -1, dtype=np.int64)
+    n = min(len(order), len(per_batch))
+    out[order[:n]] = per_batch[:n]
+    return out

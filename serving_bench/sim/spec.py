@@ -17,6 +17,7 @@ Default co-location curves when the profile has none for a model on a device:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from serving_bench.errors import InputError
@@ -26,6 +27,10 @@ from serving_bench.sim.device import Share
 
 GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
 DEFAULT_WAIT_S = 0.5  # Triton's batcher thread sleeps this long when its queue is empty and nothing wakes it
+
+
+class QueuePolicyNotModelledWarning(UserWarning):
+    """A simulated config uses a queue policy: the simulator's batcher prefetches as Triton does without one."""
 
 
 @dataclass
@@ -160,6 +165,10 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             if md.memory_bytes:
                 per_device_memory[device] = per_device_memory.get(device, 0) + count * md.memory_bytes
         dynamic = ms.dynamic_batching and ms.max_batch_size > 0
+        if ms.queue_policy:
+            warnings.warn(f"{ms.name}: queue policy ({', '.join(ms.queue_policy)}) simulated as Triton batches "
+                          "without one; the bundled Triton 2.51 then stalls up to 0.5 s per batch, which is not "
+                          "modelled (docs/sim.md)", QueuePolicyNotModelledWarning, stacklevel=2)
         preferred = tuple(sorted(set(ms.preferred_batch_sizes))) if dynamic else ()
         if dynamic and not preferred:
             preferred = (ms.max_batch_size,)  # Triton's normalisation: preferred defaults to max_batch_size
