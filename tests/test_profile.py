@@ -101,8 +101,8 @@ def _executions(batches):
     from serving_bench.serve.execution_log import Executions
 
     arr = np.array(batches, dtype=float).reshape(-1, 3)
-    return Executions(arr[:, 0], arr[:, 1], arr[:, 2].astype(np.int32), arr[:, 2].astype(np.int32),
-                      np.zeros(len(arr), np.int32), ("m_0_0",))
+    return Executions(arr[:, 0], arr[:, 1], arr[:, 1] - arr[:, 0], arr[:, 2].astype(np.int32),
+                      arr[:, 2].astype(np.int32), np.zeros(len(arr), np.int32), ("m_0_0",))
 
 
 def _compute_stats(compute_s):
@@ -114,14 +114,15 @@ def test_execution_log_round_trip_ignores_a_torn_record(tmp_path):
 
     a = ExecutionLogWriter(tmp_path, "m.v2", "m.v2_0_0")
     b = ExecutionLogWriter(tmp_path, "m.v2", "m.v2_0_1")
-    a.write(1.0, 1.5, 8, 2)
-    b.write(0.5, 0.7, 1, 1)
-    a.write(2.0, 2.1, 4, 4)
+    a.write(1.0, 1.5, 1.0, 8, 2)
+    b.write(0.5, 0.7, 0.1, 1, 1)
+    a.write(2.0, 2.1, 0.0, 4, 4)
     a.close(), b.close()
     with open(log_path(tmp_path, "m.v2", "m.v2_0_1"), "ab") as f:
         f.write(b"\x00" * 7)  # a runner killed mid-write
     ex = read_execution_logs(tmp_path)["m.v2"]
     assert ex.start_s.tolist() == [0.5, 1.0, 2.0] and ex.rows.tolist() == [1, 8, 4]
+    assert ex.demand == pytest.approx([0.5, 2.0, 0.0])
     assert ex.requests.tolist() == [1, 2, 4] and [ex.instances[i] for i in ex.instance] == [
         "m.v2_0_1", "m.v2_0_0", "m.v2_0_0"]
     assert len(ex.window(0.9, 2.0)) == 2 and log_path(tmp_path, "../x", "y/z").parent == tmp_path

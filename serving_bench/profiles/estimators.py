@@ -72,8 +72,8 @@ class Trace:
             starts, inverse, requests = np.unique(arr[:, 0], return_inverse=True, return_counts=True)
             ends = np.zeros(len(starts))
             np.maximum.at(ends, inverse, arr[:, 1])
-            out[model] = Executions(starts, ends, np.zeros(len(starts), np.int32), requests.astype(np.int32),
-                                    np.zeros(len(starts), np.int32), ("trace",))
+            out[model] = Executions(starts, ends, np.full(len(starts), np.nan), np.zeros(len(starts), np.int32),
+                                    requests.astype(np.int32), np.zeros(len(starts), np.int32), ("trace",))
         return out
 
 
