@@ -188,9 +188,11 @@ def test_colocation_curve_between_measured_batch_sizes_is_interpolated():
 
 def test_pair_curve_applies_up_to_its_batch_size():
     """Two models measured as a pair at batch 1 (time-sliced): their batch-1 requests share the device; at batch 4
-    the pair curve does not apply and each model's own curve (no slowdown) does."""
+    the pair curve does not apply and the demand law does (half the GPU each: no slowdown)."""
     data = sleep_profile(device="gpu0", kind="gpu", names=("a", "b"), sizes=(1, 4),
                          colocation=[Curve(1, (1.0, 2.0), (1.0, 2.0))]).to_json()
+    for name in ("a", "b"):
+        data["models"][name]["devices"]["gpu0"]["demand"] = {"1": 0.5, "4": 0.5}
     data["pairs"] = [{"device": "gpu0", "models": ["a", "b"], "batch": 1, "k": [1, 2], "speedup": [1.0, 1.0]}]
     profile = Profile.from_json(data, "p.json")
     config = ServingConfig(tuple(ModelServing(n, max_batch_size=4, instances=(("gpu0", 1),)) for n in ("a", "b")))
@@ -217,11 +219,14 @@ def test_time_sliced_gpu_halves_each_batch_speed():
 
 
 def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
+    """A model whose batches use none of the device (measured demand 0, like the sleep model) neither slows a model
+    that fills it (its own curve: time-sliced, demand 1) nor is slowed by it."""
     serial = Curve(1, (1.0, 2.0), (1.0, 1.0))
     free = Curve(1, (1.0, 2.0), (1.0, 2.0))
     base = sleep_profile(device="gpu0", kind="gpu", names=("heavy", "light")).to_json()
     base["models"]["heavy"]["devices"]["gpu0"]["colocation"] = [serial.to_json()]
     base["models"]["light"]["devices"]["gpu0"]["colocation"] = [free.to_json()]
+    base["models"]["light"]["devices"]["gpu0"]["demand"] = {"1": 0.0}
     profile = Profile.from_json(base, "p.json")
     config = ServingConfig(tuple(ModelServing(n, instances=(("gpu0", 1),)) for n in ("heavy", "light")))
     sched = Schedule(np.array([0.0, 0.0]), np.array([0, 1]), ("heavy", "light"), np.zeros(2), np.ones(2), {})
@@ -434,3 +439,58 @@ def test_a_queue_policy_warns_that_triton_2_51s_stall_is_not_modelled():
     with warnings.catch_warnings():
         warnings.simplefilter("error", QueuePolicyNotModelledWarning)
         SimTarget(sleep_profile(), one(max_batch_size=8, dynamic_batching=True))
+
+
+# -- the interference model (hand-worked cases) -----------------------------------------------------------------
+
+def _demand_profile(demands: dict, threads=1, cores=2, law=None, kind="cpu"):
+    """Sleep-like models (service 6 ms at batch 1) with the given measured demand each."""
+    profile = sleep_profile(names=tuple(demands), device="cpu" if kind == "cpu" else "gpu0", kind=kind)
+    data = profile.to_json()
+    device = "cpu" if kind == "cpu" else "gpu0"
+    for name, d in demands.items():
+        data["models"][name]["devices"][device]["demand"] = {"1": d}
+        data["models"][name]["devices"][device]["threads"] = threads
+    data["devices"][device]["cores"] = cores if kind == "cpu" else None
+    if law:
+        data["devices"][device]["law"] = law
+    return Profile.from_json(data, "p.json")
+
+
+def _together(profile, names, device="cpu"):
+    config = ServingConfig(tuple(ModelServing(n, max_batch_size=1, instances=((device, 1),)) for n in names))
+    sched = Schedule(np.zeros(len(names)), np.arange(len(names)), tuple(names), np.zeros(len(names)),
+                     np.ones(len(names)), {})
+    return SimTarget(profile, config).run(sched)["done_s"].to_numpy()
+
+
+def test_two_identical_models_share_the_cores_by_demand():
+    """Two models of demand 1.5 (two threads, busy 75 % of the time) on 2 cores: D = 3, s = D / C = 1.5; each
+    batch's CPU-bound share phi = 0.75 runs 1.5 times slower: 6 ms x (1 + 0.75 x 0.5) = 8.25 ms. With demand 1
+    each they fit (D = 2): 6 ms."""
+    assert _together(_demand_profile({"a": 1.5, "b": 1.5}, threads=2), ("a", "b")) == pytest.approx([0.00825] * 2)
+    assert _together(_demand_profile({"a": 1.0, "b": 1.0}), ("a", "b")) == pytest.approx([0.006] * 2)
+
+
+def test_laws_effective_capacity_and_soft_onset():
+    """pool_eff: eta = 0.75 of 2 cores -> D = 2 gives s = 2 / 1.5 = 4/3: 8 ms. soft (p = 2): s = sqrt(1 + x^2) with
+    x = D / (eta C) = 2 / 2 = 1 -> sqrt(2): 6 sqrt(2) ms — contention before the pool is full."""
+    profile = _demand_profile({"a": 1.0, "b": 1.0}, law={"name": "pool_eff", "eta": 0.75})
+    assert _together(profile, ("a", "b")) == pytest.approx([0.008] * 2)
+    profile = _demand_profile({"a": 1.0, "b": 1.0}, law={"name": "soft", "eta": 1.0, "power": 2.0})
+    assert _together(profile, ("a", "b")) == pytest.approx([0.006 * np.sqrt(2)] * 2)
+    from serving_bench.sim.device import Law
+    assert Law("pool", 2).speedup(8, 1.0) == pytest.approx(2.0)  # saturates: no linear extrapolation
+
+
+def test_demand_from_a_saturating_curve_and_the_cpu_default():
+    """No measured demand: a curve with S(4) = 2 on 2 cores means d = C / S = 1; without a curve a CPU batch
+    keeps its threads busy."""
+    from serving_bench.sim.spec import batch_demand
+
+    info = DeviceInfo("cpu", "cpu", cores=2)
+    md = ModelOnDevice("n/a", {1: Dist.constant(0.006)}, threads=2)
+    assert batch_demand(info, md, 1, Curve(1, (1.0, 2.0, 4.0), (1.0, 2.0, 2.0))) == pytest.approx(1.0)
+    assert batch_demand(info, md, 1, None) == 2.0
+    assert batch_demand(info, ModelOnDevice("n/a", md.batches, demand={1: 0.4, 8: 0.8}), 4, None) == \
+        pytest.approx(0.4 + 3 / 7 * 0.4)

@@ -153,14 +153,14 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
 
 
 def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
-    """Median gap (s) between a batch's end and the next one's start on a busy single instance (requests of the
-    largest size, so one per batch, in send order), and how many transitions it is the median of: only those where
-    the next request had been sent before the previous batch ended. The logged gap less the hop to the stub
-    (:func:`hop_s`), at least 0. The median: on a shared machine a few stalls of milliseconds dominate the mean of a
-    short run (a mean of 350 us against a median of 100 us was seen), and the service samples already carry the
-    machine's stalls; on a quiet machine mean and median agree."""
+    """Gap (s) between a batch's end and the next one's start on a busy single instance (requests of the largest
+    size, so one per batch, in send order), and how many transitions it rests on: only those where the next request
+    had been sent before the previous batch ended. It is what the instance spends per batch beyond Triton's compute
+    time: the mean time from one batch's start to the next one's minus Triton's mean compute per batch in the same
+    run, at least 0 — means on both sides, so a stall of the shared machine counts once whichever part it hit (the
+    runner's log cannot see the hop to the stub, so the gap is not read off the log directly)."""
     batches = batches_of(run, model)
-    if batches is None:
+    if batches is None or run.compute_s(model) <= 0:
         return 0.0, 0
     sent = run.sent[model]
     n = min(len(batches), len(sent))
@@ -169,10 +169,10 @@ def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
     batches = batches.select(np.arange(len(batches) - n, len(batches)))
     sent = sent[-n:]
     waiting = sent[1:] < batches.end_s[:-1]
-    gaps = (batches.start_s[1:] - batches.end_s[:-1])[waiting]
-    if not len(gaps):
+    cycles = np.diff(batches.start_s)[waiting]
+    if not len(cycles):
         return 0.0, 0
-    return max(float(np.median(gaps)) - hop_s(run, batches, model), 0.0), len(gaps)
+    return max(float(np.mean(cycles)) - run.compute_s(model), 0.0), len(cycles)
 
 
 def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]],

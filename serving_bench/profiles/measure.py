@@ -27,9 +27,10 @@ and the client's own jitter on a busy machine must not leak into service times:
   of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
   ONNX Runtime model computes twice as long after 16 ms idle as back to back). The simulator adds it per batch from
   the instance's idle time and per request from the time since the previous request.
-* **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, the time
-  from a batch's end to the next one's start when that one had been sent before (Triton's instance thread releasing
-  a payload and taking the next), less the hop — median over the run; embedded server only.
+* **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
+  instance spends per batch beyond Triton's compute time (its thread releasing a payload and taking the next): the
+  mean time from one batch's start to the next (when that one had been sent already) minus Triton's mean compute;
+  embedded server only.
 * **Per-request cost inside a batch** (``per_request_s``): with dynamic batching, requests of one row at concurrency
   ``min(max_batch_size, 8)``; Triton's per-batch-size statistics (``batch_stats``) give the compute time of batches
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the

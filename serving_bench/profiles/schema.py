@@ -9,15 +9,19 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
 
     {"format": "serving-bench-profile", "version": 1, "source": "...", "created": "...",
      "host": {"hostname": ..., "cpu": ..., "cores": 2},
-     "devices": {"cpu": {"kind": "cpu", "name": "...", "cores": 2, "max_instances": null, "memory_bytes": null}},
+     "devices": {"cpu": {"kind": "cpu", "name": "...", "cores": 2, "max_instances": null, "memory_bytes": null,
+                         "law": {"name": "pool_eff", "eta": 0.9}}},   # optional: how the device is shared
+     "request_device": "cpu",                           # optional: where requests are handled (the host's cores)
      "overhead": {"samples_s": [...]},                  # default per-request client/network overhead
      "ensemble_step_s": 0.0,                            # ensemble scheduler cost per step
      "models": {"sleep_python": {
          "framework": "python", "precision": "fp32", "overhead": {...}?, "dispatch": {...}?,
+         "request_demand": 0.9,                     # optional: host cores a request keeps busy on its way in and out
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
              "padded_sizes": [1, 4, 8],             # optional: a batch runs padded to the next of these sizes
+             "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) a batch keeps busy, solo
              "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
@@ -27,6 +31,12 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
 
 A distribution is ``{"samples_s": [...]}``, ``{"quantiles": {"q": [...], "s": [...]}}`` (q from 0 to 1) or
 ``{"constant_s": x}``; all become one quantile function (linear between points).
+
+**Demand and sharing** (optional; see :mod:`serving_bench.sim.device` for the rule): ``demand`` per measured batch
+size is CPU seconds over wall seconds of the solo batches (linear between measured sizes, the nearest outside);
+``request_demand`` is the same for a request's way in and out (client + server CPU per request over its dispatch and
+return time) on ``request_device``; a device's ``law`` names the sharing law and its fitted parameters (default:
+processor sharing over its cores, or over one GPU).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -199,6 +209,31 @@ def parse_curve(data: Any, source: str, where: str) -> Curve:
     return Curve(batch, tuple(k), tuple(s))
 
 
+LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power")}
+
+
+def parse_law(data: Any, source: str, where: str) -> dict | None:
+    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft", "eta": ..., "power": ...}`` (None: pool)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
+        raise InputError(source, f"{where}.name", f"expected one of {', '.join(LAW_PARAMETERS)}")
+    out: dict[str, Any] = {"name": data["name"]}
+    for key in LAW_PARAMETERS[data["name"]]:
+        if key not in data:
+            raise InputError(source, f"{where}.{key}", f"missing; the {data['name']} law needs it")
+        out[key] = _number(data[key], source, f"{where}.{key}")
+        if out[key] <= 0:
+            raise InputError(source, f"{where}.{key}", "expected a number > 0")
+    return out
+
+
+def _batch_key(key: Any, source: str, where: str) -> int:
+    if not str(key).isdigit() or int(key) < 1:
+        raise InputError(source, where, "expected batch sizes >= 1 as keys")
+    return int(key)
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """A device of the profiled machine: ``kind`` cpu or gpu, ``cores`` for CPUs, optional capacity limits."""
@@ -209,10 +244,19 @@ class DeviceInfo:
     cores: int | None = None
     max_instances: int | None = None
     memory_bytes: int | None = None
+    law: Mapping[str, Any] | None = None  # {"name": ..., params}: see serving_bench.sim.device.Law
+
+    @property
+    def capacity(self) -> float:
+        """What a law shares: the cores of a CPU, one GPU."""
+        return float(self.cores or 1) if self.kind == "cpu" else 1.0
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "name": self.model, "cores": self.cores, "max_instances": self.max_instances,
-                "memory_bytes": self.memory_bytes}
+        out = {"kind": self.kind, "name": self.model, "cores": self.cores, "max_instances": self.max_instances,
+               "memory_bytes": self.memory_bytes}
+        if self.law is not None:
+            out["law"] = dict(self.law)
+        return out
 
 
 @dataclass(frozen=True)
@@ -292,10 +336,19 @@ class ModelOnDevice:
     batch_gap_s: float = 0.0
     idle: IdleEffect | None = None
     padded_sizes: tuple[int, ...] = ()
+    demand: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
         return tuple(sorted(self.batches))
+
+    def demand_at(self, batch: int) -> float | None:
+        """Measured demand of a batch of ``batch`` items (linear between measured sizes, the nearest outside); None
+        when none was measured."""
+        if not self.demand:
+            return None
+        sizes = sorted(self.demand)
+        return _interp(float(batch), tuple(float(b) for b in sizes), tuple(self.demand[b] for b in sizes))
 
     def executed_size(self, batch: int) -> int:
         """The size a batch of ``batch`` rows runs at: the smallest padded size that holds it, else its own."""
@@ -325,6 +378,8 @@ class ModelOnDevice:
             out["idle"] = self.idle.to_json()
         if self.padded_sizes:
             out["padded_sizes"] = list(self.padded_sizes)
+        if self.demand:
+            out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
         return out
 
 
@@ -338,6 +393,7 @@ class ModelProfile:
     devices: Mapping[str, ModelOnDevice]
     overhead: Dist | None = None
     dispatch: Dist | None = None  # time inside the server before the batcher has the request (thread hand-offs)
+    request_demand: float | None = None  # host cores a request keeps busy on its way in and out
 
     def to_json(self) -> dict:
         out = {"framework": self.framework, "precision": self.precision,
@@ -346,6 +402,8 @@ class ModelProfile:
             out["overhead"] = self.overhead.to_json()
         if self.dispatch is not None:
             out["dispatch"] = self.dispatch.to_json()
+        if self.request_demand is not None:
+            out["request_demand"] = self.request_demand
         return out
 
 
@@ -376,6 +434,7 @@ class Profile:
     created: str = ""
     ensemble_step_s: float = 0.0
     notes: tuple[str, ...] = ()
+    request_device: str | None = None  # the CPU device requests are handled on (None: not modelled)
     path: str | None = None  # where it was loaded from (for error messages); not saved
 
     # -- queries -----------------------------------------------------------------------------------------------------
@@ -409,12 +468,15 @@ class Profile:
 
     # -- I/O ---------------------------------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": self.source, "created": self.created,
-                "host": dict(self.host), "notes": list(self.notes), "ensemble_step_s": self.ensemble_step_s,
-                "devices": {n: self.devices[n].to_json() for n in sorted(self.devices)},
-                "overhead": self.overhead.to_json(),
-                "models": {n: self.models[n].to_json() for n in sorted(self.models)},
-                "pairs": [p.to_json() for p in self.pairs]}
+        out = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": self.source, "created": self.created,
+               "host": dict(self.host), "notes": list(self.notes), "ensemble_step_s": self.ensemble_step_s,
+               "devices": {n: self.devices[n].to_json() for n in sorted(self.devices)},
+               "overhead": self.overhead.to_json(),
+               "models": {n: self.models[n].to_json() for n in sorted(self.models)},
+               "pairs": [p.to_json() for p in self.pairs]}
+        if self.request_device is not None:
+            out["request_device"] = self.request_device
+        return out
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON atomically (temporary name, then rename)."""
@@ -453,7 +515,8 @@ class Profile:
                 ints[key] = value
             if d["kind"] == "cpu" and ints["cores"] is None:
                 raise InputError(source, f"{where}.cores", "a cpu device needs its core count")
-            devices[name] = DeviceInfo(name, d["kind"], str(d.get("name", "")), **ints)
+            devices[name] = DeviceInfo(name, d["kind"], str(d.get("name", "")), **ints,
+                                       law=parse_law(d.get("law"), source, f"{where}.law"))
 
         models_data = data.get("models")
         if not isinstance(models_data, Mapping) or not models_data:
@@ -489,6 +552,11 @@ class Profile:
                 memory = md.get("memory_bytes")
                 if memory is not None and (not isinstance(memory, int) or memory < 0):
                     raise InputError(source, f"{dwhere}.memory_bytes", "expected bytes >= 0 or null")
+                demand = md.get("demand") or {}
+                if not isinstance(demand, Mapping):
+                    raise InputError(source, f"{dwhere}.demand", "expected an object batch size -> cores")
+                demand = {int(_batch_key(k, source, f"{dwhere}.demand.{k}")):
+                          _number(v, source, f"{dwhere}.demand.{k}") for k, v in demand.items()}
                 padded = md.get("padded_sizes") or []
                 if not isinstance(padded, list) or any(not isinstance(b, int) or isinstance(b, bool) or b < 1
                                                        for b in padded) or any(b <= a for a, b in zip(padded, padded[1:])):
@@ -498,11 +566,14 @@ class Profile:
                                                 memory,
                                                 _number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
-                                                if md.get("idle") is not None else None, tuple(padded))
+                                                if md.get("idle") is not None else None, tuple(padded), demand)
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
+            request_demand = m.get("request_demand")
+            if request_demand is not None:
+                request_demand = _number(request_demand, source, f"{where}.request_demand")
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
-                                        overhead, dispatch)
+                                        overhead, dispatch, request_demand)
 
         pairs = []
         for i, p in enumerate(data.get("pairs") or []):
@@ -519,6 +590,9 @@ class Profile:
         if not isinstance(host, Mapping):
             raise InputError(source, "host", "expected an object")
         notes = data.get("notes") or []
+        request_device = data.get("request_device")
+        if request_device is not None and (request_device not in devices or devices[request_device].kind != "cpu"):
+            raise InputError(source, "request_device", "expected a cpu device listed under devices")
         return cls(devices, models, overhead, tuple(pairs), dict(host), str(data.get("source", "")),
                    str(data.get("created", "")), _number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
-                   tuple(str(n) for n in notes), source)
+                   tuple(str(n) for n in notes), request_device, source)

@@ -130,7 +130,7 @@ class ModelState:
         # cost and the gap before it takes the next payload
         self.inst_device: list = []
         self.inst_table: list = []
-        self.inst_shares: list = []
+        self.inst_kinds: list = []
         self.inst_per_request: list[float] = []
         self.inst_gap: list[float] = []
         self.inst_idle: list = []  # IdleEffect or None
@@ -215,14 +215,14 @@ class Server:
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.devices = {name: Device(name, rule.pairs) for name, rule in spec.devices.items()}
+        self.devices = {name: Device(name, rule.law, rule.pairs) for name, rule in spec.devices.items()}
         for st in self.models:
             ms = st.spec
             for device in ms.instance_devices:
-                shares = spec.devices[device].shares
+                kinds = spec.devices[device].kinds
                 st.inst_device.append(self.devices[device])
                 st.inst_table.append(ms.tables[device])
-                st.inst_shares.append([None] + [shares[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
+                st.inst_kinds.append([None] + [kinds[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
                 st.inst_per_request.append(ms.per_request_s[device])
                 st.inst_gap.append(ms.batch_gap_s.get(device, 0.0))
                 st.inst_idle.append(ms.idle.get(device))
@@ -304,7 +304,7 @@ class Server:
             work += idle.service_extra(now - st.inst_free_at[instance])
         dev = st.inst_device[instance]
         self.job_seq += 1
-        dev.add(now, Job(work, st.inst_shares[instance][items], self.job_seq, p, (st.m, instance), now))
+        dev.add(now, Job(work, st.inst_kinds[instance][items], self.job_seq, p, (st.m, instance), now))
         self.clock.device_changed(dev)
 
     def complete(self, dev: Device, now: float) -> None:
