@@ -202,15 +202,17 @@ class ModelState:
 class Server:
     """All models and devices of one run; the engine calls ``step``, ``complete`` and ``release``.
 
-    ``on_done(owner, now)`` hears of answered requests and ``on_failed(owner, now, outcome)`` of requests the server
+    ``on_phase(payload, now)`` hears of finished request phases (:meth:`start_phase`); ``on_done(owner, now)`` hears
+    of answered requests and ``on_failed(owner, now, outcome)`` of requests the server
     refused (``"rejected"``: queue full) or dropped (``"timeout"``: queue timeout): those of ensemble steps (negative owners) always, every request when
     ``report_all`` (a closed loop sends the next request when one is answered)."""
 
     def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True,
-                 on_done=None, on_failed=None, report_all: bool = False):
+                 on_done=None, on_failed=None, on_phase=None, report_all: bool = False):
         self.spec = spec
         self.on_done = on_done
         self.on_failed = on_failed
+        self.on_phase = on_phase
         self.report_all = report_all
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
@@ -313,6 +315,9 @@ class Server:
         done = dev.pop_finished(now)
         self.clock.device_changed(dev)
         for job in done:
+            if job.instance is None:  # a request's way in or out, not a batch
+                self.on_phase(job.payload, now)
+                continue
             m, instance = job.instance
             st = self.models[m]
             p = job.payload
@@ -332,6 +337,13 @@ class Server:
                 self.clock.release(m, instance, now + gap)
             else:
                 self.release(m, instance, now)
+
+    def start_phase(self, device: str, kind, work: float, payload, now: float) -> None:
+        """Start ``work`` solo seconds of a request's way in or out on ``device``; ``on_phase(payload, t)`` when done."""
+        dev = self.devices[device]
+        self.job_seq += 1
+        dev.add(now, Job(work, kind, self.job_seq, payload, None, now))
+        self.clock.device_changed(dev)
 
     def arrive(self, m: int, now: float, owner: int, items: int) -> None:
         """A dynamically fed request reaches model ``m``'s queue at ``now`` (the engines call this)."""

@@ -63,10 +63,11 @@ class FastClock:
         self.push(t, CALL, fn, None)
 
 
-def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> Server:
+def run_fast(server_factory, n_models: int, feeds=()) -> Server:
     """Run to completion; ``server_factory(clock)`` builds the :class:`Server` on this clock. ``feeds`` are arrival
-    streams delivered one event per request (ensembles, models with ``max_queue_size``): tuples
-    ``(times, record ids, items, ("model", m) | ("ensemble", e))``."""
+    streams delivered one event per request (ensembles, models with ``max_queue_size``, requests whose way in is
+    simulated): tuples ``(times, record ids, items, handler)``, ``handler(record id, t, items)`` called at each
+    time."""
     clock = FastClock()
     clock.timer_version = [0] * n_models
     clock.wake_at = [math.inf] * n_models
@@ -133,12 +134,9 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
         elif kind == CALL:
             target(t)
         else:  # FEED: the next request of an arrival stream delivered one by one
-            times, ids, items, (what, index) = feeds[target]
+            times, ids, items, handler = feeds[target]
             pos = version
-            if what == "model":
-                arrive(index, t, int(ids[pos]), int(items[pos]))
-            else:
-                ensemble_arrival(index, int(ids[pos]), t, int(items[pos]))
+            handler(int(ids[pos]), t, int(items[pos]))
             if pos + 1 < len(times):
                 clock.push(float(times[pos + 1]), FEED, target, pos + 1)
     return server

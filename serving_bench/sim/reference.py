@@ -110,18 +110,15 @@ def _static_arrivals(clock: SimPyClock, m: int):
             clock.notify(m)
 
 
-def _feed(clock: SimPyClock, feed, ensemble_arrival):
+def _feed(clock: SimPyClock, feed):
     env = clock.env
-    times, ids, items, (what, index) = feed
+    times, ids, items, handler = feed
     for pos in range(len(times)):
         yield env.timeout(delay_to(env, float(times[pos])))
-        if what == "model":
-            clock.server.arrive(index, clock.now, int(ids[pos]), int(items[pos]))
-        else:
-            ensemble_arrival(index, int(ids[pos]), clock.now, int(items[pos]))
+        handler(int(ids[pos]), clock.now, int(items[pos]))
 
 
-def run_simpy(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> Server:
+def run_simpy(server_factory, n_models: int, feeds=()) -> Server:
     """Run to completion on SimPy; same contract as :func:`serving_bench.sim.fast.run_fast`. The loop steps SimPy
     while events of the current instant remain, then does the instant's end work: each notified model's step (in
     the order notified), then each changed device's re-plan (in the order changed) — the fast engine's order."""
@@ -135,7 +132,7 @@ def run_simpy(server_factory, n_models: int, feeds=(), ensemble_arrival=None) ->
             env.process(_static_arrivals(clock, st.m))
     for feed in feeds:
         if len(feed[0]):
-            env.process(_feed(clock, feed, ensemble_arrival))
+            env.process(_feed(clock, feed))
     while True:
         upcoming = env.peek()
         if clock.late and upcoming > env.now:

@@ -7,6 +7,10 @@ instance), a service-time table per executed batch size (quantile grid, solo sec
 rule of :mod:`serving_bench.sim.device`: its law and the :class:`~serving_bench.sim.device.Kind` of every
 execution (model, batch size) it can run.
 
+Where the profile names a ``request_device`` (the host's cores) and a model's ``request_demand``, that model's
+requests' ways in (dispatch) and out (return) are work on those cores too (:mod:`serving_bench.sim.workload`), of
+that demand.
+
 The **demand** of a batch of ``b`` items of a model on a device, in this order:
 
 1. measured (the profile's ``demand``, at the size the batch runs at, padded or not);
@@ -57,6 +61,7 @@ class ModelSpec:
     overhead_grid: list[float] = field(default_factory=list)
     dispatch_grid: list[float] = field(default_factory=list)  # empty: no measured dispatch time
     max_preferred_size: int = 0  # the largest preferred batch size (0: none)
+    request_kind: Kind | None = None  # a request's way in and out as work on the host's cores (None: pure delays)
 
     def __post_init__(self):
         self.max_preferred_size = max(self.preferred) if self.preferred else 0
@@ -80,6 +85,7 @@ class SimSpec:
     devices: dict[str, "DeviceRule"]
     step_s: float  # ensemble scheduler cost per step
     source: str
+    request_device: str | None = None  # where requests' ways in and out run (see ModelSpec.request_kind)
 
     def served_index(self, name: str) -> tuple[str, int] | None:
         for m in self.models:
@@ -248,4 +254,14 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             deps = tuple(() if i == 0 else (i - 1,) for i in range(len(members)))
         overhead = profile.overhead_for(name) if name in profile.models else profile.overhead
         ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps), _grid(overhead)))
-    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src)
+    host = profile.request_device
+    if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
+        if host not in rules:
+            rules[host] = DeviceRule(host, device_law(profile.devices[host]))
+        for m in models:
+            demand = profile.models[m.name].request_demand
+            if demand is not None:
+                m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, demand)
+    else:
+        host = None
+    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host)

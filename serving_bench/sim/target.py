@@ -86,20 +86,21 @@ class SimTarget:
 
     def _execute(self, workload: Workload) -> Server:
         spec = self.spec
-        hooks = spec.ensembles or workload.closed is not None
+        report_all = workload.closed is not None or bool(workload.hosted)
+        hooks = spec.ensembles or report_all
 
         def factory(clock):
             server = Server(spec, clock, [workload.static_lists(m.index) for m in spec.models], self.seed,
                             on_done=workload.on_done if hooks else None,
                             on_failed=workload.on_failed if hooks else None,
-                            report_all=workload.closed is not None)
+                            on_phase=workload.on_phase, report_all=report_all)
             for st in server.models:
                 st.static = st.m not in workload.dynamic
             workload.start(clock, server)
             return server
 
         run = run_fast if self.engine == "fast" else run_simpy
-        return run(factory, len(spec.models), workload.feeds, workload.ensemble_arrival)
+        return run(factory, len(spec.models), workload.feeds)
 
     # -- records ------------------------------------------------------------------------------------------------------
     def _records(self, schedule: Schedule, workload: Workload, server: Server) -> pd.DataFrame:
@@ -177,7 +178,10 @@ class SimTarget:
             server_mean[st.spec.name] = float(np.mean(done[sel] - sent[sel])) if sel.any() else None
         records["intended_s"] = sent if workload.closed is not None else records["intended_s"]
         records["sent_s"] = sent.copy()
-        records["done_s"] = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))
+        finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))
+        at_client = ~np.isnan(done) & ~np.isnan(workload.client_done_s)  # the way out was simulated
+        finished[at_client] = workload.client_done_s[at_client]
+        records["done_s"] = finished
         records["status"] = pd.Categorical.from_codes(status, categories=list(STATUSES))
         records["error"] = error
         records["exec_batch"] = exec_batch

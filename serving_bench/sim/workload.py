@@ -8,6 +8,9 @@
   ``concurrency`` clients per stream (a served model or ensemble the schedule calls), all sending at 0; each sends
   the stream's next request of the schedule when its previous one is answered at the client (the server's answer
   plus the request's return *overhead*), until ``duration_s``; requests never reached are not part of the run.
+* **The host's cores** (where the profile says): a request's way in (the dispatch draw) and way out (the overhead
+  draw) are work on the cores it shares with the batches (:meth:`Server.start_phase`), so they stretch when the
+  cores are busy; otherwise they are plain delays.
 * **Ensembles**: a request's steps are issued when their inputs are ready (``ensemble_step_s`` later), each as a
   request to the member model with a negative owner naming (slot, step); the ensemble is answered when every step is,
   and fails with its first failed step.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -77,13 +81,15 @@ class Workload:
         self.sent_s = np.full(n, np.nan) if closed else intended_s.astype(np.float64)
         self.since_s = np.full(n, np.inf)  # time since the previous request reached the server (cold starts)
         self.overhead_s = np.full(n, np.nan)  # closed loop: drawn when answered
+        self.client_done_s = np.full(n, np.nan)  # answered at the client, where the way out is simulated
         self.errors: list[int] = []  # rows whose batch exceeds the model's max_batch_size
         self.ensembles: list[EnsembleRequest] = []
         self.step_of: list[tuple[int, int]] = []  # owner -1 - k -> (ensemble slot, step)
         self.sources: dict[int, tuple] = {}  # open loop, models with sorted arrival lists: (times, rids, items)
-        self.feeds: list[tuple] = []  # open loop, arrivals one event each: (times, rids, items, (kind, index))
+        self.feeds: list[tuple] = []  # open loop, arrivals one event each: (times, rids, items, handler)
         members = {m for e in spec.ensembles for m in e.steps}
-        self.dynamic = members | {m.index for m in spec.models if m.max_queue_size}
+        self.hosted = {m.index for m in spec.models if m.request_kind is not None}  # ways in and out on the cores
+        self.dynamic = members | self.hosted | {m.index for m in spec.models if m.max_queue_size}
         self.clock = None
         self.server = None
         self.streams: list[Stream] = []
@@ -125,14 +131,17 @@ class Workload:
         for stream, (kind, index) in enumerate(self.kinds):
             rids = np.flatnonzero(self.model == stream)
             if kind == "ensemble":
-                self.feeds.append((intended_s[rids], rids, self.items[rids], ("ensemble", index)))
+                self.feeds.append((intended_s[rids], rids, self.items[rids], partial(self._ensemble_feed, index)))
                 continue
             rids, items = self._servable(index, rids)
+            if index in self.hosted:  # sent at its time; the way in is simulated
+                self.feeds.append((intended_s[rids], rids, items, partial(self._way_in, index)))
+                continue
             times = intended_s[rids] + self.dispatch_s(index, rids, self.since_s[rids])
             by_time = np.argsort(times, kind="stable")
             rids, items, times = rids[by_time], items[by_time], times[by_time]
             if index in self.dynamic:
-                self.feeds.append((times, rids, items, ("model", index)))
+                self.feeds.append((times, rids, items, partial(self._model_feed, index)))
             else:
                 self.sources[index] = (times, rids, items)
 
@@ -183,19 +192,48 @@ class Workload:
         if stream.kind == "ensemble":
             self.ensemble_arrival(stream.index, rid, t, items)
         else:
-            ms = self.spec.models[stream.index]
-            arrive = t + float(self.dispatch_s(stream.index, rid, self.since_s[rid]))
-            self.clock.arrive(stream.index, arrive, rid, items if ms.max_batch > 0 else 1)
+            m = stream.index
+            items = items if self.spec.models[m].max_batch > 0 else 1
+            if m in self.hosted:
+                self._way_in(m, rid, t, items)
+            else:
+                self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_s[rid])), rid, items)
+
+    def _way_in(self, m: int, rid: int, t: float, items: int) -> None:
+        """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
+        work = float(self.dispatch_s(m, rid, self.since_s[rid]))
+        if work > 0.0:
+            self.server.start_phase(self.spec.request_device, self.spec.models[m].request_kind, work,
+                                    ("in", m, rid, items), t)
+        else:
+            self.server.arrive(m, t, rid, items)
 
     def _answered(self, rid: int, now: float) -> None:
-        """Request ``rid`` is answered by the server at ``now``: in a closed loop its client sends the next one once
-        the answer has come back."""
+        """Request ``rid`` is answered by the server at ``now``: its way out starts (on the host's cores where that is
+        simulated); in a closed loop its client sends the next request once the answer has come back."""
+        stream = int(self.model[rid])
+        kind, index = self.kinds[stream]
+        overhead = float(self.overhead_of(stream, rid))
+        if kind == "model" and index in self.hosted:
+            self.server.start_phase(self.spec.request_device, self.spec.models[index].request_kind, overhead,
+                                    ("out", rid), now)
+            return
         if self.closed is None:
             return
         s = int(self.stream_of[rid])
-        overhead = float(self.overhead_of(int(self.model[rid]), rid))
         self.overhead_s[rid] = overhead
         self.clock.call(now + overhead, lambda t, s=s: self._send(s, t))
+
+    def on_phase(self, payload: tuple, now: float) -> None:
+        """A request's way in (it reaches its model's batcher) or way out (its client has the answer) is done."""
+        if payload[0] == "in":
+            _, m, rid, items = payload
+            self.server.arrive(m, now, rid, items)
+            return
+        rid = payload[1]
+        self.client_done_s[rid] = now
+        if self.closed is not None:
+            self._send(int(self.stream_of[rid]), now)
 
     # -- the engine's hooks ---------------------------------------------------------------------------------------
     def on_done(self, owner: int, now: float) -> None:
@@ -225,6 +263,12 @@ class Workload:
         if entry.failure is None:
             entry.failure = (outcome, now)
             self._answered(entry.rid, now)
+
+    def _model_feed(self, m: int, rid: int, t: float, items: int) -> None:
+        self.server.arrive(m, t, rid, items)
+
+    def _ensemble_feed(self, e: int, rid: int, t: float, items: int) -> None:
+        self.ensemble_arrival(e, rid, t, items)
 
     def ensemble_arrival(self, e: int, rid: int, t: float, items: int) -> None:
         """An ensemble request reaches the server: issue the steps that need nothing."""
