@@ -102,16 +102,22 @@ class PerfAnalyzer:
     def measure(self, model: str, url: str, *, concurrency: int | None = None, request_rate: float | None = None,
                 async_mode: bool = True, distribution: str = "poisson", batch: int = 1,
                 measurement_s: float = 5.0, stability_pct: float = 10.0, max_trials: int = 10,
-                shapes: dict | None = None, extra: tuple[str, ...] = (), timeout_s: float = 300.0) -> Measurement:
-        """Run one level (``concurrency`` or ``request_rate``) against ``url`` (gRPC host:port) and parse it."""
+                stabilize_on_p99: bool = True, shapes: dict | None = None, extra: tuple[str, ...] = (),
+                timeout_s: float = 300.0) -> Measurement:
+        """Run one level (``concurrency`` or ``request_rate``) against ``url`` (gRPC host:port) and parse it.
+
+        ``stabilize_on_p99``: perf_analyzer's stability check compares the windows' p99 (``--percentile 99``);
+        False compares their average latency instead (its default; far less noisy over short windows). The
+        percentiles are reported either way."""
         if (concurrency is None) == (request_rate is None):
             raise ValueError("give exactly one of concurrency and request_rate")
         with tempfile.TemporaryDirectory(prefix="serving-bench-pa-") as tmp:
             csv_path = Path(tmp) / "pa.csv"
             args = [str(self.binary), "-m", model, "-u", url, "-i", "grpc", "-b", str(batch),
                     "--measurement-mode", "time_windows", "--measurement-interval", str(int(measurement_s * 1000)),
-                    "-s", str(stability_pct), "--max-trials", str(max_trials), "--percentile", "99",
-                    "-f", str(csv_path)]
+                    "-s", str(stability_pct), "--max-trials", str(max_trials), "-f", str(csv_path)]
+            if stabilize_on_p99:
+                args += ["--percentile", "99"]
             if concurrency is not None:
                 args += ["--concurrency-range", str(int(concurrency))]
                 mode, level = "concurrency", float(concurrency)
