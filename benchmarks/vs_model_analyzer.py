@@ -16,8 +16,8 @@ measured the same way: perf_analyzer 2.50 (``serving_bench.peers.perf_analyzer``
 32; up to 8 with ``--quick``; stable when three windows agree within 20 % on throughput and average latency) against
 a server of that configuration (one per pick, up for all its trials); its throughput is the highest one whose p99
 is within the budget. A level where perf_analyzer finds no stable window is recorded as unstable and the sweep goes
-on; if Model Analyzer itself fails, what it measured before is used, and without any result its side is reported as
-failed (no ratio) while serving-bench's is still measured. Wall time counts each tool's whole search
+on; if Model Analyzer itself exits with an error, whatever results it exported are used, and without any its side
+is reported as failed (no ratio) while serving-bench's is still measured. Wall time counts each tool's whole search
 (serving-bench: profile + tune).
 
 Each search runs once (Model Analyzer's takes 15 minutes in full); the measurement of the two picks is repeated
@@ -147,7 +147,7 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
     wall = time.perf_counter() - t0
     (work / "ma_stdout.log").write_text(proc.stdout + "\n" + proc.stderr)
     out: dict = {"wall_s": wall, "measurements": 0, "best": None, "config_path": None}
-    if proc.returncode != 0:  # what it measured before failing still counts
+    if proc.returncode != 0:  # whatever it exported before failing still counts
         tail = " | ".join((proc.stdout + proc.stderr).splitlines()[-6:])
         out["error"] = f"model-analyzer exited {proc.returncode}: {tail}"
         log(f"Model Analyzer failed after {wall:.0f} s: {out['error']}")
@@ -328,8 +328,11 @@ def main(argv: list[str] | None = None) -> int:
         return run["best"]["throughput"] if run and run.get("best") else None
 
     own = ma["best"]["throughput"] if ma["best"] else None
-    ours = [figure(best(r), missing="no level within the p99 budget") for r in runs["serving_bench"]]
-    peer = [figure(best(r), floor=own and IMPLAUSIBLE_SHORTFALL * own, missing="no level within the p99 budget",
+    def missing(run: dict | None) -> str:
+        return (run or {}).get("unstable") or "no level within the p99 budget"
+
+    ours = [figure(best(r), missing=missing(r)) for r in runs["serving_bench"]]
+    peer = [figure(best(r), floor=own and IMPLAUSIBLE_SHORTFALL * own, missing=missing(r),
                    why_floor=f" infer/s, half of the {own:.0f} infer/s Model Analyzer measured for it in its search"
                    if own else "") for r in runs["model_analyzer"]] if "model_analyzer" in runs else \
         [figure(None, missing=f"Model Analyzer has no pick: {ma.get('error')}")] * args.trials
