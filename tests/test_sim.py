@@ -3,6 +3,7 @@ identity (fast vs SimPy reference), the Target contract, and one-line errors for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -494,3 +495,64 @@ def test_demand_from_a_saturating_curve_and_the_cpu_default():
     assert batch_demand(info, md, 1, None) == 2.0
     assert batch_demand(info, ModelOnDevice("n/a", md.batches, demand={1: 0.4, 8: 0.8}), 4, None) == \
         pytest.approx(0.4 + 3 / 7 * 0.4)
+
+
+def _hosted_profile(request_demand=1.0, dispatch=0.001, overhead=0.001):
+    """The sleep model (6 ms, demand 1) whose requests' ways in and out (1 ms each) are work on the same 2 cores."""
+    data = _demand_profile({"sleep_python": 1.0}).to_json()
+    model = data["models"]["sleep_python"]
+    model["request_demand"] = request_demand
+    model["dispatch"] = {"constant_s": dispatch}
+    model["overhead"] = {"constant_s": overhead}
+    data["request_device"] = "cpu"
+    return Profile.from_json(data, "p.json")
+
+
+def test_requests_ways_in_and_out_share_the_cores():
+    """A lone request: 1 ms in + 6 ms service + 1 ms out. Four closed-loop clients, four instances: every phase
+    keeps a core busy, four chains on two cores run at half speed: each request takes 16 ms and the server answers
+    2 / 8 ms = 250 requests per second — the cores, not the instances, are the limit. Without the ways in and out
+    on the cores (plain delays, using no core) only the four services share them: 12 ms each, a 14 ms cycle, 286 per
+    second — more than the cores allow."""
+    config = one(max_batch_size=1, instances=(("cpu", 4),))
+    lone = SimTarget(_hosted_profile(), config).run(poisson(1, 1))
+    assert lone["done_s"][0] - lone["intended_s"][0] == pytest.approx(0.008)
+    records = SimTarget(_hosted_profile(), config).run(poisson(1, 2000), _Closed(4, 1.0))
+    latency = (records["done_s"] - records["sent_s"]).to_numpy()
+    assert latency[8:-8] == pytest.approx(0.016) and len(records) == pytest.approx(250, abs=4)
+    delays = _hosted_profile(request_demand=0.0)  # ways in and out that use no core: plain delays
+    records = SimTarget(delays, config).run(poisson(1, 4000), _Closed(4, 1.0))
+    assert len(records) == pytest.approx(4 / 0.014, abs=4)
+
+
+def test_hosted_requests_engines_agree_open_and_closed():
+    data = _hosted_profile(request_demand=0.8).to_json()
+    data["models"]["sleep_python"]["dispatch"] = {"samples_s": [0.0003, 0.0008, 0.002]}
+    data["models"]["sleep_python"]["overhead"] = {"samples_s": [0.0002, 0.0005, 0.003]}
+    profile = Profile.from_json(data, "p.json")
+    config = one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=400, instances=(("cpu", 2),))
+    sched = poisson(400, 3000, seed=11)
+    for mode in (None, _Closed(6, 2.0)):
+        fast = SimTarget(profile, config, seed=2).run(sched, mode)
+        assert fast.equals(SimTarget(profile, config, seed=2, engine="simpy").run(sched, mode))
+        assert_target_contract(sched, fast, closed_loop=mode is not None)
+
+
+def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
+    """Observations made with an effective capacity of 70 % of two cores: fitting pool_eff recovers eta = 0.7; on
+    held-out observations the fitted law beats plain processor sharing (which has nothing to fit)."""
+    from serving_bench.sim.interference import Observation, fit, leave_one_out, predict, with_law
+
+    truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", {"name": "pool_eff", "eta": 0.7})
+    runs = []
+    for instances in ({"a": 1, "b": 1}, {"a": 2, "b": 0}, {"a": 2, "b": 2}, {"a": 3, "b": 1}):
+        models = {m: k for m, k in instances.items() if k}
+        serving = {m: ModelServing(m, instances=(("cpu", k),)) for m, k in models.items()}
+        obs = Observation("cpu", serving, models, {})
+        runs.append(dataclasses.replace(obs, measured_rps=predict(truth, obs)))
+    base = _demand_profile({"a": 1.0, "b": 1.0})
+    law, err = fit(base, "cpu", runs, "pool_eff")
+    assert law["eta"] == pytest.approx(0.7, abs=0.02) and err < 0.01
+    held_out = leave_one_out(base, "cpu", runs, ("pool", "pool_eff"))
+    assert held_out["pool_eff"] < 0.02 < held_out["pool"]
+    assert Observation.from_json(runs[0].to_json()) == runs[0]

@@ -35,6 +35,7 @@ class LoopRun:
     sent: dict[str, np.ndarray] = field(default_factory=dict)
     done: dict[str, np.ndarray] = field(default_factory=dict)
     executions: dict[str, Executions] | None = None  # the batches each model executed in the window, where known
+    cpu_s: float | None = None  # CPU seconds the server, its stubs and the client used in the run, where known
 
     def compute_s(self, model: str) -> float:
         """Triton's mean compute time per request in this run (input + infer + output), seconds."""
@@ -150,6 +151,32 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
         overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
         return latency - overhead - wait_s, np.array([overhead]), None
     return latency - overhead - wait_s, None, None
+
+
+def demands(run: LoopRun, model: str) -> tuple[float | None, float | None]:
+    """(batch demand, request demand) of a one-at-a-time run of one model: cores kept busy while a batch is served
+    and while a request is on its way in or out.
+
+    A batch occupies Triton's instance for its logged duration plus the hop ``h`` (:func:`hop_s`), and the hop is
+    CPU work (shared memory and thread wake-ups on both sides): ``(sum of logged CPU + n h) / (sum of durations +
+    n h)``. The rest of the run's CPU — the client, Triton's threads, the stubs outside their batches — goes to the
+    requests' ways in and out: ``(total CPU - batches' CPU) / sum of (latency - duration - h)``, at most 1 (a
+    request is a chain of hand-offs, one thread at a time). None where the server did not say."""
+    executed = batches_of(run, model)
+    if executed is None:
+        return None, None
+    matched, batches = served_by(run, executed, model)
+    if len(batches) < 5 or np.isnan(batches.cpu_s).any():
+        return None, None
+    h = hop_s(run, batches, model)
+    n = len(batches)
+    batch_cpu = float(batches.cpu_s.sum()) + n * h
+    batch = batch_cpu / (float(batches.duration_s.sum()) + n * h)
+    if run.cpu_s is None:
+        return batch, None
+    ways = float(np.sum(run.latency[model][matched] - batches.duration_s - h))
+    request = min(max(run.cpu_s - batch_cpu, 0.0) / ways, 1.0) if ways > 0 else None
+    return batch, request
 
 
 def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:

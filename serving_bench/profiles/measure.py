@@ -71,13 +71,14 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 import numpy as np
+import psutil
 
 from serving_bench.errors import InputError, ServerDied
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.load.driver import ClosedLoop, TritonTarget
 from serving_bench.load.schedule import Schedule
-from serving_bench.profiles.estimators import (LoopRun, Trace, batch_gap, idle_effect, lone_wait_s, per_request_cost,
-                                              service_and_overhead, significant_speedup, thin)
+from serving_bench.profiles.estimators import (LoopRun, Trace, batch_gap, demands, idle_effect, lone_wait_s,
+                                              per_request_cost, service_and_overhead, significant_speedup, thin)
 from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
@@ -90,6 +91,7 @@ PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
 IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
 IDLE_COUNT = 25  # requests per spacing
+HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
 TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response (only with trace=True)
 
 
@@ -179,9 +181,11 @@ class Session:
 
     def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
         names = tuple(rows_of)
+        cpu_before = self.cpu_seconds()
         start = time.perf_counter()
         records = target.run(schedule)
         end = time.perf_counter()
+        cpu_after = self.cpu_seconds()
         if records.attrs.get("partial"):  # the server or a model instance died: measure this step on a new one
             raise ServerDied(f"the measurement run stopped early: {records.attrs.get('stop_reason')}")
         t0 = records.attrs.get("t0_s", 0.0)
@@ -201,9 +205,27 @@ class Session:
         executions = None
         if self.server is not None:
             executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
-        run = LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end), sent, done, executions)
+        run = LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end), sent, done, executions,
+                      cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
         self.runs.append(run)
         return run
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used so far by the embedded server, its stubs and this process (the client): everything a
+        request costs on the host's cores. None for an external server."""
+        if self.server is None or self.server.pid is None:
+            return None
+        try:
+            processes = [psutil.Process(self.server.pid)]
+            processes += processes[0].children(recursive=True)
+            processes.append(psutil.Process())
+            total = 0.0
+            for p in processes:
+                t = p.cpu_times()
+                total += t.user + t.system
+            return total
+        except psutil.Error:  # a process ended meanwhile: no figure for this run
+            return None
 
     def attach_trace(self, trace_file: Path) -> str | None:
         """Give this session's runs the batches Triton's trace recorded; a note when the trace is unusable."""
@@ -332,6 +354,8 @@ class _ModelResult:
     curves: list[Curve] = field(default_factory=list)
     idle: IdleEffect | None = None
     dispatch: Dist | None = None
+    demand: dict[int, float] = field(default_factory=dict)
+    request_demand: float | None = None
 
 
 def _device_of(config) -> str:
@@ -448,10 +472,18 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 r.dispatch = thin(dispatch) if dispatch is not None else None
                 overhead_mean = r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
             r.batches[b] = thin(service)
+            batch_demand, request_demand = demands(runs[(m, "solo", b)], m)
+            if batch_demand is not None:
+                r.demand[b] = batch_demand
+            if b == sizes[m][0]:
+                r.request_demand = request_demand
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
-                f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" + (
+                f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" +
+                (f", {batch_demand:.2f} cores" if batch_demand is not None else "") + (
                     f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
-                    f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else ""))
+                    f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else "") +
+                (f", {request_demand:.2f} cores on the way in and out" if b == sizes[m][0] and
+                 request_demand is not None else ""))
         if (m, "gap") in runs:
             r.gap_s, count = batch_gap(runs[(m, "gap")], m)
             if count:
@@ -531,12 +563,13 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r = results[m]
         md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
                            tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
-                           r.idle, tuple(padded[m]))
+                           r.idle, tuple(padded[m]), r.demand)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
-                                   r.dispatch)
+                                   r.dispatch, r.request_demand)
+    hosted = any(r.request_demand is not None for r in results.values())
     devices = {}
-    for d in sorted({r.device for r in results.values()}):
-        if d == "cpu":
+    for d in sorted({r.device for r in results.values()} | ({HOST_DEVICE} if hosted else set())):
+        if d == HOST_DEVICE:
             devices[d] = DeviceInfo(d, "cpu", platform.processor() or platform.machine(), cores=cores)
         else:
             devices[d] = DeviceInfo(d, "gpu", _gpu_name(int(d[3:]) if d[3:].isdigit() else 0))
@@ -550,7 +583,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                       source=f"measured on {where} from {repo}",
                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       notes=tuple(notes + [f"service = Triton's compute time per batch ({source})" if server_side
-                                           else "service = client latency - mean overhead"]))
+                                           else "service = client latency - mean overhead"]),
+                      request_device=HOST_DEVICE if hosted else None)
     if out_path is not None:
         profile.save(out_path)
     return profile
