@@ -35,17 +35,26 @@ and the client's own jitter on a busy machine must not leak into service times:
   ``min(max_batch_size, 8)``; Triton's per-batch-size statistics (``batch_stats``) give the compute time of batches
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
   cost of each extra request (clamped at 0).
-* **Co-location curve** ``S(k)`` at batch sizes ``colocation_batches``: a server with ``max(colocation)`` instances of
-  every model; per round, one run at concurrency 1 (one instance busy: ``t_1``) then one at concurrency k (``t_k``),
-  both Triton's mean compute time of executed batches of exactly that size (``batch_stats``: with a queue delay the
-  batcher merges concurrent requests, and a merged batch's longer time is not a co-location slowdown);
-  ``S(k) = k t_1 / t_k`` per round, median over ``rounds`` rounds.
-  Interleaving rounds makes the ratio immune to slow drift of a shared machine. A slowdown ``k / S - 1`` not larger
-  than the solo time's own spread between rounds (at least 2 %) is not significant: then ``S(k) = k``. A model that
-  does not slow down when co-located (``sleep``) must not be slowed by the simulator.
-* **Pair curves**: for every two models on the same device, in the one-instance server, per round each alone at
-  concurrency 1, then both together (concurrency 1 each): ``S_pair(2) = t_a1 / t_a2 + t_b1 / t_b2``, median over
-  rounds, with the same significance rule; at batch 1 and at the largest batch size both allow.
+* **Demands** (what the interference model shares, :mod:`serving_bench.sim.device`): per batch size, the cores a
+  batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance); per model, the
+  cores a request keeps busy on its way in and out (the rest of the run's CPU — client, Triton's threads, the stubs
+  outside their batches — over the time requests spend outside the instance). The requests are handled on the
+  host's cores (``request_device``).
+* **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
+  alone with ``calibrate`` clients, then all models together with one client each and with ``calibrate`` each —
+  ``rounds`` times, the median answered requests per second; the device's sharing law (``law``, default
+  ``pool_eff``) is fitted to them through the simulator (:mod:`serving_bench.sim.interference`) and the runs are
+  kept in the profile (``calibration``).
+* **Co-location curves** (optional overrides, ``colocation``) ``S(k)`` at batch sizes ``colocation_batches``: a
+  server with ``max(colocation)`` instances of every model; per round, one run at concurrency 1 (one instance busy:
+  ``t_1``) then one at concurrency k (``t_k``), both Triton's mean compute time of executed batches of exactly that
+  size (``batch_stats``: with a queue delay the batcher merges concurrent requests, and a merged batch's longer time
+  is not a co-location slowdown); ``S(k) = k t_1 / t_k`` per round, median over ``rounds`` rounds (interleaving
+  rounds makes the ratio immune to slow drift of a shared machine), kept as measured — a slowdown within the noise
+  is not rounded up to none.
+* **Pair curves** (optional overrides): for every two models on the same device, in the one-instance server, per
+  round each alone at concurrency 1, then both together (concurrency 1 each): ``S_pair(2) = t_a1 / t_a2 + t_b1 /
+  t_b2``, median over rounds; at batch 1 and at the largest batch size both allow.
 
 The estimators (pure functions over the runs, the executed batches and the statistics) are in
 :mod:`serving_bench.profiles.estimators`; this module runs the servers and the load.
@@ -61,6 +70,7 @@ configuration gets: cores // all configured instances of the measured models) an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import platform
 import socket
 import tempfile
@@ -78,14 +88,18 @@ from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.load.driver import ClosedLoop, TritonTarget
 from serving_bench.load.schedule import Schedule
 from serving_bench.profiles.estimators import (LoopRun, Trace, batch_gap, demands, idle_effect, lone_wait_s,
-                                              per_request_cost, service_and_overhead, significant_speedup, thin)
+                                              per_request_cost, service_and_overhead, colocation_speedup, thin)
 from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serve.server import MAX_RESTARTS, Endpoints, TritonServer
-from serving_bench.serving_config import model_serving_from_config
+from serving_bench.serving_config import ModelServing, model_serving_from_config
+from serving_bench.sim.interference import Observation, with_law
+from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
+DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is fitted to
+DEFAULT_LAW = "pool_eff"  # chosen by held-out error: benchmarks/colocation_fidelity.py
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
@@ -128,6 +142,16 @@ def padded_sizes(config, cuda_graphs: str | None = None) -> list[int]:
         except ValueError as err:
             raise InputError("--cuda-graphs", cuda_graphs, str(err)) from None
     return []
+
+
+def calibration_serving(config, device: str, instances: int, largest: int) -> ModelServing:
+    """How a calibration run serves a model, for the simulator to replay it: the entry's own settings with
+    ``instances`` instances, its batches capped at the largest measured size (one-row requests from at most
+    ``instances`` clients never batch more)."""
+    serving = model_serving_from_config(config)
+    largest = min(serving.max_batch_size, largest) if serving.max_batch_size > 0 else 0
+    return serving.replace(instances=((device, instances),), max_batch_size=largest,
+                           preferred_batch_sizes=tuple(b for b in serving.preferred_batch_sizes if b <= largest))
 
 
 def _cuda_graph_entry(config) -> bool:
@@ -363,15 +387,18 @@ def _device_of(config) -> str:
 
 
 def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Path | None = None, *,
-                    batch_sizes: Sequence[int] | None = None, colocation: Sequence[int] = (1, 2, 4),
+                    batch_sizes: Sequence[int] | None = None, colocation: Sequence[int] = (),
                     colocation_batches: Sequence[int] | None = None, pairs: bool = True,
                     seconds: float = DEFAULT_SECONDS, rounds: int = DEFAULT_ROUNDS, threads: int | None = None,
                     url: str | None = None, trace: bool = False, cuda_graphs: str | None = None,
+                    calibrate: int = DEFAULT_CALIBRATION, law: str = DEFAULT_LAW,
                     log: Callable[[str], None] | None = None) -> Profile:
     """Measure ``models`` of ``repo`` on the embedded server (or the external one at ``url``); save to
-    ``out_path``. ``colocation``: instance counts for S(k) (k > 1 measured); ``colocation_batches``: batch sizes of
-    the curves (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds
-    per curve point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
+    ``out_path``. ``calibrate``: instances per model in the co-located calibration runs the device's sharing law
+    ``law`` is fitted to (0: none, processor sharing over the cores); ``colocation``: instance counts for measured
+    override curves S(k) (k > 1 measured; none by default); ``colocation_batches``: batch sizes of the curves
+    (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds per
+    co-located point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
     Triton's request trace instead of the runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU
     instances with CUDA graphs (``all`` or sizes, as ``serve --cuda-graphs``). Entries whose runtime pads batches
     (CUDA graphs, TVM's tuned buckets) are measured at their padded sizes by default, and the profile records them
@@ -529,7 +556,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 points = [(1.0, 1.0)]
                 for k, values in ratios.items():
                     if values:
-                        s, why = significant_speedup(float(k), values, solo_times)
+                        s, why = colocation_speedup(float(k), values, solo_times)
                         points.append((float(k), s))
                         log(f"{m}: batch {b}: {k} batches at once: S({k}) = {s:.2f} "
                             f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
@@ -547,13 +574,41 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             if measured is not None:
                 results[m].curves.append(measured)
 
+    # -- phase 3: co-located calibration runs, the device's sharing law fitted to them ----------------------------
+    observations: list[Observation] = []
+    law_device = {results[m].device for m in models}
+    if calibrate > 1 and not url and len(law_device) == 1:
+        device = law_device.pop()
+        serving = {m: calibration_serving(configs[m], device, calibrate, sizes[m][-1]) for m in models}
+
+        def observe(clients: dict[str, int]) -> Step:
+            def measure(session: Session) -> Observation:
+                rates: dict[str, list[float]] = {m: [] for m in clients}
+                for _ in range(rounds):
+                    run = session.run({m: (1, c) for m, c in clients.items()}, seconds)
+                    for m in clients:
+                        rates[m].append(len(run.latency[m]) / seconds)
+                obs = Observation(device, {m: serving[m] for m in clients}, clients,
+                                  {m: float(np.median(v)) for m, v in rates.items()})
+                log(f"co-located: {obs.label()}: " + ", ".join(f"{m} {r:.1f} req/s"
+                                                               for m, r in obs.measured_rps.items()))
+                return obs
+            return tuple(sorted(clients.items())), measure
+
+        steps = [observe({m: calibrate}) for m in models]
+        if len(models) > 1:
+            steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
+        done: dict = {}
+        run_steps(steps, done, sessions(calibrate), log, notes, "calibration", restarts)
+        observations = list(done.values())
+
     pair_curves = []
     for a, b in pair_list:
         for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
             values, solo_a, solo_b = runs[(a, b, pb)]
             if not values:
                 continue
-            s, why = significant_speedup(2.0, values, solo_a + solo_b)
+            s, why = colocation_speedup(2.0, values, solo_a + solo_b)
             log(f"{a} + {b}: batch {pb}: one batch of each at once: S_pair(2) = {s:.2f} "
                 f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
             pair_curves.append(PairCurve(results[a].device, (a, b), Curve(pb, (1.0, 2.0), (1.0, s))))
@@ -585,6 +640,13 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                       notes=tuple(notes + [f"service = Triton's compute time per batch ({source})" if server_side
                                            else "service = client latency - mean overhead"]),
                       request_device=HOST_DEVICE if hosted else None)
+    if observations:
+        fitted, err = fit_law(profile, observations[0].device, observations, law)
+        profile = dataclasses.replace(with_law(profile, observations[0].device, fitted),
+                                      calibration=tuple(o.to_json() for o in observations))
+        text = ", ".join(f"{k} {v:.3g}" for k, v in fitted.items() if k != "name")
+        log(f"{observations[0].device}: sharing law {law}" + (f" ({text})" if text else "") +
+            f" fits the {len(observations)} co-located runs with a mean throughput error of {err * 100:.1f} %")
     if out_path is not None:
         profile.save(out_path)
     return profile

@@ -27,6 +27,7 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
              "colocation": [{"batch": 1, "k": [1, 2, 4], "speedup": [1.0, 1.9, 2.0]}]}}}},
      "pairs": [{"device": "cpu", "models": ["a", "b"], "batch": 1, "k": [2, 4], "speedup": [1.8, 2.0]}],
+     "calibration": [{"device": "cpu", "clients": {...}, "measured_rps": {...}, "serving": {...}}],  # optional
      "notes": ["..."]}
 
 A distribution is ``{"samples_s": [...]}``, ``{"quantiles": {"q": [...], "s": [...]}}`` (q from 0 to 1) or
@@ -435,6 +436,7 @@ class Profile:
     ensemble_step_s: float = 0.0
     notes: tuple[str, ...] = ()
     request_device: str | None = None  # the CPU device requests are handled on (None: not modelled)
+    calibration: tuple[Mapping[str, Any], ...] = ()  # the co-located runs the devices' laws were fitted to
     path: str | None = None  # where it was loaded from (for error messages); not saved
 
     # -- queries -----------------------------------------------------------------------------------------------------
@@ -476,6 +478,8 @@ class Profile:
                "pairs": [p.to_json() for p in self.pairs]}
         if self.request_device is not None:
             out["request_device"] = self.request_device
+        if self.calibration:
+            out["calibration"] = [dict(c) for c in self.calibration]
         return out
 
     def save(self, path: str | Path) -> Path:
@@ -593,6 +597,9 @@ class Profile:
         request_device = data.get("request_device")
         if request_device is not None and (request_device not in devices or devices[request_device].kind != "cpu"):
             raise InputError(source, "request_device", "expected a cpu device listed under devices")
+        calibration = data.get("calibration") or []
+        if not isinstance(calibration, list) or not all(isinstance(c, Mapping) for c in calibration):
+            raise InputError(source, "calibration", "expected a list of co-located runs")
         return cls(devices, models, overhead, tuple(pairs), dict(host), str(data.get("source", "")),
                    str(data.get("created", "")), _number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
-                   tuple(str(n) for n in notes), request_device, source)
+                   tuple(str(n) for n in notes), request_device, tuple(calibration), source)

@@ -170,12 +170,16 @@ class SimTarget:
             for stream in range(len(workload.kinds)):
                 rids = np.flatnonzero(schedule.model == stream)
                 overhead[rids] = workload.overhead_of(stream, rids)
-        ok = status == STATUSES.index("ok")
-        server_mean = {}
-        for st in server.models:  # time inside the server (send to answer, no return overhead)
-            sel = ok & (schedule.model == schedule.models.index(st.spec.name)) if st.spec.name in schedule.models \
-                else np.zeros(n, dtype=bool)
-            server_mean[st.spec.name] = float(np.mean(done[sel] - sent[sel])) if sel.any() else None
+        server_mean = {}  # queued and computed: from reaching the batcher to the answer (Triton's queue + compute)
+        for st in server.models:
+            if st.out_a:
+                a = np.asarray(st.out_a, dtype=np.int64)
+                lengths = np.asarray(st.out_b, dtype=np.int64) - a
+                local = _expand(a, lengths)
+                inside = np.repeat(np.asarray(st.out_t), lengths) - np.asarray(st.t)[local]
+                server_mean[st.spec.name] = float(inside.mean())
+            else:
+                server_mean[st.spec.name] = None
         records["intended_s"] = sent if workload.closed is not None else records["intended_s"]
         records["sent_s"] = sent.copy()
         finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))
