@@ -210,11 +210,12 @@ def parse_curve(data: Any, source: str, where: str) -> Curve:
     return Curve(batch, tuple(k), tuple(s))
 
 
-LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power")}
+LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
 
 
 def parse_law(data: Any, source: str, where: str) -> dict | None:
-    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft", "eta": ..., "power": ...}`` (None: pool)."""
+    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...}`` (None:
+    pool)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:

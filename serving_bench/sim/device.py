@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 
-LAWS = ("pool", "pool_eff", "soft")
+LAWS = ("pool", "pool_eff", "soft", "none")
 
 
 class Law:
@@ -40,7 +40,9 @@ class Law:
     * ``pool_eff``: the same over an effective capacity ``eta * C`` (memory bandwidth, caches, SMT and the
       scheduler's own costs make fewer than C cores' worth): ``s = max(1, D / (eta C))``;
     * ``soft``: contention that starts before the pool is full: ``s = (1 + (D / (eta C)) ** p) ** (1 / p)``
-      (``p`` large: ``pool_eff``; small: a smooth onset).
+      (``p`` large: ``pool_eff``; small: a smooth onset);
+    * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
+      baseline a co-location model has to beat.
 
     Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
@@ -56,6 +58,8 @@ class Law:
         self.scale = self.eta * self.capacity
 
     def stretch(self, demand: float) -> float:
+        if self.name == "none":
+            return 1.0
         x = demand / self.scale
         if self.name == "soft":
             return (1.0 + x ** self.power) ** (1.0 / self.power)

@@ -23,7 +23,8 @@ from serving_bench.serving_config import ModelServing, ServingConfig
 
 ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
 POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
-SIM_SECONDS = 1.0  # simulated closed-loop seconds per observation
+SIM_SECONDS = 0.5  # simulated closed-loop seconds per observation
+MAX_RATE_RPS = 10_000  # per stream: the schedule a simulated closed loop draws its requests from holds this many/s
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,18 @@ class Observation:
     clients: Mapping[str, int]
     measured_rps: Mapping[str, float]
     rows: int = 1
+    ensembles: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # clients may call them
 
     @property
     def instances(self) -> dict[str, int]:
         return {m: s.instance_count for m, s in self.serving.items()}
 
     def to_json(self) -> dict:
-        return {"device": self.device, "clients": dict(self.clients), "measured_rps": dict(self.measured_rps),
-                "rows": self.rows, "serving": {m: dataclasses.asdict(s) for m, s in self.serving.items()}}
+        out = {"device": self.device, "clients": dict(self.clients), "measured_rps": dict(self.measured_rps),
+               "rows": self.rows, "serving": {m: dataclasses.asdict(s) for m, s in self.serving.items()}}
+        if self.ensembles:
+            out["ensembles"] = {e: list(members) for e, members in self.ensembles.items()}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Observation":
@@ -51,7 +56,7 @@ class Observation:
                                       "instances": tuple(tuple(i) for i in s["instances"])})
                    for m, s in data["serving"].items()}
         return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
-                   int(data.get("rows", 1)))
+                   int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()})
 
     def label(self) -> str:
         return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
@@ -76,23 +81,29 @@ def with_law(profile: Profile, device: str, law: Mapping) -> Profile:
     return dataclasses.replace(profile, devices=devices)
 
 
-def predict(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> dict[str, float]:
-    """Simulated answered requests per second of each model in the observation's configuration."""
+def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0):
+    """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
     from serving_bench.sim.target import SimTarget  # the simulator sits on top of this module's package
 
     names = tuple(sorted(obs.clients))
-    config = ServingConfig(tuple(obs.serving[m] for m in names))
-    n = 200_000
-    per = n // len(names)
+    config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()))
+    per = int(MAX_RATE_RPS * seconds) + 1
     schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
                         np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
-    records = SimTarget(profile, config, seed=seed).run(schedule, _Closed(obs.clients, seconds))
-    ok = records[records["status"].astype(str) == "ok"]
-    done = ok["done_s"].to_numpy()
+    return SimTarget(profile, config, seed=seed).run(schedule, _Closed(obs.clients, seconds))
+
+
+def throughput(records, seconds: float) -> dict[str, float]:
+    """Answered requests per second per model over ``seconds`` (a closed loop's last answers trail its end: those
+    after it do not count, as in the measurement)."""
+    ok = records[(records["status"].astype(str) == "ok") & (records["done_s"] <= seconds)]
     counts = ok.groupby("model", observed=True).size()
-    # completions inside the window, like the measurement (a closed loop's last answers trail its end)
-    return {m: float(np.sum((ok["model"].astype(str).to_numpy() == m) & (done <= seconds))) / seconds
-            if counts.get(m, 0) else 0.0 for m in names}
+    return {str(m): float(counts.get(m, 0)) / seconds for m in records["model"].cat.categories}
+
+
+def predict(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> dict[str, float]:
+    """Simulated answered requests per second of each model (or ensemble) in the observation's configuration."""
+    return throughput(simulate(profile, obs, seconds, seed), seconds)
 
 
 def error(profile: Profile, observations: Sequence[Observation]) -> float:
