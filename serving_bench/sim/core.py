@@ -33,31 +33,43 @@ overhead (all of it on the return path; the server sees the request at its send 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 
 import numpy as np
 
-from serving_bench.sim.device import Device, Job
+from serving_bench.sim.device import Device
 from serving_bench.sim.spec import DEFAULT_WAIT_S, SimSpec
 
 UNINIT, READY, SCHEDULED, EXECUTING = 0, 1, 2, 3
 EPS_S = 1e-9  # clock comparisons tolerate 1 ns (Triton's clock resolution)
 TIMER_RESOLUTION_S = 1e-6
 NEVER = 1 << 62  # Triton waits in whole microseconds; a wait below 1 us is no wait
+INF = math.inf
 
 
 class Payload:
-    """A batch being formed / waiting / running: requests are the local index range(s) ``[a, b)`` of its model."""
+    """A batch being formed / waiting / running: requests are the local index ranges ``[a, b)`` of its model, kept
+    flat in ``ranges`` (``a0, b0, a1, b1, ...``)."""
 
     __slots__ = ("ranges", "items", "nreq", "state", "saturated", "start")
 
     def __init__(self):
-        self.ranges: list[list[int]] = []
+        self.ranges: list[int] = []
         self.items = 0
         self.nreq = 0
         self.state = UNINIT
         self.saturated = False
-        self.start = math.inf  # batcher start of its oldest request (for the merge-on-dequeue rule)
+        self.start = INF  # batcher start of its oldest request (for the merge-on-dequeue rule)
+
+    def take(self, a: int, n: int, items: int) -> None:
+        """Requests ``[a, a + n)`` of ``items`` items join the payload."""
+        ranges = self.ranges
+        if ranges and ranges[-1] == a:
+            ranges[-1] = a + n
+        else:
+            ranges.append(a)
+            ranges.append(a + n)
+        self.items += items
+        self.nreq += n
 
 
 class Clock:
@@ -66,9 +78,7 @@ class Clock:
     ``arrive`` schedules a dynamic arrival (an ensemble step, a closed-loop request) of model ``m`` at ``t``;
     ``release`` calls ``Server.release(m, instance, t)`` at time ``t`` (an instance's gap between batches has
     passed); ``call`` runs ``fn(t)`` at time ``t`` among that instant's state changes (a closed-loop client sending
-    its next request)."""
-
-    now: float = 0.0
+    its next request). An engine's clock also tells the current time (``now``, seconds)."""
 
     def notify(self, m: int) -> None: ...
 
@@ -76,7 +86,7 @@ class Clock:
 
     def device_changed(self, device: Device) -> None: ...
 
-    def arrive(self, m: int, t: float, slot: int) -> None: ...
+    def arrive(self, m: int, t: float, owner: int, items: int) -> None: ...
 
     def release(self, m: int, instance: int, t: float) -> None: ...
 
@@ -89,6 +99,14 @@ class ModelState:
     def __init__(self, spec, rng_seed: tuple, static_arrivals):
         self.spec = spec
         self.m = spec.index
+        # the batcher's knobs (read on every step; ``spec`` is their home)
+        self.dynamic = spec.dynamic
+        self.max_batch = spec.max_batch
+        self.delay_s = spec.delay_s
+        self.preferred = spec.preferred
+        self.max_preferred_size = spec.max_preferred_size
+        self.max_queue_size = spec.max_queue_size
+        self.timeout_s = spec.timeout_s
         # local request lists, in arrival order at the server: time, owner (record index, or -1 - ensemble slot), items
         t, owner, items = static_arrivals
         self.t: list[float] = t
@@ -106,11 +124,12 @@ class ModelState:
         self.pq_head = 0
         n_inst = len(spec.instance_devices)
         self.slots = 2 * n_inst
-        self.idle = list(range(n_inst))  # kept sorted: lowest index first
+        self.is_idle = [True] * n_inst
+        self.n_idle = n_inst
         self.rng = np.random.default_rng(rng_seed)
         self.u = self.rng.random(4096).tolist()
         self.ui = 0
-        self.timer_at = math.inf
+        self.timer_at = INF
         self.idle_since: float | None = None  # when the batcher last went to sleep on an empty queue
         self.absorbing = False  # see Server._absorb
         # outputs
@@ -143,13 +162,12 @@ class ModelState:
     def admit_until(self, now: float) -> None:
         """Static arrivals: every request with time <= now has arrived (dynamic ones are appended by ``append``)."""
         if self.static and self.n_arr < len(self.t) and self.t[self.n_arr] <= now:
-            self.n_arr = bisect_right(self.t, now, self.n_arr)
+            self.n_arr = _bisect_right(self.t, now, self.n_arr, len(self.t))
 
     def append(self, t: float, owner: int, items: int) -> bool:
         """A dynamic arrival (rejection mode, ensemble steps): admit it to the FIFO, or reject it when the FIFO
         already holds ``max_queue_size`` requests (Triton: "Exceeds maximum queue size")."""
-        spec = self.spec
-        if spec.max_queue_size and self.n_arr - self.head >= spec.max_queue_size:
+        if self.max_queue_size and self.n_arr - self.head >= self.max_queue_size:
             self.rejected.append((owner, t))
             return False
         self.t.append(t)
@@ -171,27 +189,47 @@ class ModelState:
     def pqueue_len(self) -> int:
         return len(self.pqueue) - self.pq_head
 
-    def next_wake_time(self) -> float:
-        """Static arrivals: time of the next arrival that would wake the batcher given the current state (inf: none).
-        Only the count of queued items changes between steps, so this is a search on the cumulative items."""
-        if not self.spec.dynamic:
-            return self.t[self.n_arr] if self.n_arr < len(self.t) and self.idle else math.inf
-        if self.absorbing:
-            return math.inf
-        if self.n_arr >= len(self.t) or self.pqueue_len() >= self.slots:
-            return math.inf
+    def waking_arrival(self) -> int:
+        """Static arrivals: the next arrival that would wake the batcher given the current state (-1: none), as the
+        first arrival at its time. Only the count of queued items changes between steps, so this is a search on the
+        cumulative items."""
+        n = len(self.t)
+        if self.n_arr >= n:
+            return -1
+        if not self.dynamic:
+            return self.n_arr if self.n_idle else -1
+        if self.absorbing or self.pqueue_len() >= self.slots:
+            return -1
         cur = self.cur
         need = self.next_pref - self.queued_items()
         if cur.saturated or cur.state == EXECUTING or need <= 1:
-            return self.t[self.n_arr]
-        j = bisect_left(self.cum, self.cum[self.n_arr] + need, self.n_arr + 1)
-        return self.t[j - 1] if j <= len(self.t) else math.inf
+            return self.n_arr
+        if self.all_ones:  # one item per request: the need-th arrival from now
+            j = self.n_arr + need - 1
+        else:
+            reach = self.cum[self.n_arr] + need  # cumulative items at the waking arrival
+            j = _bisect_left(self.cum, reach, self.n_arr + 1, n + 1) - 1
+        if j >= n:
+            return -1
+        t = self.t
+        while j > self.n_arr and t[j - 1] == t[j]:
+            j -= 1
+        return j
+
+    def take_idle(self) -> int:
+        """An idle instance (the lowest index) takes work: it is busy from now on."""
+        i = 0
+        while not self.is_idle[i]:
+            i += 1
+        self.is_idle[i] = False
+        self.n_idle -= 1
+        return i
 
     def idle_wake(self, after: float | None = None) -> float:
         """The first of the batcher's 0.5 s empty-queue wakes at or after the next arrival (inf if none is known)."""
         if after is None:
             if self.n_arr >= len(self.t) or not self.static:
-                return math.inf
+                return INF
             after = self.t[self.n_arr]
         t0 = self.idle_since
         k = max(math.ceil((after - t0) / DEFAULT_WAIT_S), 1)
@@ -217,7 +255,7 @@ class Server:
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.devices = {name: Device(name, rule.law, rule.pairs) for name, rule in spec.devices.items()}
+        self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule)) for name, rule in spec.devices.items()}
         for st in self.models:
             ms = st.spec
             for device in ms.instance_devices:
@@ -228,17 +266,15 @@ class Server:
                 st.inst_per_request.append(ms.per_request_s[device])
                 st.inst_gap.append(ms.batch_gap_s.get(device, 0.0))
                 st.inst_idle.append(ms.idle.get(device))
-                st.inst_free_at.append(-math.inf)
+                st.inst_free_at.append(-INF)
         self.job_seq = 0
-        self.ensemble_done: list = []
 
     # -- the step ----------------------------------------------------------------------------------------------------
     def step(self, m: int, now: float) -> None:
         """End-of-instant work of model ``m``: dispatch to idle instances, then run the batcher until it waits."""
         st = self.models[m]
         st.admit_until(now)
-        spec = st.spec
-        if not spec.dynamic:
+        if not st.dynamic:
             self._direct(st, now)
             return
         st.idle_since = None
@@ -249,30 +285,27 @@ class Server:
 
     def _direct(self, st: ModelState, now: float) -> None:
         """No dynamic batching: each request is a payload of its own, taken in arrival order by idle instances."""
-        while st.idle and st.head < st.n_arr:
+        while st.n_idle and st.head < st.n_arr:
             p = Payload()
             i = st.head
-            p.ranges.append([i, i + 1])
-            p.items = st.items[i] if st.spec.max_batch > 0 else 1
-            p.nreq = 1
+            p.take(i, 1, st.items[i] if st.max_batch > 0 else 1)
             st.head = i + 1
-            if st.spec.max_batch > 0 and p.items > st.spec.max_batch:
+            if st.max_batch > 0 and p.items > st.max_batch:
                 st.errors.append(i)
                 continue
-            self._start(st, p, st.idle.pop(0), now)
+            self._start(st, p, st.take_idle(), now)
 
     def _dispatch(self, st: ModelState, now: float) -> None:
         """Idle instances take the oldest handed-over payloads (merging old unsaturated ones when a delay is set)."""
-        spec = st.spec
-        while st.idle and st.pq_head < len(st.pqueue):
+        while st.n_idle and st.pq_head < len(st.pqueue):
             p = st.pqueue[st.pq_head]
             st.pqueue[st.pq_head] = None
             st.pq_head += 1
             p.state = EXECUTING
-            if spec.delay_s > 0 and spec.max_batch > 1 and not p.saturated:
+            if st.delay_s > 0 and st.max_batch > 1 and not p.saturated:
                 while st.pq_head < len(st.pqueue):
                     f = st.pqueue[st.pq_head]
-                    if f.saturated or not (now - f.start > spec.delay_s) or p.items + f.items > spec.max_batch:
+                    if f.saturated or not (now - f.start > st.delay_s) or p.items + f.items > st.max_batch:
                         break
                     f.state = EXECUTING
                     p.ranges.extend(f.ranges)
@@ -283,7 +316,7 @@ class Server:
             if st.pq_head > 64 and st.pq_head * 2 > len(st.pqueue):
                 del st.pqueue[:st.pq_head]
                 st.pq_head = 0
-            self._start(st, p, st.idle.pop(0), now)
+            self._start(st, p, st.take_idle(), now)
 
     def _start(self, st: ModelState, p: Payload, instance: int, now: float) -> None:
         """Instance ``instance`` starts payload ``p``: one service-time draw, plus the per-request cost of every
@@ -306,7 +339,7 @@ class Server:
             work += idle.service_extra(now - st.inst_free_at[instance])
         dev = st.inst_device[instance]
         self.job_seq += 1
-        dev.add(now, Job(work, st.inst_kinds[instance][items], self.job_seq, p, (st.m, instance), now))
+        dev.add(now, work, st.inst_kinds[instance][items], self.job_seq, p, st.m, instance)
         self.clock.device_changed(dev)
 
     def complete(self, dev: Device, now: float) -> None:
@@ -315,15 +348,16 @@ class Server:
         done = dev.pop_finished(now)
         self.clock.device_changed(dev)
         for job in done:
-            if job.instance is None:  # a request's way in or out, not a batch
+            if job.instance < 0:  # a request's way in or out, not a batch
                 self.on_phase(job.payload, now)
                 continue
-            m, instance = job.instance
+            m, instance = job.model, job.instance
             st = self.models[m]
             p = job.payload
-            for a, b in p.ranges:
-                st.out_a.append(a)
-                st.out_b.append(b)
+            ranges = p.ranges
+            for k in range(0, len(ranges), 2):
+                st.out_a.append(ranges[k])
+                st.out_b.append(ranges[k + 1])
                 st.out_t.append(now)
                 st.out_items.append(p.items)
                 st.out_inst.append(instance)
@@ -342,16 +376,16 @@ class Server:
         """Start ``work`` solo seconds of a request's way in or out on ``device``; ``on_phase(payload, t)`` when done."""
         dev = self.devices[device]
         self.job_seq += 1
-        dev.add(now, Job(work, kind, self.job_seq, payload, None, now))
+        dev.add(now, work, kind, self.job_seq, payload, -1, -1)
         self.clock.device_changed(dev)
 
     def arrive(self, m: int, now: float, owner: int, items: int) -> None:
         """A dynamically fed request reaches model ``m``'s queue at ``now`` (the engines call this)."""
         st = self.models[m]
         if st.append(now, owner, items):
-            if st.wake_predicate() if st.spec.dynamic else st.idle:
+            if st.wake_predicate() if st.dynamic else st.n_idle:
                 self.clock.notify(m)
-            elif st.spec.dynamic:
+            elif st.dynamic:
                 self.idle_arrival(st)
         elif self.on_failed is not None and (owner < 0 or self.report_all):
             self.on_failed(owner, now, "rejected")
@@ -359,14 +393,14 @@ class Server:
     def release(self, m: int, instance: int, now: float) -> None:
         """Instance ``instance`` of model ``m`` is free again: it joins the idle ones (lowest index first)."""
         st = self.models[m]
-        st.idle.insert(bisect_left(st.idle, instance), instance)
+        st.is_idle[instance] = True
+        st.n_idle += 1
         st.inst_free_at[instance] = now
         self.clock.notify(m)
 
     # -- Triton's batcher thread --------------------------------------------------------------------------------------
     def _batcher_loop(self, st: ModelState, now: float) -> None:
-        spec = st.spec
-        timer = math.inf
+        timer = INF
         while True:
             cur = st.cur
             if cur.saturated or cur.state == EXECUTING:
@@ -384,14 +418,9 @@ class Server:
             wait, n, items = self._get_dynamic_batch(st, now)
             if wait == 0.0 and n > 0:
                 a = st.head
-                if cur.ranges and cur.ranges[-1][1] == a:
-                    cur.ranges[-1][1] = a + n
-                else:
-                    cur.ranges.append([a, a + n])
                 if cur.nreq == 0:
                     cur.start = st.t[a]
-                cur.items += items
-                cur.nreq += n
+                cur.take(a, n, items)
                 st.head = a + n
                 if cur.state == UNINIT:
                     cur.state = READY
@@ -407,16 +436,16 @@ class Server:
             self.clock.timer(st.m, timer)
         # delay 0, every instance busy, nothing queued: each later arrival would only be absorbed into the growing
         # payload (or start the next one); the fast engine replays that in bulk at the next step (``_absorb``)
-        st.absorbing = (self.lazy and st.static and st.all_ones and spec.delay_s == 0.0 and not st.idle
+        st.absorbing = (self.lazy and st.static and st.all_ones and st.delay_s == 0.0 and not st.n_idle
                         and st.head >= st.n_arr and st.next_pref == 0)
 
     def _absorb(self, st: "ModelState", now: float) -> None:
         """Replay, in bulk, the steps the arrivals since the last step (strictly before ``now``) would each have
         taken: exactly what ``_batcher_loop`` does for one request of 1 item with delay 0 and no idle instance."""
         st.absorbing = False
-        end = bisect_left(st.t, now, st.head, st.n_arr)
+        end = _bisect_left(st.t, now, st.head, st.n_arr)
         i = st.head
-        pref = st.spec.preferred
+        pref = st.preferred
         t = st.t
         while i < end:
             cur = st.cur
@@ -430,15 +459,10 @@ class Server:
                 cur.start = t[i]
                 cur.saturated = 1 in pref
             else:
-                x = next(v for v in pref if v > p)
+                x = _next_size(pref, p)  # the payload is below the largest preferred size
                 n = min(x - p, end - i)
                 cur.saturated = p + n == x
-            if cur.ranges and cur.ranges[-1][1] == i:
-                cur.ranges[-1][1] = i + n
-            else:
-                cur.ranges.append([i, i + n])
-            cur.items += n
-            cur.nreq += n
+            cur.take(i, n, n)
             i += n
             if cur.state == UNINIT:
                 cur.state = SCHEDULED
@@ -447,13 +471,13 @@ class Server:
 
     def idle_arrival(self, st: "ModelState") -> None:
         """A dynamic arrival did not wake an idle batcher: arm its periodic empty-queue wake."""
-        if st.idle_since is not None and st.timer_at == math.inf:
+        if st.idle_since is not None and st.timer_at == INF:
             st.timer_at = st.idle_wake(st.t[-1])
             self.clock.timer(st.m, st.timer_at)
 
     def _expire(self, st: ModelState, now: float) -> None:
         """Reject the queued requests whose queue timeout has passed (they are at the head: one timeout per model)."""
-        timeout = st.spec.timeout_s
+        timeout = st.timeout_s
         if timeout <= 0.0:
             return
         h = st.head
@@ -461,7 +485,7 @@ class Server:
         t = st.t
         limit = now - timeout + EPS_S
         if h < end and t[h] <= limit:
-            j = bisect_right(t, limit, h, end)
+            j = _bisect_right(t, limit, h, end)
             st.timed_out.append((h, j, now))
             st.head = j
             if self.on_failed is not None:
@@ -471,14 +495,13 @@ class Server:
 
     def _get_dynamic_batch(self, st: ModelState, now: float) -> tuple[float, int, int]:
         """Triton's ``GetDynamicBatch``: (wait seconds or 0 to send, requests to move, their items)."""
-        spec = st.spec
         self._expire(st, now)
         h, end = st.head, st.n_arr
         if h >= end:
             return 0.0, 0, 0
         cur = st.cur
         p = cur.items
-        max_b, max_p, pref = spec.max_batch, spec.max_preferred_size, spec.preferred
+        max_b, max_p, pref = st.max_batch, st.max_preferred_size, st.preferred
         best_items = best_n = 0
         send_now = False
         if st.all_ones:
@@ -522,7 +545,7 @@ class Server:
                 i += 1
                 if p + pending_items in pref:
                     best_items, best_n = pending_items, pending_n
-        delay = spec.delay_s
+        delay = st.delay_s
         oldest = st.t[h]
         delay_exceeded = delay != 0.0 and now - oldest >= delay - EPS_S
         if best_items != 0 and not delay_exceeded:
@@ -537,11 +560,7 @@ class Server:
         if delay_exceeded or delay == 0.0:
             return 0.0, pending_n, pending_items
         total = pending_items + p
-        nxt = 0
-        for x in pref:
-            if x > total:
-                nxt = x
-                break
+        nxt = _next_size(pref, total)
         if nxt == 0 and pref:
             nxt = pref[0]
         # size_t in Triton: a next preferred size below the payload underflows, and arrivals never wake the batcher
@@ -549,8 +568,8 @@ class Server:
         if not cur.saturated and p != 0 and p not in pref:
             return 0.0, pending_n, pending_items
         wait = delay - (now - oldest)
-        if spec.timeout_s > 0.0:
-            closest = oldest + spec.timeout_s
+        if st.timeout_s > 0.0:
+            closest = oldest + st.timeout_s
             wait = min(closest - now, wait) if now <= closest else TIMER_RESOLUTION_S
         if wait < TIMER_RESOLUTION_S:
             return 0.0, pending_n, pending_items
@@ -558,8 +577,62 @@ class Server:
 
     def _report_done(self, st: ModelState, p: Payload, now: float) -> None:
         owner, report_all, on_done = st.owner, self.report_all, self.on_done
-        for a, b in p.ranges:
-            for i in range(a, b):
+        ranges = p.ranges
+        for k in range(0, len(ranges), 2):
+            for i in range(ranges[k], ranges[k + 1]):
                 o = owner[i]
                 if o < 0 or report_all:
                     on_done(o, now)
+
+
+def _has_curves(rule) -> bool:
+    """Does any kind of a :class:`~serving_bench.sim.spec.DeviceRule` have a measured co-location curve?"""
+    return any(kind.curve is not None for kind in rule.kinds.values())
+
+
+def _next_size(sizes: tuple, n: int) -> int:
+    """The first of ``sizes`` (ascending) above ``n``; 0 when none is."""
+    for x in sizes:
+        if x > n:
+            return x
+    return 0
+
+
+def _bisect_right(times: list, t: float, lo: int, hi: int) -> int:
+    """``bisect.bisect_right(times, t, lo, hi)`` on a list of floats (compiled: C comparisons), galloping from ``lo``
+    (where the answer usually is)."""
+    bound = lo
+    step = 1
+    while bound < hi and times[bound] <= t:
+        lo = bound + 1
+        bound = lo + step
+        step += step
+    if bound < hi:
+        hi = bound
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if t < times[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _bisect_left(values: list, x, lo: int, hi: int) -> int:
+    """``bisect.bisect_left(values, x, lo, hi)`` on a list of floats or of ints (compiled: one C version each),
+    galloping from ``lo``."""
+    bound = lo
+    step = 1
+    while bound < hi and values[bound] < x:
+        lo = bound + 1
+        bound = lo + step
+        step += step
+    if bound < hi:
+        hi = bound
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -28,9 +28,11 @@ float operations, so they compute bit-identical times.
 from __future__ import annotations
 
 import math
-from heapq import heappop, heappush
+
+from serving_bench.sim.heap import Entry, Heap
 
 LAWS = ("pool", "pool_eff", "soft", "none")
+INF = math.inf
 
 
 class Law:
@@ -99,23 +101,16 @@ class Kind:
         return f"Kind({self.key!r}, demand={self.demand:.3g}, phi={self.phi:.3g})"
 
 
-class Job:
-    """One piece of work: ``work`` solo seconds of kind ``kind``; ``payload`` and ``instance`` are the engine's."""
+class Job(Entry):
+    """One piece of work (made by :meth:`Device.add`): ``work`` solo seconds of kind ``kind`` started at ``start``;
+    ``payload``, ``model`` and ``instance`` are the engine's (-1: a request's way in or out, not a batch). Its
+    ``key`` is the virtual time at which it finishes, ``seq`` its start order."""
 
-    __slots__ = ("work", "kind", "seq", "payload", "instance", "start", "finish_v")
-
-    def __init__(self, work: float, kind: Kind, seq: int, payload, instance, start: float):
-        self.work = work
-        self.kind = kind
-        self.seq = seq
-        self.payload = payload
-        self.instance = instance
-        self.start = start
-        self.finish_v = 0.0
+    __slots__ = ("work", "kind", "payload", "model", "instance", "start")
 
 
 class _Running:
-    """A kind's running jobs on one device: virtual clock, rate, heap of (finishing virtual time, seq, job)."""
+    """A kind's running jobs on one device: virtual clock, rate, heap of jobs by finishing virtual time."""
 
     __slots__ = ("kind", "virtual", "rate", "heap")
 
@@ -123,7 +118,7 @@ class _Running:
         self.kind = kind
         self.virtual = 0.0
         self.rate = 1.0
-        self.heap: list = []
+        self.heap = Heap()
 
 
 # A job whose planned end is this close to now counts as finished (absorbs rounding of virtual clocks).
@@ -132,21 +127,24 @@ DONE_TOLERANCE_S = 1e-12
 
 class Device:
     """Processor sharing per the module docstring. ``law``: the :class:`Law`; ``pairs`` maps a frozenset of two model
-    indices to their measured pair curves, by increasing batch size (each with ``batch`` and ``__call__(k)``)."""
+    indices to their measured pair curves, by increasing batch size (each with ``batch`` and ``__call__(k)``);
+    ``curves``: whether any kind that runs here has a measured co-location curve (without one, and without pairs, no
+    override ever applies and the device does not count executions per model)."""
 
-    __slots__ = ("name", "law", "pairs", "running", "active", "last", "busy_s", "version", "next", "demand",
-                 "executions", "dirty", "jobs")
+    __slots__ = ("name", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
+                 "demand", "executions", "dirty", "jobs")
 
-    def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None):
+    def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None, curves: bool = True):
         self.name = name
         self.law = law or Law()
         self.pairs = pairs or {}
-        self.running: dict = {}  # kind key -> _Running
+        self.overrides = curves or bool(self.pairs)
+        self.running: dict = {}  # Kind -> _Running
         self.active: list[_Running] = []  # kinds with running jobs, in the order they became active
         self.last = 0.0  # virtual clocks are current at this time
         self.busy_s = 0.0  # time with at least one job running
         self.version = 0
-        self.next = math.inf  # the earliest planned end
+        self.next = INF  # the earliest planned end
         self.demand = 0.0  # summed demand of the running jobs
         self.executions: dict[int, int] = {}  # model -> running executions (batch jobs)
         self.dirty = False  # jobs came or went since the rates were last set (see flush)
@@ -166,15 +164,18 @@ class Device:
     def _rerate(self, now: float) -> None:
         """Set each running kind's rate for the current set of jobs and plan the next completion."""
         stretch = self.law.stretch(self.demand) if self.demand > 0.0 else 1.0
-        override = self._override()
-        nxt = math.inf
+        override = self._override() if self.overrides else None
+        nxt = INF
         for r in self.active:
             kind = r.kind
-            rate = override.get(kind.key) if override else None
-            if rate is None:
-                rate = 1.0 / (1.0 + kind.phi * (stretch - 1.0)) if stretch > 1.0 else 1.0
+            if override is not None and kind.key in override:
+                rate = override[kind.key]
+            elif stretch > 1.0:
+                rate = 1.0 / (1.0 + kind.phi * (stretch - 1.0))
+            else:
+                rate = 1.0
             r.rate = rate
-            t = now + (r.heap[0][0] - r.virtual) / rate
+            t = now + (r.heap.first().key - r.virtual) / rate
             if t < nxt:
                 nxt = t
         self.next = nxt
@@ -207,19 +208,28 @@ class Device:
         return None
 
     # -- the engines' interface --------------------------------------------------------------------------------------
-    def add(self, now: float, job: Job) -> None:
+    def add(self, now: float, work: float, kind: Kind, seq: int, payload, model: int, instance: int) -> None:
+        """A :class:`Job` of ``work`` solo seconds of ``kind`` starts at ``now``; ``seq``: its start order."""
         self._advance(now)
-        kind = job.kind
-        r = self.running.get(kind.key)
+        job = Job.__new__(Job)
+        job.work = work
+        job.kind = kind
+        job.seq = seq
+        job.pos = -1
+        job.payload = payload
+        job.model = model
+        job.instance = instance
+        job.start = now
+        r = self.running.get(kind)
         if r is None:
-            r = self.running[kind.key] = _Running(kind)
-        if not r.heap:
+            r = self.running[kind] = _Running(kind)
+        if not r.heap.items:
             self.active.append(r)
-        job.finish_v = r.virtual + job.work
-        heappush(r.heap, (job.finish_v, job.seq, job))
+        job.key = r.virtual + work
+        r.heap.push(job)
         self.jobs += 1
         self.demand += kind.demand
-        if kind.batch:
+        if kind.batch and self.overrides:
             self.executions[kind.model] = self.executions.get(kind.model, 0) + 1
         self.dirty = True
         self.version += 1
@@ -236,7 +246,7 @@ class Device:
         """Absolute time of the next completion if nothing changes (inf when idle)."""
         self.flush(now)
         nxt = self.next
-        return nxt if nxt > now else (now if self.jobs else math.inf)
+        return nxt if nxt > now else (now if self.jobs else INF)
 
     def pop_finished(self, now: float) -> list[Job]:
         """Remove the jobs whose planned end has come (in start order); the others are re-planned at the flush."""
@@ -248,15 +258,15 @@ class Device:
         for r in self.active:
             limit = r.virtual + DONE_TOLERANCE_S * r.rate
             heap = r.heap
-            while heap and heap[0][0] <= limit:
-                done.append(heappop(heap)[2])
+            while heap.items and heap.first().key <= limit:
+                done.append(heap.pop())
         if not done:
             return done
         for job in done:
             kind = job.kind
             self.jobs -= 1
             self.demand -= kind.demand
-            if kind.batch:
+            if kind.batch and self.overrides:
                 c = self.executions[kind.model] - 1
                 if c:
                     self.executions[kind.model] = c
@@ -264,9 +274,19 @@ class Device:
                     del self.executions[kind.model]
         if self.jobs == 0:
             self.demand = 0.0  # no rounding left behind
-        self.active = [r for r in self.active if r.heap]
+        active = self.active  # keep the kinds that still run, in order
+        kept = 0
+        for r in active:
+            if r.heap.items:
+                active[kept] = r
+                kept += 1
+        del active[kept:]
         self.dirty = True
         self.version += 1
         if len(done) > 1:
-            done.sort(key=lambda j: j.seq)
+            done.sort(key=_start_order)
         return done
+
+
+def _start_order(job: Job) -> int:
+    return job.seq

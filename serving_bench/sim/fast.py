@@ -12,55 +12,158 @@ after the steps'.
 
 from __future__ import annotations
 
-import heapq
 import math
 
+import numpy as np
+
 from serving_bench.sim.core import Server
+from serving_bench.sim.device import Device
+from serving_bench.sim.heap import Entry, Heap
 
 DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE, CALL = 0, 1, 2, 3, 4, 5, 6
+INF = math.inf
+
+
+class Event(Entry):
+    """At time ``key`` (seconds), in insertion order ``seq``: ``kind`` of event; ``target`` the device (DEVICE) or
+    function (CALL); ``index`` the model (or feed); ``version`` the device's version when planned (DEVICE), the
+    instance (RELEASE), the position in the feed (FEED) or the owner (ARRIVE, with ``items``). Made by
+    :meth:`FastClock.event`."""
+
+    __slots__ = ("kind", "target", "index", "version", "items")
+
+
+class Agenda:
+    """Work for the end of an instant, in the order asked for, each of ``size`` items (ints below ``size``) at most
+    once: the models to step, the devices to re-plan. A ring, so that an instant's bookkeeping allocates nothing."""
+
+    __slots__ = ("ring", "asked", "head", "count")
+
+    def __init__(self, size: int):
+        self.ring = [0] * size
+        self.asked = [False] * size
+        self.head = 0
+        self.count = 0
+
+    def add(self, i: int) -> None:
+        if not self.asked[i]:
+            self.asked[i] = True
+            self.ring[(self.head + self.count) % len(self.ring)] = i
+            self.count += 1
+
+    def take(self) -> int:
+        """The oldest item (the agenda is not empty); it may be asked for again from now on."""
+        i = self.ring[self.head]
+        self.head = (self.head + 1) % len(self.ring)
+        self.count -= 1
+        self.asked[i] = False
+        return i
 
 
 class FastClock:
-    """Implements :class:`serving_bench.sim.core.Clock` on a binary heap."""
+    """Implements :class:`serving_bench.sim.core.Clock` on a binary heap.
 
-    def __init__(self):
+    What is re-planned again and again — each model's batcher timer and next waking arrival, each device's next
+    completion — is one event per model or device, moved in the heap when re-planned (:meth:`plan`), never a stale
+    copy left behind: the heap stays as small as the number of models and devices. The order is still the one a heap
+    of copies gives (time, then insertion of the valid copy); a waking arrival is valid by its time, so its valid copy
+    is the *first* one planned at that time and still pending, which ``wake_seqs`` remembers per arrival."""
+
+    def __init__(self, n_models: int):
         self.now = 0.0
-        self.heap: list = []
+        self.heap = Heap()
         self.seq = 0
-        self.late: list[int] = []
-        self.late_set: set[int] = set()
+        self.late = Agenda(n_models)  # models to step at the end of this instant
         self.server: Server | None = None
-        self.device_version: dict = {}
-        self.timer_version: list[int] = []
-        self.wake_at: list[float] = []
-        self.dirty: list = []  # devices changed in this instant, in order
+        self.timers = [self.event(TIMER, None, m) for m in range(n_models)]
+        self.wakes = [self.event(WAKE, None, m) for m in range(n_models)]
+        self.wake_seqs: list[list[int]] = []  # per model and static arrival: seq of the first wake planned at it (0: none)
+        self.devices: list[Device] = []  # every device seen, by its index here
+        self.completions: list[Event] = []  # each device's completion event
+        self.device_index: dict = {}  # device -> its index
+        self.dirty = Agenda(0)  # devices changed in this instant, to re-plan at its end
 
-    def push(self, t: float, kind: int, target, version) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, target, version))
+    def event(self, kind: int, target, index: int, version: int = 0, items: int = 0) -> Event:
+        """A new event, not in the heap yet."""
+        event = Event.__new__(Event)
+        event.key = 0.0
+        event.seq = 0
+        event.pos = -1
+        event.kind = kind
+        event.target = target
+        event.index = index
+        event.version = version
+        event.items = items
+        return event
+
+    def push(self, t: float, kind: int, target, index: int, version: int = 0, items: int = 0) -> None:
+        """A one-off event at ``t``."""
+        self.plan(self.event(kind, target, index, version, items), t)
+
+    def plan(self, event: Event, t: float) -> None:
+        """(Re-)plan ``event`` at ``t`` (inf: not at all), ordered after everything planned before."""
+        if t < INF:
+            self.seq += 1
+            event.key = t
+            event.seq = self.seq
+            self.heap.place(event)
+        elif event.pos >= 0:
+            self.heap.remove(event)
 
     def notify(self, m: int) -> None:
-        if m not in self.late_set:
-            self.late_set.add(m)
-            self.late.append(m)
+        self.late.add(m)
 
     def timer(self, m: int, t: float) -> None:
-        self.timer_version[m] += 1
-        if t < math.inf:
-            self.push(t, TIMER, m, self.timer_version[m])
+        self.plan(self.timers[m], t)
 
     def device_changed(self, device) -> None:
-        if device not in self.dirty:
-            self.dirty.append(device)
+        self.dirty.add(self.device_index[device])
+
+    def watch(self, devices) -> None:
+        """The devices whose changes this clock will hear of."""
+        self.devices = list(devices)
+        self.device_index = {device: i for i, device in enumerate(self.devices)}
+        self.completions = [self.event(DEVICE, device, i) for i, device in enumerate(self.devices)]
+        self.dirty = Agenda(len(self.devices))
+
+    def replan(self, d: int) -> None:
+        """Plan device ``d``'s next completion (at the end of an instant in which it changed)."""
+        device = self.devices[d]
+        event = self.completions[d]
+        event.version = device.version
+        self.plan(event, device.next_completion(self.now))
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
-        self.push(t, ARRIVE, m, (owner, items))
+        self.push(t, ARRIVE, None, m, owner, items)
 
     def release(self, m: int, instance: int, t: float) -> None:
-        self.push(t, RELEASE, m, instance)
+        self.push(t, RELEASE, None, m, instance)
 
     def call(self, t: float, fn) -> None:
-        self.push(t, CALL, fn, None)
+        self.push(t, CALL, fn, -1)
+
+    def plan_wake(self, m: int) -> None:
+        """Plan model ``m``'s next waking arrival (static arrivals only; see the module docstring)."""
+        st = self.server.models[m]
+        if not st.static:
+            return
+        j = st.waking_arrival()
+        event = self.wakes[m]
+        if j < 0:
+            if event.pos >= 0:
+                self.heap.remove(event)
+            return
+        t = st.t[j]
+        if event.pos >= 0 and event.key == t:
+            return
+        seqs = self.wake_seqs[m]
+        seq = seqs[j]
+        if seq == 0:  # no earlier copy at this time (an arrival not yet come: a copy at it would still be pending)
+            self.seq += 1
+            seq = seqs[j] = self.seq
+        event.key = t
+        event.seq = seq
+        self.heap.place(event)
 
 
 def run_fast(server_factory, n_models: int, feeds=()) -> Server:
@@ -68,75 +171,53 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
     streams delivered one event per request (ensembles, models with ``max_queue_size``, requests whose way in is
     simulated): tuples ``(times, record ids, items, handler)``, ``handler(record id, t, items)`` called at each
     time."""
-    clock = FastClock()
-    clock.timer_version = [0] * n_models
-    clock.wake_at = [math.inf] * n_models
+    clock = FastClock(n_models)
     server = server_factory(clock)
     clock.server = server
-    models = server.models
+    clock.watch(server.devices.values())
+    clock.wake_seqs = [[0] * len(st.t) if st.static else [] for st in server.models]
     heap = clock.heap
     late = clock.late
-    late_set = clock.late_set
-    pop = heapq.heappop
-    timer_version = clock.timer_version
-    wake_at = clock.wake_at
-
-    def plan_wake(m: int) -> None:
-        st = models[m]
-        if not st.static:
-            return
-        t = st.next_wake_time()
-        if t != wake_at[m]:
-            wake_at[m] = t
-            if t < math.inf:
-                clock.push(t, WAKE, m, t)
-
     for m in range(n_models):
-        plan_wake(m)
-    feeds = list(feeds)
-    for f, feed in enumerate(feeds):
-        if len(feed[0]):
-            clock.push(float(feed[0][0]), FEED, f, 0)
+        clock.plan_wake(m)
+    streams = [(np.asarray(times, dtype=np.float64).tolist(), np.asarray(ids, dtype=np.int64).tolist(),
+                np.asarray(items, dtype=np.int64).tolist(), handler) for times, ids, items, handler in feeds]
+    for f, feed in enumerate(streams):
+        if feed[0]:
+            clock.push(feed[0][0], FEED, None, f, 0)
 
-    arrive = server.arrive
     dirty = clock.dirty
     while True:
-        if late and (not heap or heap[0][0] > clock.now):
-            m = late.pop(0)
-            late_set.discard(m)
+        if late.count and (not heap.items or heap.first().key > clock.now):
+            m = late.take()
             server.step(m, clock.now)
-            plan_wake(m)
+            clock.plan_wake(m)
             continue
-        if dirty and (not heap or heap[0][0] > clock.now):
-            device = dirty.pop(0)
-            t = device.next_completion(clock.now)
-            if t < math.inf:
-                clock.push(t, DEVICE, device, device.version)
+        if dirty.count and (not heap.items or heap.first().key > clock.now):
+            clock.replan(dirty.take())
             continue
-        if not heap:
+        if not heap.items:
             break
-        t, _, kind, target, version = pop(heap)
-        clock.now = t
+        event = heap.pop()
+        t = clock.now = event.key
+        kind = event.kind
         if kind == DEVICE:
-            if target.version == version:
-                server.complete(target, t)
-        elif kind == WAKE:
-            if wake_at[target] == version:
-                wake_at[target] = math.inf
-                clock.notify(target)
-        elif kind == TIMER:
-            if timer_version[target] == version:
-                clock.notify(target)
+            device = event.target
+            if device.version == event.version:
+                server.complete(device, t)
+        elif kind == WAKE or kind == TIMER:
+            clock.notify(event.index)
         elif kind == RELEASE:
-            server.release(target, version, t)
+            server.release(event.index, event.version, t)
         elif kind == ARRIVE:  # a dynamic arrival (an ensemble step, a closed-loop request)
-            arrive(target, t, version[0], version[1])
+            server.arrive(event.index, t, event.version, event.items)
         elif kind == CALL:
-            target(t)
+            event.target(t)
         else:  # FEED: the next request of an arrival stream delivered one by one
-            times, ids, items, handler = feeds[target]
-            pos = version
-            handler(int(ids[pos]), t, int(items[pos]))
+            times, ids, items, handler = streams[event.index]
+            pos = event.version
+            handler(ids[pos], t, items[pos])
             if pos + 1 < len(times):
-                clock.push(float(times[pos + 1]), FEED, target, pos + 1)
+                event.version = pos + 1
+                clock.plan(event, times[pos + 1])
     return server

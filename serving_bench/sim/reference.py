@@ -24,7 +24,7 @@ import struct
 
 import simpy
 
-from serving_bench.sim.core import Server
+from serving_bench.sim.core import Clock, Server
 
 
 _DOUBLE, _INT = struct.Struct("<d"), struct.Struct("<q")
@@ -44,7 +44,7 @@ def delay_to(env: simpy.Environment, t: float) -> int:
     return max(ticks(t) - env.now, 0)
 
 
-class SimPyClock:
+class SimPyClock(Clock):
     """:class:`serving_bench.sim.core.Clock` on SimPy timeouts; the end-of-instant work (model steps, device
     re-plans, each in the order asked for) is run by :func:`run_simpy`'s loop."""
 
@@ -106,7 +106,7 @@ def _static_arrivals(clock: SimPyClock, m: int):
     for t in list(st.t):
         yield env.timeout(delay_to(env, t))
         st.admit_until(clock.now)
-        if st.wake_predicate() if st.spec.dynamic else st.idle:
+        if st.wake_predicate() if st.spec.dynamic else st.n_idle:
             clock.notify(m)
 
 

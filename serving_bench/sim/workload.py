@@ -157,7 +157,8 @@ class Workload:
 
     def static_lists(self, m: int) -> tuple[list, list, list]:
         times, rids, items = self.sources.get(m, ((), (), ()))
-        return list(map(float, times)), list(map(int, rids)), list(map(int, items))
+        return (np.asarray(times, dtype=np.float64).tolist(), np.asarray(rids, dtype=np.int64).tolist(),
+                np.asarray(items, dtype=np.int64).tolist())
 
     # -- closed loop ----------------------------------------------------------------------------------------------
     def _closed_loop(self, concurrency: dict[int, int], duration_s: float) -> None:

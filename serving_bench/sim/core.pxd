@@ -1,0 +1,138 @@
+# C types for core.py (Cython pure mode; the .py is the definition, this file only types it).
+cimport cython
+from libc cimport math
+
+from serving_bench.sim.device cimport Device, Job, Kind
+
+cdef int UNINIT, READY, SCHEDULED, EXECUTING
+cdef double EPS_S, TIMER_RESOLUTION_S, INF, DEFAULT_WAIT_S
+cdef long long NEVER
+
+ctypedef fused Number:
+    double
+    long long
+
+
+cdef class Payload:
+    cdef public list ranges
+    cdef public long long items, nreq
+    cdef public int state
+    cdef public bint saturated
+    cdef public double start
+
+    @cython.locals(ranges=list)
+    cdef take(self, Py_ssize_t a, Py_ssize_t n, long long items)
+
+
+cdef class Clock:
+    cpdef notify(self, int m)
+    cpdef timer(self, int m, double t)
+    cpdef device_changed(self, Device device)
+    cpdef arrive(self, int m, double t, long long owner, long long items)
+    cpdef release(self, int m, int instance, double t)
+    cpdef call(self, double t, object fn)
+
+
+cdef class ModelState:
+    cdef public object spec
+    cdef public int m
+    cdef public bint dynamic
+    cdef public long long max_batch, max_preferred_size, max_queue_size
+    cdef public double delay_s, timeout_s
+    cdef public tuple preferred
+    cdef public list t, owner, items, cum
+    cdef public bint all_ones, static, absorbing
+    cdef public Py_ssize_t n_arr, head, pq_head, ui
+    cdef public long long next_pref
+    cdef public Payload cur
+    cdef public list pqueue, is_idle, u
+    cdef public int n_idle
+    cdef public int slots
+    cdef public object rng
+    cdef public double timer_at
+    cdef public object idle_since
+    cdef public list rejected, timed_out, errors, out_a, out_b, out_t, out_items, out_inst
+    cdef public double busy_s
+    cdef public long long executions, executed_items
+    cdef public list inst_device, inst_table, inst_kinds, inst_per_request, inst_gap, inst_idle, inst_free_at
+
+    cpdef long long queued_items(self) except? -1
+    cpdef admit_until(self, double now)
+    cpdef bint append(self, double t, long long owner, long long items) except -1
+    cpdef bint wake_predicate(self) except -1
+    cpdef Py_ssize_t pqueue_len(self) except? -1
+    @cython.locals(i=int)
+    cdef int take_idle(self) except -1
+    @cython.locals(n=cython.Py_ssize_t, cur=Payload, need=cython.longlong, reach=cython.longlong,
+                   j=cython.longlong, t=list)
+    cpdef Py_ssize_t waking_arrival(self) except? -2
+    @cython.locals(t0=double, k=double, t=double)
+    cpdef double idle_wake(self, object after=*) except? -1.0
+
+
+cdef class Server:
+    cdef public object spec, on_done, on_failed, on_phase
+    cdef public bint report_all, lazy
+    cdef public Clock clock
+    cdef public list models
+    cdef public dict devices
+    cdef public long long job_seq
+
+    @cython.locals(st=ModelState)
+    cpdef step(self, int m, double now)
+
+    @cython.locals(p=Payload, i=cython.Py_ssize_t)
+    cdef _direct(self, ModelState st, double now)
+
+    @cython.locals(p=Payload, f=Payload)
+    cdef _dispatch(self, ModelState st, double now)
+
+    @cython.locals(items=cython.longlong, grid=list, ui=cython.Py_ssize_t, x=double, i=cython.Py_ssize_t, work=double,
+                   dev=Device)
+    cdef _start(self, ModelState st, Payload p, int instance, double now)
+
+    @cython.locals(done=list, job=Job, m=int, instance=int, st=ModelState, p=Payload, ranges=list,
+                   k=cython.Py_ssize_t, gap=double)
+    cpdef complete(self, Device dev, double now)
+
+    @cython.locals(st=ModelState)
+    cpdef arrive(self, int m, double now, long long owner, long long items)
+
+    @cython.locals(st=ModelState)
+    cpdef release(self, int m, int instance, double now)
+
+    @cython.locals(timer=double, cur=Payload, wait=double, n=cython.longlong, items=cython.longlong,
+                   a=cython.Py_ssize_t)
+    cdef _batcher_loop(self, ModelState st, double now)
+
+    @cython.locals(end=cython.Py_ssize_t, i=cython.Py_ssize_t, t=list, pref=tuple, cur=Payload, p=cython.longlong,
+                   n=cython.longlong, x=cython.longlong)
+    cdef _absorb(self, ModelState st, double now)
+
+    cdef idle_arrival(self, ModelState st)
+
+    @cython.locals(timeout=double, h=cython.Py_ssize_t, end=cython.Py_ssize_t, t=list, limit=double,
+                   j=cython.Py_ssize_t)
+    cdef _expire(self, ModelState st, double now)
+
+    @cython.locals(h=cython.Py_ssize_t, end=cython.Py_ssize_t, cur=Payload, p=cython.longlong, max_b=cython.longlong,
+                   max_p=cython.longlong, pref=tuple, best_items=cython.longlong, best_n=cython.longlong,
+                   send_now=bint, n_q=cython.longlong, k_fit=cython.longlong, x=cython.longlong, k=cython.longlong,
+                   i_c=cython.longlong, examined=cython.longlong, pending_n=cython.longlong,
+                   pending_items=cython.longlong, items=list, i=cython.Py_ssize_t, s=cython.longlong, delay=double,
+                   oldest=double, delay_exceeded=bint, total=cython.longlong, nxt=cython.longlong, wait=double,
+                   closest=double)
+    cdef (double, long long, long long) _get_dynamic_batch(self, ModelState st, double now) except *
+
+    @cython.locals(ranges=list, k=cython.Py_ssize_t, i=cython.Py_ssize_t)
+    cdef _report_done(self, ModelState st, Payload p, double now)
+
+
+@cython.locals(x=cython.longlong)
+cdef long long _next_size(tuple sizes, long long n) except? -1
+
+@cython.locals(mid=cython.Py_ssize_t, bound=cython.Py_ssize_t, step=cython.Py_ssize_t)
+cdef Py_ssize_t _bisect_right(list times, double t, Py_ssize_t lo, Py_ssize_t hi) except -1
+
+@cython.locals(mid=cython.Py_ssize_t, bound=cython.Py_ssize_t, step=cython.Py_ssize_t)
+cdef Py_ssize_t _bisect_left(list values, Number x, Py_ssize_t lo, Py_ssize_t hi) except -1
