@@ -4,25 +4,35 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean-results
+# The simulator's compiled engine (serving_bench/sim/*.py with a .pxd beside them; serving_bench/sim/compiled.py):
+# the install builds it in place; `make build` rebuilds it when its source changed since.
+SIM_ENGINE := $(basename $(wildcard serving_bench/sim/*.pxd))
+SIM_BUILT := serving_bench/sim/_built.json
+
+.PHONY: demo test bench venv build clean-results
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+build: $(SIM_BUILT)
+
+$(SIM_BUILT): $(addsuffix .py,$(SIM_ENGINE)) $(addsuffix .pxd,$(SIM_ENGINE)) | $(STAMP)
+	$(BIN)/python setup.py --quiet build_ext --inplace
+
+demo: build
 	$(BIN)/serving-bench demo --out results/demo
 
-test: $(STAMP)
+test: build
 	$(BIN)/python -m pytest -q
 
 # Every benchmark in its short mode (each prints a ratio against a peer measured in the same run).
 BENCHMARKS := lateness vs_perf_analyzer server_overhead sim_speed sim_fidelity frameworks vs_model_analyzer
-bench: $(STAMP)
+bench: build
 	scripts/install_perf_analyzer.sh
 	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py --quick"; $(BIN)/python benchmarks/$$b.py --quick || exit 1; done
 
