@@ -24,6 +24,14 @@ cdef class Payload:
     cdef take(self, Py_ssize_t a, Py_ssize_t n, long long items)
 
 
+cdef class Executed:
+    cdef public double[:, :] rows
+    cdef public Py_ssize_t n
+
+    @cython.locals(n=cython.Py_ssize_t, rows=cython.double[:, :])
+    cdef add(self, Py_ssize_t a, Py_ssize_t b, double t, long long items, int instance)
+
+
 cdef class Clock:
     cpdef notify(self, int m)
     cpdef timer(self, int m, double t)
@@ -51,7 +59,9 @@ cdef class ModelState:
     cdef public object rng
     cdef public double timer_at
     cdef public object idle_since
-    cdef public list rejected, timed_out, errors, out_a, out_b, out_t, out_items, out_inst
+    cdef public object static_t, static_owner
+    cdef public list rejected, timed_out, errors
+    cdef public Executed executed
     cdef public double busy_s
     cdef public long long executions, executed_items
     cdef public list inst_device, inst_table, inst_kinds, inst_per_request, inst_gap, inst_idle, inst_free_at
@@ -87,8 +97,8 @@ cdef class Server:
     @cython.locals(p=Payload, f=Payload)
     cdef _dispatch(self, ModelState st, double now)
 
-    @cython.locals(items=cython.longlong, grid=list, ui=cython.Py_ssize_t, x=double, i=cython.Py_ssize_t, work=double,
-                   dev=Device)
+    @cython.locals(items=cython.longlong, grid=list, ui=cython.Py_ssize_t, u=double, last=cython.Py_ssize_t, x=double,
+                   i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device)
     cdef _start(self, ModelState st, Payload p, int instance, double now)
 
     @cython.locals(done=list, job=Job, m=int, instance=int, st=ModelState, p=Payload, ranges=list,

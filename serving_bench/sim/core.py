@@ -72,6 +72,36 @@ class Payload:
         self.nreq += n
 
 
+class Executed:
+    """What a model executed: one row per request range ``[a, b)`` — ``a``, ``b``, its batch's end time (seconds), items
+    and instance — as float64 (indices and counts are exact below 2**53), in an array doubled when full, so the records
+    are read without a conversion per request."""
+
+    __slots__ = ("rows", "n")
+
+    def __init__(self):
+        self.rows = np.zeros((256, 5))
+        self.n = 0
+
+    def add(self, a: int, b: int, t: float, items: int, instance: int) -> None:
+        n = self.n
+        if n == self.rows.shape[0]:
+            grown = np.empty((2 * n, 5))
+            grown[:n] = self.rows
+            self.rows = grown
+        rows = self.rows
+        rows[n, 0] = a
+        rows[n, 1] = b
+        rows[n, 2] = t
+        rows[n, 3] = items
+        rows[n, 4] = instance
+        self.n = n + 1
+
+    def table(self) -> np.ndarray:
+        """The rows so far, ``(n, 5)``."""
+        return np.asarray(self.rows)[:self.n]
+
+
 class Clock:
     """What the core needs from an engine. ``notify`` requests a step of a model at the end of the current instant;
     ``timer`` (re)arms a model's batcher timer (inf: none); ``device_changed`` re-plans a device's next completion;
@@ -96,7 +126,7 @@ class Clock:
 class ModelState:
     """One served model: its arrivals (local lists), request FIFO, batcher state, payload queue and instances."""
 
-    def __init__(self, spec, rng_seed: tuple, static_arrivals):
+    def __init__(self, spec, rng_seed: tuple, static_arrivals: tuple[np.ndarray, np.ndarray, np.ndarray]):
         self.spec = spec
         self.m = spec.index
         # the batcher's knobs (read on every step; ``spec`` is their home)
@@ -107,14 +137,16 @@ class ModelState:
         self.max_preferred_size = spec.max_preferred_size
         self.max_queue_size = spec.max_queue_size
         self.timeout_s = spec.timeout_s
-        # local request lists, in arrival order at the server: time, owner (record index, or -1 - ensemble slot), items
-        t, owner, items = static_arrivals
-        self.t: list[float] = t
-        self.owner: list[int] = owner
-        self.items: list[int] = items
-        arr = np.asarray(items, dtype=np.int64)
-        self.cum: list[int] = [0] + np.cumsum(arr).tolist()
-        self.all_ones = bool(np.all(arr == 1))
+        # local request lists, in arrival order at the server: time, owner (record index, or -1 - ensemble slot), items;
+        # the static ones (known up front) also kept as the arrays they came in (see ``arrivals``)
+        t, owner, items = (np.asarray(a, dtype=dtype) for a, dtype in zip(static_arrivals, (np.float64, np.int64,
+                                                                                              np.int64)))
+        self.static_t, self.static_owner = t, owner
+        self.t: list[float] = t.tolist()
+        self.owner: list[int] = owner.tolist()
+        self.items: list[int] = items.tolist()
+        self.cum: list[int] = [0] + np.cumsum(items).tolist()
+        self.all_ones = bool(np.all(items == 1))
         self.static = True
         self.n_arr = 0  # requests arrived (admitted) so far
         self.head = 0  # first request still in the FIFO
@@ -136,12 +168,7 @@ class ModelState:
         self.rejected: list[tuple[int, float]] = []  # (owner, time) rejected at arrival (queue full)
         self.timed_out: list[tuple[int, int, float]] = []  # (a, b, t)
         self.errors: list[int] = []
-        # executed request ranges [out_a, out_b) with their batch's end time, items and instance (flat, one per range)
-        self.out_a: list[int] = []
-        self.out_b: list[int] = []
-        self.out_t: list[float] = []
-        self.out_items: list[int] = []
-        self.out_inst: list[int] = []
+        self.executed = Executed()
         self.busy_s = 0.0
         self.executions = 0  # executed batches
         self.executed_items = 0
@@ -156,6 +183,12 @@ class ModelState:
         self.inst_free_at: list[float] = []  # when each instance last became free (-inf: never busy)
 
     # -- arrivals ---------------------------------------------------------------------------------------------------
+    def arrivals(self) -> tuple[np.ndarray, np.ndarray]:
+        """Times (seconds) and owners of every request that reached the queue, in queue order, as arrays."""
+        if len(self.t) == len(self.static_t):  # nothing appended: the arrays the static ones came in
+            return self.static_t, self.static_owner
+        return np.asarray(self.t, dtype=np.float64), np.asarray(self.owner, dtype=np.int64)
+
     def queued_items(self) -> int:
         return self.cum[self.n_arr] - self.cum[self.head]
 
@@ -255,7 +288,8 @@ class Server:
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule)) for name, rule in spec.devices.items()}
+        self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule), i)
+                        for i, (name, rule) in enumerate(spec.devices.items())}
         for st in self.models:
             ms = st.spec
             for device in ms.instance_devices:
@@ -329,11 +363,19 @@ class Server:
             st.u = st.rng.random(4096).tolist()
             ui = 0
         st.ui = ui + 1
-        x = st.u[ui] * (len(grid) - 1)
+        u = st.u[ui]
+        last = len(grid) - 1
+        x = u * last
         i = int(x)
-        work = grid[-1] if i >= len(grid) - 1 else grid[i] + (x - i) * (grid[i + 1] - grid[i])
+        if i >= last:
+            work = grid[last]
+        else:
+            lo = grid[i]
+            hi = grid[i + 1]
+            work = lo + (x - i) * (hi - lo)
         if p.nreq > 1:
-            work += st.inst_per_request[instance] * (p.nreq - 1)
+            per_request = st.inst_per_request[instance]
+            work += per_request * (p.nreq - 1)
         idle = st.inst_idle[instance]
         if idle is not None:
             work += idle.service_extra(now - st.inst_free_at[instance])
@@ -356,11 +398,7 @@ class Server:
             p = job.payload
             ranges = p.ranges
             for k in range(0, len(ranges), 2):
-                st.out_a.append(ranges[k])
-                st.out_b.append(ranges[k + 1])
-                st.out_t.append(now)
-                st.out_items.append(p.items)
-                st.out_inst.append(instance)
+                st.executed.add(ranges[k], ranges[k + 1], now, p.items, instance)
             st.busy_s += now - job.start
             st.executions += 1
             st.executed_items += p.items

@@ -4,8 +4,12 @@ cimport cython
 from serving_bench.sim.heap cimport Entry, Heap
 
 
+cdef int SOFT, NONE
+
+
 cdef class Law:
     cdef public str name
+    cdef public int form
     cdef public double capacity, eta, power, scale
     cpdef double stretch(self, double demand) except? -1.0
     cpdef double speedup(self, double k, double demand) except? -1.0
@@ -37,6 +41,7 @@ cdef double INF, DONE_TOLERANCE_S
 
 cdef class Device:
     cdef public str name
+    cdef public int index
     cdef public Law law
     cdef public bint overrides
     cdef public dict pairs, running, executions

@@ -32,6 +32,7 @@ import math
 from serving_bench.sim.heap import Entry, Heap
 
 LAWS = ("pool", "pool_eff", "soft", "none")
+SOFT, NONE = LAWS.index("soft"), LAWS.index("none")
 INF = math.inf
 
 
@@ -48,22 +49,23 @@ class Law:
 
     Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
-    __slots__ = ("name", "capacity", "eta", "power", "scale")
+    __slots__ = ("name", "form", "capacity", "eta", "power", "scale")
 
     def __init__(self, name: str = "pool", capacity: float = 1.0, eta: float = 1.0, power: float = 8.0):
         if name not in LAWS:
             raise ValueError(f"unknown law {name!r}; expected one of {', '.join(LAWS)}")
         self.name = name
+        self.form = LAWS.index(name)
         self.capacity = float(capacity)
         self.eta = float(eta) if name != "pool" else 1.0
         self.power = float(power)
         self.scale = self.eta * self.capacity
 
     def stretch(self, demand: float) -> float:
-        if self.name == "none":
+        if self.form == NONE:
             return 1.0
         x = demand / self.scale
-        if self.name == "soft":
+        if self.form == SOFT:
             return (1.0 + x ** self.power) ** (1.0 / self.power)
         return x if x > 1.0 else 1.0
 
@@ -129,13 +131,16 @@ class Device:
     """Processor sharing per the module docstring. ``law``: the :class:`Law`; ``pairs`` maps a frozenset of two model
     indices to their measured pair curves, by increasing batch size (each with ``batch`` and ``__call__(k)``);
     ``curves``: whether any kind that runs here has a measured co-location curve (without one, and without pairs, no
-    override ever applies and the device does not count executions per model)."""
+    override ever applies and the device does not count executions per model); ``index``: its place among the run's
+    devices (the engines' handle on it)."""
 
-    __slots__ = ("name", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
+    __slots__ = ("name", "index", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
                  "demand", "executions", "dirty", "jobs")
 
-    def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None, curves: bool = True):
+    def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None, curves: bool = True,
+                 index: int = 0):
         self.name = name
+        self.index = index
         self.law = law or Law()
         self.pairs = pairs or {}
         self.overrides = curves or bool(self.pairs)
@@ -175,7 +180,7 @@ class Device:
             else:
                 rate = 1.0
             r.rate = rate
-            t = now + (r.heap.first().key - r.virtual) / rate
+            t = now + (r.heap.first_key - r.virtual) / rate
             if t < nxt:
                 nxt = t
         self.next = nxt
@@ -258,7 +263,7 @@ class Device:
         for r in self.active:
             limit = r.virtual + DONE_TOLERANCE_S * r.rate
             heap = r.heap
-            while heap.items and heap.first().key <= limit:
+            while heap.first_key <= limit:
                 done.append(heap.pop())
         if not done:
             return done
@@ -280,7 +285,8 @@ class Device:
             if r.heap.items:
                 active[kept] = r
                 kept += 1
-        del active[kept:]
+        if kept < len(active):
+            del active[kept:]
         self.dirty = True
         self.version += 1
         if len(done) > 1:

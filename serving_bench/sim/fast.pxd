@@ -20,6 +20,7 @@ cdef class Agenda:
     cdef public list ring, asked
     cdef public Py_ssize_t head, count
 
+    @cython.locals(tail=cython.Py_ssize_t)
     cdef void add(self, Py_ssize_t i) except *
     @cython.locals(i=cython.Py_ssize_t)
     cdef Py_ssize_t take(self) except -1
@@ -32,7 +33,6 @@ cdef class FastClock(Clock):
     cdef public Agenda late, dirty
     cdef public list timers, wakes, wake_seqs, devices, completions
     cdef public Server server
-    cdef public dict device_index
 
     @cython.locals(event=Event)
     cdef Event event(self, int kind, object target, int index, long long version=*, long long items=*)

@@ -48,13 +48,14 @@ class Agenda:
     def add(self, i: int) -> None:
         if not self.asked[i]:
             self.asked[i] = True
-            self.ring[(self.head + self.count) % len(self.ring)] = i
+            tail = self.head + self.count
+            self.ring[tail if tail < len(self.ring) else tail - len(self.ring)] = i
             self.count += 1
 
     def take(self) -> int:
         """The oldest item (the agenda is not empty); it may be asked for again from now on."""
         i = self.ring[self.head]
-        self.head = (self.head + 1) % len(self.ring)
+        self.head = self.head + 1 if self.head + 1 < len(self.ring) else 0
         self.count -= 1
         self.asked[i] = False
         return i
@@ -78,9 +79,8 @@ class FastClock:
         self.timers = [self.event(TIMER, None, m) for m in range(n_models)]
         self.wakes = [self.event(WAKE, None, m) for m in range(n_models)]
         self.wake_seqs: list[list[int]] = []  # per model and static arrival: seq of the first wake planned at it (0: none)
-        self.devices: list[Device] = []  # every device seen, by its index here
+        self.devices: list[Device] = []  # the run's devices, by index
         self.completions: list[Event] = []  # each device's completion event
-        self.device_index: dict = {}  # device -> its index
         self.dirty = Agenda(0)  # devices changed in this instant, to re-plan at its end
 
     def event(self, kind: int, target, index: int, version: int = 0, items: int = 0) -> Event:
@@ -116,13 +116,13 @@ class FastClock:
     def timer(self, m: int, t: float) -> None:
         self.plan(self.timers[m], t)
 
-    def device_changed(self, device) -> None:
-        self.dirty.add(self.device_index[device])
+    def device_changed(self, device: Device) -> None:
+        self.dirty.add(device.index)
 
-    def watch(self, devices) -> None:
-        """The devices whose changes this clock will hear of."""
-        self.devices = list(devices)
-        self.device_index = {device: i for i, device in enumerate(self.devices)}
+    def watch(self, devices: list[Device]) -> None:
+        """The run's devices (each at its ``index``), whose changes this clock will hear of."""
+        self.devices = devices
+        assert all(device.index == i for i, device in enumerate(devices))
         self.completions = [self.event(DEVICE, device, i) for i, device in enumerate(self.devices)]
         self.dirty = Agenda(len(self.devices))
 
@@ -174,7 +174,7 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
     clock = FastClock(n_models)
     server = server_factory(clock)
     clock.server = server
-    clock.watch(server.devices.values())
+    clock.watch(list(server.devices.values()))
     clock.wake_seqs = [[0] * len(st.t) if st.static else [] for st in server.models]
     heap = clock.heap
     late = clock.late
@@ -188,12 +188,12 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
 
     dirty = clock.dirty
     while True:
-        if late.count and (not heap.items or heap.first().key > clock.now):
+        if late.count and heap.first_key > clock.now:
             m = late.take()
             server.step(m, clock.now)
             clock.plan_wake(m)
             continue
-        if dirty.count and (not heap.items or heap.first().key > clock.now):
+        if dirty.count and heap.first_key > clock.now:
             clock.replan(dirty.take())
             continue
         if not heap.items:

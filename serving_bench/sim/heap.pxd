@@ -1,6 +1,8 @@
 # C types for heap.py (Cython pure mode; the .py is the definition, this file only types it).
 cimport cython
 
+cdef double INF
+
 
 cdef class Entry:
     cdef public double key
@@ -10,14 +12,16 @@ cdef class Entry:
 
 cdef class Heap:
     cdef public list items
+    cdef public double first_key
 
-    cdef inline Entry first(self)
     cdef void push(self, Entry item)
     @cython.locals(first=Entry)
     cdef Entry pop(self)
     @cython.locals(items=list, last=Entry, i=cython.Py_ssize_t)
     cdef void remove(self, Entry item)
     cdef void place(self, Entry item)
+    @cython.locals(items=list, first=Entry)
+    cdef void _first(self)
 
     @cython.locals(items=list, i=cython.Py_ssize_t, parent=cython.Py_ssize_t, above=Entry)
     cdef void _up(self, Entry item)

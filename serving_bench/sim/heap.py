@@ -10,6 +10,9 @@ compares Python objects element by element.
 
 from __future__ import annotations
 
+import math
+
+INF = math.inf
 
 class Entry:
     """An item of a heap: ``key`` (a time, seconds; or a virtual time), a unique ``seq`` that breaks ties, and its
@@ -24,22 +27,21 @@ class Entry:
 
 
 class Heap:
-    """The heap; ``items`` is the list it lives in (``items[0]`` first; empty list: empty heap)."""
+    """The heap; ``items`` is the list it lives in (``items[0]`` first; empty list: empty heap), ``first_key`` the
+    first item's key (inf when empty)."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "first_key")
 
     def __init__(self):
         self.items: list[Entry] = []
-
-    def first(self) -> Entry:
-        """The first item of a non-empty heap."""
-        return self.items[0]
+        self.first_key = INF
 
     def push(self, item: Entry) -> None:
         """Add ``item`` (not in a heap)."""
         item.pos = len(self.items)
         self.items.append(item)
         self._up(item)
+        self._first()
 
     def pop(self) -> Entry:
         """Remove and return the first item of a non-empty heap."""
@@ -58,6 +60,7 @@ class Heap:
             last.pos = i
             self._down(last)
             self._up(last)
+        self._first()
 
     def place(self, item: Entry) -> None:
         """``item``'s ``key`` or ``seq`` may have changed: put it where it now belongs (adding it if not in)."""
@@ -66,6 +69,15 @@ class Heap:
         else:
             self._down(item)
             self._up(item)
+            self._first()
+
+    def _first(self) -> None:
+        items = self.items
+        if items:
+            first = items[0]
+            self.first_key = first.key
+        else:
+            self.first_key = INF
 
     def _up(self, item: Entry) -> None:
         items = self.items

@@ -90,7 +90,7 @@ class SimTarget:
         hooks = spec.ensembles or report_all
 
         def factory(clock):
-            server = Server(spec, clock, [workload.static_lists(m.index) for m in spec.models], self.seed,
+            server = Server(spec, clock, [workload.static_arrivals(m.index) for m in spec.models], self.seed,
                             on_done=workload.on_done if hooks else None,
                             on_failed=workload.on_failed if hooks else None,
                             on_phase=workload.on_phase, report_all=report_all)
@@ -115,18 +115,24 @@ class SimTarget:
         seen = np.zeros(n, dtype=bool)
         sent = workload.sent_s
 
+        server_mean = {}  # queued and computed: from reaching the batcher to the answer (Triton's queue + compute)
         for st in server.models:
-            owners = np.asarray(st.owner, dtype=np.int64)
-            if st.out_a:
-                a = np.asarray(st.out_a, dtype=np.int64)
-                lengths = np.asarray(st.out_b, dtype=np.int64) - a
-                who = owners[_expand(a, lengths)]
+            times, owners = st.arrivals()
+            executed = st.executed.table()
+            server_mean[st.spec.name] = None
+            if len(executed):
+                a = executed[:, 0].astype(np.int64)
+                lengths = executed[:, 1].astype(np.int64) - a
+                local = _expand(a, lengths)
+                end = np.repeat(executed[:, 2], lengths)
+                server_mean[st.spec.name] = float((end - times[local]).mean())
+                who = owners[local]
                 direct = who >= 0
                 ids = who[direct]
-                done[ids] = np.repeat(np.asarray(st.out_t), lengths)[direct]
+                done[ids] = end[direct]
                 status[ids] = STATUSES.index("ok")
-                exec_batch[ids] = np.repeat(np.asarray(st.out_items, dtype=np.int32), lengths)[direct]
-                instance[ids] = np.repeat(np.asarray(st.out_inst, dtype=np.int32), lengths)[direct]
+                exec_batch[ids] = np.repeat(executed[:, 3].astype(np.int32), lengths)[direct]
+                instance[ids] = np.repeat(executed[:, 4].astype(np.int32), lengths)[direct]
                 seen[ids] = True
             for a, b, _t in st.timed_out:
                 who = owners[a:b]
@@ -170,16 +176,6 @@ class SimTarget:
             for stream in range(len(workload.kinds)):
                 rids = np.flatnonzero(schedule.model == stream)
                 overhead[rids] = workload.overhead_of(stream, rids)
-        server_mean = {}  # queued and computed: from reaching the batcher to the answer (Triton's queue + compute)
-        for st in server.models:
-            if st.out_a:
-                a = np.asarray(st.out_a, dtype=np.int64)
-                lengths = np.asarray(st.out_b, dtype=np.int64) - a
-                local = _expand(a, lengths)
-                inside = np.repeat(np.asarray(st.out_t), lengths) - np.asarray(st.t)[local]
-                server_mean[st.spec.name] = float(inside.mean())
-            else:
-                server_mean[st.spec.name] = None
         records["intended_s"] = sent if workload.closed is not None else records["intended_s"]
         records["sent_s"] = sent.copy()
         finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))

@@ -155,10 +155,9 @@ class Workload:
         self.errors += rids[bad].tolist()
         return rids[~bad], items[~bad]
 
-    def static_lists(self, m: int) -> tuple[list, list, list]:
-        times, rids, items = self.sources.get(m, ((), (), ()))
-        return (np.asarray(times, dtype=np.float64).tolist(), np.asarray(rids, dtype=np.int64).tolist(),
-                np.asarray(items, dtype=np.int64).tolist())
+    def static_arrivals(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Model ``m``'s requests known up front, in order of arrival at its queue: times, record ids, items."""
+        return self.sources.get(m, (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
 
     # -- closed loop ----------------------------------------------------------------------------------------------
     def _closed_loop(self, concurrency: dict[int, int], duration_s: float) -> None:
