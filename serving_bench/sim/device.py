@@ -228,7 +228,7 @@ class Device:
         r = self.running.get(kind)
         if r is None:
             r = self.running[kind] = _Running(kind)
-        if not r.heap.items:
+        if not r.heap.n:
             self.active.append(r)
         job.key = r.virtual + work
         r.heap.push(job)
@@ -282,7 +282,7 @@ class Device:
         active = self.active  # keep the kinds that still run, in order
         kept = 0
         for r in active:
-            if r.heap.items:
+            if r.heap.n:
                 active[kept] = r
                 kept += 1
         if kept < len(active):

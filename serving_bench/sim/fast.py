@@ -196,7 +196,7 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
         if dirty.count and heap.first_key > clock.now:
             clock.replan(dirty.take())
             continue
-        if not heap.items:
+        if not heap.n:
             break
         event = heap.pop()
         t = clock.now = event.key

@@ -12,15 +12,17 @@ cdef class Entry:
 
 cdef class Heap:
     cdef public list items
+    cdef public Py_ssize_t n
     cdef public double first_key
 
+    @cython.locals(n=cython.Py_ssize_t)
     cdef void push(self, Entry item)
     @cython.locals(first=Entry)
     cdef Entry pop(self)
     @cython.locals(items=list, last=Entry, i=cython.Py_ssize_t)
     cdef void remove(self, Entry item)
     cdef void place(self, Entry item)
-    @cython.locals(items=list, first=Entry)
+    @cython.locals(first=Entry)
     cdef void _first(self)
 
     @cython.locals(items=list, i=cython.Py_ssize_t, parent=cython.Py_ssize_t, above=Entry)

@@ -27,19 +27,26 @@ class Entry:
 
 
 class Heap:
-    """The heap; ``items`` is the list it lives in (``items[0]`` first; empty list: empty heap), ``first_key`` the
-    first item's key (inf when empty)."""
+    """The heap: ``n`` items in ``items[:n]`` (``items[0]`` first); ``first_key`` the first item's key (inf when
+    empty). The list keeps its length when items leave, so that a heap that fills and empties again and again (a
+    device's jobs of one kind) does not reallocate it each time."""
 
-    __slots__ = ("items", "first_key")
+    __slots__ = ("items", "n", "first_key")
 
     def __init__(self):
-        self.items: list[Entry] = []
+        self.items: list[Entry | None] = []
+        self.n = 0
         self.first_key = INF
 
     def push(self, item: Entry) -> None:
         """Add ``item`` (not in a heap)."""
-        item.pos = len(self.items)
-        self.items.append(item)
+        n = self.n
+        if n < len(self.items):
+            self.items[n] = item
+        else:
+            self.items.append(item)
+        self.n = n + 1
+        item.pos = n
         self._up(item)
         self._first()
 
@@ -52,7 +59,9 @@ class Heap:
     def remove(self, item: Entry) -> None:
         """Take ``item`` out of this heap."""
         items = self.items
-        last = items.pop()
+        self.n -= 1
+        last = items[self.n]
+        items[self.n] = None
         i = item.pos
         item.pos = -1
         if last is not item:
@@ -72,9 +81,8 @@ class Heap:
             self._first()
 
     def _first(self) -> None:
-        items = self.items
-        if items:
-            first = items[0]
+        if self.n:
+            first = self.items[0]
             self.first_key = first.key
         else:
             self.first_key = INF
@@ -95,7 +103,7 @@ class Heap:
 
     def _down(self, item: Entry) -> None:
         items = self.items
-        n = len(items)
+        n = self.n
         i = item.pos
         while True:
             child = 2 * i + 1

@@ -58,8 +58,11 @@ class Stream:
 
 
 def interp_grid(u, grid) -> np.ndarray:
-    """The quantile grid's value at probability ``u`` (scalar or array)."""
+    """The quantile grid's value at probability ``u`` (scalar or array). A constant grid (a constant distribution)
+    gives its value without the search: what ``np.interp`` returns there too (zero slope: ``0 * dx + c``)."""
     grid = np.asarray(grid)
+    if grid[0] == grid[-1] and (grid == grid[0]).all():
+        return np.full(np.shape(u), grid[0] + 0.0)
     return np.interp(u, np.linspace(0.0, 1.0, len(grid)), grid)
 
 
