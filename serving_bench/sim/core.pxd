@@ -66,7 +66,9 @@ cdef class ModelState:
     cdef public long long executions, executed_items
     cdef public list inst_device, inst_table, inst_kinds, inst_per_request, inst_gap, inst_idle, inst_free_at
 
+    @cython.locals(arrived=cython.longlong, taken=cython.longlong)
     cpdef long long queued_items(self) except? -1
+    @cython.locals(first=double)
     cpdef admit_until(self, double now)
     cpdef bint append(self, double t, long long owner, long long items) except -1
     cpdef bint wake_predicate(self) except -1
@@ -77,7 +79,7 @@ cdef class ModelState:
                    j=cython.longlong, t=list)
     cpdef Py_ssize_t waking_arrival(self) except? -2
     @cython.locals(t0=double, k=double, t=double)
-    cpdef double idle_wake(self, object after=*) except? -1.0
+    cpdef double idle_wake(self, double after) except? -1.0
 
 
 cdef class Server:
@@ -146,3 +148,9 @@ cdef Py_ssize_t _bisect_right(list times, double t, Py_ssize_t lo, Py_ssize_t hi
 
 @cython.locals(mid=cython.Py_ssize_t, bound=cython.Py_ssize_t, step=cython.Py_ssize_t)
 cdef Py_ssize_t _bisect_left(list values, Number x, Py_ssize_t lo, Py_ssize_t hi) except -1
+
+@cython.locals(ti=double)
+cdef bint _at_most(list times, Py_ssize_t i, double t) except -1
+
+@cython.locals(vi=Number)
+cdef bint _below(list values, Py_ssize_t i, Number x) except -1

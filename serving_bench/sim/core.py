@@ -190,12 +190,16 @@ class ModelState:
         return np.asarray(self.t, dtype=np.float64), np.asarray(self.owner, dtype=np.int64)
 
     def queued_items(self) -> int:
-        return self.cum[self.n_arr] - self.cum[self.head]
+        arrived = self.cum[self.n_arr]
+        taken = self.cum[self.head]
+        return arrived - taken
 
     def admit_until(self, now: float) -> None:
         """Static arrivals: every request with time <= now has arrived (dynamic ones are appended by ``append``)."""
-        if self.static and self.n_arr < len(self.t) and self.t[self.n_arr] <= now:
-            self.n_arr = _bisect_right(self.t, now, self.n_arr, len(self.t))
+        if self.static and self.n_arr < len(self.t):
+            first = self.t[self.n_arr]
+            if first <= now:
+                self.n_arr = _bisect_right(self.t, now, self.n_arr, len(self.t))
 
     def append(self, t: float, owner: int, items: int) -> bool:
         """A dynamic arrival (rejection mode, ensemble steps): admit it to the FIFO, or reject it when the FIFO
@@ -258,12 +262,10 @@ class ModelState:
         self.n_idle -= 1
         return i
 
-    def idle_wake(self, after: float | None = None) -> float:
-        """The first of the batcher's 0.5 s empty-queue wakes at or after the next arrival (inf if none is known)."""
-        if after is None:
-            if self.n_arr >= len(self.t) or not self.static:
-                return INF
-            after = self.t[self.n_arr]
+    def idle_wake(self, after: float) -> float:
+        """The first of the batcher's 0.5 s empty-queue wakes at or after ``after`` (inf: inf)."""
+        if after == INF:
+            return INF
         t0 = self.idle_since
         k = max(math.ceil((after - t0) / DEFAULT_WAIT_S), 1)
         t = t0 + k * DEFAULT_WAIT_S
@@ -449,7 +451,7 @@ class Server:
                 # does not wake the batcher itself (next_pref > 0): the first such wake after it is planned then
                 if st.next_pref > 0:
                     st.idle_since = now
-                    timer = st.idle_wake()
+                    timer = st.idle_wake(st.t[st.n_arr] if st.static and st.n_arr < len(st.t) else INF)
                 break
             if st.pqueue_len() >= st.slots:
                 break  # waits for a slot; a payload taken by an instance notifies
@@ -522,7 +524,7 @@ class Server:
         end = st.n_arr
         t = st.t
         limit = now - timeout + EPS_S
-        if h < end and t[h] <= limit:
+        if h < end and _at_most(t, h, limit):
             j = _bisect_right(t, limit, h, end)
             st.timed_out.append((h, j, now))
             st.head = j
@@ -641,7 +643,7 @@ def _bisect_right(times: list, t: float, lo: int, hi: int) -> int:
     (where the answer usually is)."""
     bound = lo
     step = 1
-    while bound < hi and times[bound] <= t:
+    while bound < hi and _at_most(times, bound, t):
         lo = bound + 1
         bound = lo + step
         step += step
@@ -649,7 +651,7 @@ def _bisect_right(times: list, t: float, lo: int, hi: int) -> int:
         hi = bound
     while lo < hi:
         mid = (lo + hi) >> 1
-        if t < times[mid]:
+        if not _at_most(times, mid, t):
             hi = mid
         else:
             lo = mid + 1
@@ -661,7 +663,7 @@ def _bisect_left(values: list, x, lo: int, hi: int) -> int:
     galloping from ``lo``."""
     bound = lo
     step = 1
-    while bound < hi and values[bound] < x:
+    while bound < hi and _below(values, bound, x):
         lo = bound + 1
         bound = lo + step
         step += step
@@ -669,8 +671,20 @@ def _bisect_left(values: list, x, lo: int, hi: int) -> int:
         hi = bound
     while lo < hi:
         mid = (lo + hi) >> 1
-        if values[mid] < x:
+        if _below(values, mid, x):
             lo = mid + 1
         else:
             hi = mid
     return lo
+
+
+def _at_most(times: list, i: int, t: float) -> bool:
+    """``times[i] <= t``, compared as C doubles when compiled."""
+    ti = times[i]
+    return ti <= t
+
+
+def _below(values: list, i: int, x) -> bool:
+    """``values[i] < x`` (floats or ints), compared as C numbers when compiled."""
+    vi = values[i]
+    return vi < x
