@@ -12,24 +12,25 @@ cdef class Entry:
 
 cdef class Heap:
     cdef public list items
+    cdef public double[:] keys
+    cdef public long long[:] seqs
     cdef public Py_ssize_t n
     cdef public double first_key
 
     @cython.locals(n=cython.Py_ssize_t)
-    cdef void push(self, Entry item)
+    cdef void push(self, Entry item) except *
     @cython.locals(first=Entry)
     cdef Entry pop(self)
-    @cython.locals(items=list, last=Entry, i=cython.Py_ssize_t)
-    cdef void remove(self, Entry item)
-    cdef void place(self, Entry item)
-    @cython.locals(first=Entry)
-    cdef void _first(self)
+    @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, last=Entry)
+    cdef void remove(self, Entry item) except *
+    cdef void place(self, Entry item) except *
+    @cython.locals(n=cython.Py_ssize_t, key=double, seq=cython.longlong, child=cython.Py_ssize_t,
+                   parent=cython.Py_ssize_t)
+    cdef void _settle(self, Entry item, Py_ssize_t i) except *
+    @cython.locals(moved=Entry)
+    cdef void _move(self, Py_ssize_t source, Py_ssize_t to) except *
+    @cython.locals(size=cython.Py_ssize_t)
+    cdef void _grow(self) except *
 
-    @cython.locals(items=list, i=cython.Py_ssize_t, parent=cython.Py_ssize_t, above=Entry)
-    cdef void _up(self, Entry item)
 
-    @cython.locals(items=list, n=cython.Py_ssize_t, i=cython.Py_ssize_t, child=cython.Py_ssize_t, below=Entry)
-    cdef void _down(self, Entry item)
-
-
-cdef bint _before(Entry a, Entry b) noexcept
+cdef bint _before(double key, long long seq, double other_key, long long other_seq) noexcept

@@ -1,16 +1,20 @@
+# cython: boundscheck=False, wraparound=False, initializedcheck=False
+# (compiled without index checks: every index here is below n, and n never exceeds the arrays' length)
 """A binary min-heap of :class:`Entry` items, ordered by ``(key, seq)``: the fast engine's events and each device's
 running jobs.
 
 ``seq`` is unique per heap, so the order is total and any correct heap pops the same sequence (the engines' results
 do not depend on how the heap is laid out). Each item knows its place (``pos``), so an item can be moved to a new
 ``(key, seq)`` or taken out where it is: an event that is re-planned is moved rather than left behind as a stale
-copy. Compiled (``heap.pxd``), an ordering test is two C comparisons of typed fields, where :mod:`heapq` on tuples
+copy. Compiled (``heap.pxd``), an ordering test is two C comparisons of typed arrays, where :mod:`heapq` on tuples
 compares Python objects element by element.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 INF = math.inf
 
@@ -27,28 +31,27 @@ class Entry:
 
 
 class Heap:
-    """The heap: ``n`` items in ``items[:n]`` (``items[0]`` first); ``first_key`` the first item's key (inf when
-    empty). The list keeps its length when items leave, so that a heap that fills and empties again and again (a
-    device's jobs of one kind) does not reallocate it each time."""
+    """The heap: ``n`` items in ``items[:n]`` (``items[0]`` first), with each place's ``(key, seq)`` kept beside them
+    in ``keys`` and ``seqs`` (typed arrays: ordering never touches the items); ``first_key`` the first item's key (inf
+    when empty). The arrays only grow, so a heap that fills and empties again and again (a device's jobs of one kind)
+    allocates nothing."""
 
-    __slots__ = ("items", "n", "first_key")
+    __slots__ = ("items", "keys", "seqs", "n", "first_key")
 
-    def __init__(self):
-        self.items: list[Entry | None] = []
+    def __init__(self, capacity: int = 8):
+        self.items: list[Entry | None] = [None] * capacity
+        self.keys = np.empty(capacity)
+        self.seqs = np.empty(capacity, dtype=np.int64)
         self.n = 0
         self.first_key = INF
 
     def push(self, item: Entry) -> None:
         """Add ``item`` (not in a heap)."""
         n = self.n
-        if n < len(self.items):
-            self.items[n] = item
-        else:
-            self.items.append(item)
+        if n == len(self.items):
+            self._grow()
         self.n = n + 1
-        item.pos = n
-        self._up(item)
-        self._first()
+        self._settle(item, n)
 
     def pop(self) -> Entry:
         """Remove and return the first item of a non-empty heap."""
@@ -58,69 +61,69 @@ class Heap:
 
     def remove(self, item: Entry) -> None:
         """Take ``item`` out of this heap."""
-        items = self.items
         self.n -= 1
-        last = items[self.n]
-        items[self.n] = None
+        n = self.n
         i = item.pos
         item.pos = -1
+        last = self.items[n]
+        self.items[n] = None
         if last is not item:
-            items[i] = last
-            last.pos = i
-            self._down(last)
-            self._up(last)
-        self._first()
+            self._settle(last, i)
+        elif n == 0:
+            self.first_key = INF
 
     def place(self, item: Entry) -> None:
         """``item``'s ``key`` or ``seq`` may have changed: put it where it now belongs (adding it if not in)."""
         if item.pos < 0:
             self.push(item)
         else:
-            self._down(item)
-            self._up(item)
-            self._first()
+            self._settle(item, item.pos)
 
-    def _first(self) -> None:
-        if self.n:
-            first = self.items[0]
-            self.first_key = first.key
-        else:
-            self.first_key = INF
-
-    def _up(self, item: Entry) -> None:
-        items = self.items
-        i = item.pos
-        while i > 0:
-            parent = (i - 1) >> 1
-            above = items[parent]
-            if not _before(item, above):
-                break
-            items[i] = above
-            above.pos = i
-            i = parent
-        items[i] = item
-        item.pos = i
-
-    def _down(self, item: Entry) -> None:
-        items = self.items
+    def _settle(self, item: Entry, i: int) -> None:
+        """Put ``item`` at the free place ``i`` and move it down or up to where its ``(key, seq)`` belongs."""
         n = self.n
-        i = item.pos
+        key, seq = item.key, item.seq
         while True:
             child = 2 * i + 1
             if child >= n:
                 break
-            below = items[child]
-            if child + 1 < n and _before(items[child + 1], below):
+            if child + 1 < n and _before(self.keys[child + 1], self.seqs[child + 1], self.keys[child],
+                                         self.seqs[child]):
                 child += 1
-                below = items[child]
-            if not _before(below, item):
+            if not _before(self.keys[child], self.seqs[child], key, seq):
                 break
-            items[i] = below
-            below.pos = i
+            self._move(child, i)
             i = child
-        items[i] = item
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not _before(key, seq, self.keys[parent], self.seqs[parent]):
+                break
+            self._move(parent, i)
+            i = parent
+        self.items[i] = item
+        self.keys[i] = key
+        self.seqs[i] = seq
         item.pos = i
+        self.first_key = self.keys[0]
+
+    def _move(self, source: int, to: int) -> None:
+        moved = self.items[source]
+        self.items[to] = moved
+        self.keys[to] = self.keys[source]
+        self.seqs[to] = self.seqs[source]
+        moved.pos = to
+
+    def _grow(self) -> None:
+        size = len(self.items)
+        self.items.extend([None] * size)
+        keys = np.empty(2 * size)
+        keys[:size] = self.keys
+        self.keys = keys
+        seqs = np.empty(2 * size, dtype=np.int64)
+        seqs[:size] = self.seqs
+        self.seqs = seqs
 
 
-def _before(a: Entry, b: Entry) -> bool:
-    return a.key < b.key or (a.key == b.key and a.seq < b.seq)
+def _before(key: float, seq: int, other_key: float, other_seq: int) -> bool:
+    """Does ``(key, seq)`` come before ``(other_key, other_seq)``?"""
+    return key < other_key or (key == other_key and seq < other_seq)
