@@ -52,10 +52,10 @@ cdef class Device:
     cdef public int jobs
 
     @cython.locals(dt=double, r=_Running)
-    cdef void _advance(self, double now)
+    cdef int _advance(self, double now) except -1
 
     @cython.locals(stretch=double, nxt=double, t=double, rate=double, r=_Running, kind=Kind, override=dict)
-    cdef void _rerate(self, double now)
+    cdef int _rerate(self, double now) except -1
 
     cdef dict _override(self)
 

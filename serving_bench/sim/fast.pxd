@@ -21,7 +21,7 @@ cdef class Agenda:
     cdef public Py_ssize_t head, count
 
     @cython.locals(tail=cython.Py_ssize_t)
-    cdef void add(self, Py_ssize_t i) except *
+    cdef int add(self, Py_ssize_t i) except -1
     @cython.locals(i=cython.Py_ssize_t)
     cdef Py_ssize_t take(self) except -1
 

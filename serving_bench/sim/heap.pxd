@@ -18,19 +18,19 @@ cdef class Heap:
     cdef public double first_key
 
     @cython.locals(n=cython.Py_ssize_t)
-    cdef void push(self, Entry item) except *
+    cdef int push(self, Entry item) except -1
     @cython.locals(first=Entry)
     cdef Entry pop(self)
     @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, last=Entry)
-    cdef void remove(self, Entry item) except *
-    cdef void place(self, Entry item) except *
+    cdef int remove(self, Entry item) except -1
+    cdef int place(self, Entry item) except -1
     @cython.locals(n=cython.Py_ssize_t, key=double, seq=cython.longlong, child=cython.Py_ssize_t,
                    parent=cython.Py_ssize_t)
-    cdef void _settle(self, Entry item, Py_ssize_t i) except *
+    cdef int _settle(self, Entry item, Py_ssize_t i) except -1
     @cython.locals(moved=Entry)
-    cdef void _move(self, Py_ssize_t source, Py_ssize_t to) except *
+    cdef int _move(self, Py_ssize_t source, Py_ssize_t to) except -1
     @cython.locals(size=cython.Py_ssize_t)
-    cdef void _grow(self) except *
+    cdef int _grow(self) except -1
 
 
 cdef bint _before(double key, long long seq, double other_key, long long other_seq) noexcept

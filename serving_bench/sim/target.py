@@ -111,7 +111,7 @@ class SimTarget:
         status = np.full(n, STATUSES.index("error"), dtype=np.int8)
         exec_batch = np.full(n, -1, dtype=np.int32)
         instance = np.full(n, -1, dtype=np.int32)
-        error = np.full(n, "", dtype=object)
+        failures: list[tuple[object, str]] = []  # (request ids, error text), applied in order
         seen = np.zeros(n, dtype=bool)
         sent = workload.sent_s
 
@@ -140,24 +140,25 @@ class SimTarget:
                 # the server answers "Request timeout expired"; like a client deadline, a timeout has no done_s in
                 # the records contract (tests/conformance.py)
                 status[ids] = STATUSES.index("timeout")
-                error[ids] = FAILURE_TEXT["timeout"]
+                failures.append((ids, FAILURE_TEXT["timeout"]))
                 seen[ids] = True
             for owner, t in st.rejected:
                 if owner >= 0:
                     done[owner] = t
                     status[owner] = STATUSES.index("rejected")
-                    error[owner] = FAILURE_TEXT["rejected"]
+                    failures.append((owner, FAILURE_TEXT["rejected"]))
                     seen[owner] = True
         errors = np.asarray(workload.errors, dtype=np.int64)
-        done[errors] = sent[errors]
-        error[errors] = EXCEEDS_BATCH
-        seen[errors] = True
+        if len(errors):
+            done[errors] = sent[errors]
+            failures.append((errors, EXCEEDS_BATCH))
+            seen[errors] = True
         for entry in workload.ensembles:
             if entry.failure is not None:
                 outcome, t = entry.failure
                 done[entry.rid] = t if outcome != "timeout" else np.nan
                 status[entry.rid] = STATUSES.index(outcome)
-                error[entry.rid] = FAILURE_TEXT[outcome]
+                failures.append((entry.rid, FAILURE_TEXT[outcome]))
                 seen[entry.rid] = True
             elif entry.answered_s is not None:
                 done[entry.rid] = entry.answered_s
@@ -166,7 +167,7 @@ class SimTarget:
         reached = ~np.isnan(sent)
         unseen = ~seen & reached
         if unseen.any():  # cannot happen with a well-formed model; reported, never hidden
-            error[unseen] = "simulation ended before this request finished"
+            failures.append((unseen, "simulation ended before this request finished"))
             done[unseen] = np.nan
 
         # client/network overhead, all of it on the return path (the server sees a request its dispatch time after
@@ -176,14 +177,19 @@ class SimTarget:
             for stream in range(len(workload.kinds)):
                 rids = np.flatnonzero(schedule.model == stream)
                 overhead[rids] = workload.overhead_of(stream, rids)
-        records["intended_s"] = sent if workload.closed is not None else records["intended_s"]
+        if workload.closed is not None:
+            records["intended_s"] = sent
         records["sent_s"] = sent.copy()
         finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))
         at_client = ~np.isnan(done) & ~np.isnan(workload.client_done_s)  # the way out was simulated
         finished[at_client] = workload.client_done_s[at_client]
         records["done_s"] = finished
         records["status"] = pd.Categorical.from_codes(status, categories=list(STATUSES))
-        records["error"] = error
+        if failures:  # the table's error column is empty text until then
+            error = np.full(n, "", dtype=object)
+            for ids, text in failures:
+                error[ids] = text
+            records["error"] = error
         records["exec_batch"] = exec_batch
         records["instance"] = instance
         if workload.closed is not None:  # requests never reached are not part of a closed loop's run
