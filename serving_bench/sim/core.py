@@ -145,7 +145,7 @@ class ModelState:
         self.t: list[float] = t.tolist()
         self.owner: list[int] = owner.tolist()
         self.items: list[int] = items.tolist()
-        self.cum: list[int] = [0] + np.cumsum(items).tolist()
+        self.cum: list[int] = np.concatenate(([0], np.cumsum(items))).tolist()
         self.all_ones = bool(np.all(items == 1))
         self.static = True
         self.n_arr = 0  # requests arrived (admitted) so far

@@ -1,3 +1,5 @@
+# cython: boundscheck=False, wraparound=False, initializedcheck=False
+# (compiled without index checks: every index used here is below its list's or array's length by construction)
 """The fast engine: one heap loop over the same :mod:`core` logic, with arrivals kept as arrays.
 
 It never creates an event per request. A model's arrivals are a sorted list; the engine plans only the *next
@@ -18,17 +20,16 @@ import numpy as np
 
 from serving_bench.sim.core import Server
 from serving_bench.sim.device import Device
-from serving_bench.sim.heap import Entry, Heap
+from serving_bench.sim.heap import Calendar, Entry, Heap
 
-DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE, CALL = 0, 1, 2, 3, 4, 5, 6
+ARRIVE, FEED, RELEASE, CALL = 0, 1, 2, 3  # one-off events
 INF = math.inf
 
 
 class Event(Entry):
-    """At time ``key`` (seconds), in insertion order ``seq``: ``kind`` of event; ``target`` the device (DEVICE) or
-    function (CALL); ``index`` the model (or feed); ``version`` the device's version when planned (DEVICE), the
-    instance (RELEASE), the position in the feed (FEED) or the owner (ARRIVE, with ``items``). Made by
-    :meth:`FastClock.event`."""
+    """A one-off event at time ``key`` (seconds), in insertion order ``seq``: ``kind`` of event; ``target`` the
+    function (CALL); ``index`` the model (or feed); ``version`` the instance (RELEASE), the position in the feed
+    (FEED) or the owner (ARRIVE, with ``items``). Made by :meth:`FastClock.push`."""
 
     __slots__ = ("kind", "target", "index", "version", "items")
 
@@ -37,101 +38,101 @@ class Agenda:
     """Work for the end of an instant, in the order asked for, each of ``size`` items (ints below ``size``) at most
     once: the models to step, the devices to re-plan. A ring, so that an instant's bookkeeping allocates nothing."""
 
-    __slots__ = ("ring", "asked", "head", "count")
+    __slots__ = ("ring", "asked", "size", "head", "count")
 
     def __init__(self, size: int):
-        self.ring = [0] * size
-        self.asked = [False] * size
+        self.ring = np.zeros(size, dtype=np.intp)
+        self.asked = np.zeros(size, dtype=np.uint8)
+        self.size = size
         self.head = 0
         self.count = 0
 
     def add(self, i: int) -> None:
         if not self.asked[i]:
-            self.asked[i] = True
+            self.asked[i] = 1
             tail = self.head + self.count
-            self.ring[tail if tail < len(self.ring) else tail - len(self.ring)] = i
+            self.ring[tail if tail < self.size else tail - self.size] = i
             self.count += 1
 
     def take(self) -> int:
         """The oldest item (the agenda is not empty); it may be asked for again from now on."""
-        i = self.ring[self.head]
-        self.head = self.head + 1 if self.head + 1 < len(self.ring) else 0
+        i = int(self.ring[self.head])
+        self.head = self.head + 1 if self.head + 1 < self.size else 0
         self.count -= 1
-        self.asked[i] = False
+        self.asked[i] = 0
         return i
 
 
 class FastClock:
-    """Implements :class:`serving_bench.sim.core.Clock` on a binary heap.
-
-    What is re-planned again and again — each model's batcher timer and next waking arrival, each device's next
-    completion — is one event per model or device, moved in the heap when re-planned (:meth:`plan`), never a stale
-    copy left behind: the heap stays as small as the number of models and devices. The order is still the one a heap
-    of copies gives (time, then insertion of the valid copy); a waking arrival is valid by its time, so its valid copy
-    is the *first* one planned at that time and still pending, which ``wake_seqs`` remembers per arrival."""
+    """Implements :class:`serving_bench.sim.core.Clock`: one-off events in a heap; what is re-planned again and again
+    — each model's batcher timer and next waking arrival, each device's next completion — at its own place in a
+    :class:`~serving_bench.sim.heap.Calendar`, moved when re-planned, never a stale copy left behind. The order is
+    the one a heap of copies gives (time, then insertion of the valid copy); a waking arrival is valid by its time,
+    so its valid copy is the *first* one planned at that time and still pending, which ``wake_seqs`` remembers per
+    arrival. Calendar places: model ``m``'s timer at ``m``, its waking arrival at ``n_models + m``, device ``d``'s
+    completion at ``2 n_models + d``."""
 
     def __init__(self, n_models: int):
         self.now = 0.0
         self.heap = Heap()
         self.seq = 0
+        self.n_models = n_models
         self.late = Agenda(n_models)  # models to step at the end of this instant
         self.server: Server | None = None
-        self.timers = [self.event(TIMER, None, m) for m in range(n_models)]
-        self.wakes = [self.event(WAKE, None, m) for m in range(n_models)]
+        self.calendar = Calendar(2 * n_models)
         self.wake_seqs: list[list[int]] = []  # per model and static arrival: seq of the first wake planned at it (0: none)
         self.devices: list[Device] = []  # the run's devices, by index
-        self.completions: list[Event] = []  # each device's completion event
+        self.versions: list[int] = []  # each device's version when its completion was planned
         self.dirty = Agenda(0)  # devices changed in this instant, to re-plan at its end
 
-    def event(self, kind: int, target, index: int, version: int = 0, items: int = 0) -> Event:
-        """A new event, not in the heap yet."""
+    def push(self, t: float, kind: int, target, index: int, version: int = 0, items: int = 0) -> None:
+        """A one-off event at ``t``."""
         event = Event.__new__(Event)
-        event.key = 0.0
-        event.seq = 0
         event.pos = -1
         event.kind = kind
         event.target = target
         event.index = index
         event.version = version
         event.items = items
-        return event
-
-    def push(self, t: float, kind: int, target, index: int, version: int = 0, items: int = 0) -> None:
-        """A one-off event at ``t``."""
-        self.plan(self.event(kind, target, index, version, items), t)
+        self.plan(event, t)
 
     def plan(self, event: Event, t: float) -> None:
-        """(Re-)plan ``event`` at ``t`` (inf: not at all), ordered after everything planned before."""
+        """(Re-)plan a one-off ``event`` at ``t``, ordered after everything planned before."""
+        self.seq += 1
+        event.key = t
+        event.seq = self.seq
+        self.heap.place(event)
+
+    def plan_place(self, i: int, t: float) -> None:
+        """(Re-)plan calendar place ``i`` at ``t`` (inf: not at all), ordered after everything planned before."""
         if t < INF:
             self.seq += 1
-            event.key = t
-            event.seq = self.seq
-            self.heap.place(event)
-        elif event.pos >= 0:
-            self.heap.remove(event)
+            self.calendar.plan(i, t, self.seq)
+        else:
+            self.calendar.unplan(i)
 
     def notify(self, m: int) -> None:
         self.late.add(m)
 
     def timer(self, m: int, t: float) -> None:
-        self.plan(self.timers[m], t)
+        self.plan_place(m, t)
 
     def device_changed(self, device: Device) -> None:
         self.dirty.add(device.index)
 
     def watch(self, devices: list[Device]) -> None:
         """The run's devices (each at its ``index``), whose changes this clock will hear of."""
-        self.devices = devices
         assert all(device.index == i for i, device in enumerate(devices))
-        self.completions = [self.event(DEVICE, device, i) for i, device in enumerate(self.devices)]
-        self.dirty = Agenda(len(self.devices))
+        self.devices = devices
+        self.versions = [0] * len(devices)
+        self.calendar = Calendar(2 * self.n_models + len(devices))
+        self.dirty = Agenda(len(devices))
 
     def replan(self, d: int) -> None:
         """Plan device ``d``'s next completion (at the end of an instant in which it changed)."""
         device = self.devices[d]
-        event = self.completions[d]
-        event.version = device.version
-        self.plan(event, device.next_completion(self.now))
+        self.versions[d] = device.version
+        self.plan_place(2 * self.n_models + d, device.next_completion(self.now))
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
         self.push(t, ARRIVE, None, m, owner, items)
@@ -147,23 +148,20 @@ class FastClock:
         st = self.server.models[m]
         if not st.static:
             return
+        i = self.n_models + m
         j = st.waking_arrival()
-        event = self.wakes[m]
         if j < 0:
-            if event.pos >= 0:
-                self.heap.remove(event)
+            self.calendar.unplan(i)
             return
         t = st.t[j]
-        if event.pos >= 0 and event.key == t:
+        if self.calendar.keys[i] == t:
             return
         seqs = self.wake_seqs[m]
         seq = seqs[j]
         if seq == 0:  # no earlier copy at this time (an arrival not yet come: a copy at it would still be pending)
             self.seq += 1
             seq = seqs[j] = self.seq
-        event.key = t
-        event.seq = seq
-        self.heap.place(event)
+        self.calendar.plan(i, t, seq)
 
 
 def run_fast(server_factory, n_models: int, feeds=()) -> Server:
@@ -177,7 +175,10 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
     clock.watch(list(server.devices.values()))
     clock.wake_seqs = [[0] * len(st.t) if st.static else [] for st in server.models]
     heap = clock.heap
+    calendar = clock.calendar
     late = clock.late
+    dirty = clock.dirty
+    n_models = clock.n_models
     for m in range(n_models):
         clock.plan_wake(m)
     streams = [(np.asarray(times, dtype=np.float64).tolist(), np.asarray(ids, dtype=np.int64).tolist(),
@@ -186,28 +187,37 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
         if feed[0]:
             clock.push(feed[0][0], FEED, None, f, 0)
 
-    dirty = clock.dirty
     while True:
-        if late.count and heap.first_key > clock.now:
+        i = calendar.first_place()
+        next_t = float(calendar.keys[i]) if i >= 0 else INF
+        if heap.first_key < next_t:
+            next_t = heap.first_key
+        if late.count and next_t > clock.now:
             m = late.take()
             server.step(m, clock.now)
             clock.plan_wake(m)
             continue
-        if dirty.count and heap.first_key > clock.now:
+        if dirty.count and next_t > clock.now:
             clock.replan(dirty.take())
+            continue
+        if i >= 0 and (not heap.n or calendar.before(i, heap.keys[0], heap.seqs[0])):
+            calendar.unplan(i)
+            t = clock.now = next_t
+            if i < 2 * n_models:  # a batcher's timer or waking arrival
+                clock.notify(i % n_models)
+            else:
+                d = i - 2 * n_models
+                device = clock.devices[d]
+                planned = clock.versions[d]
+                if device.version == planned:
+                    server.complete(device, t)
             continue
         if not heap.n:
             break
         event = heap.pop()
         t = clock.now = event.key
         kind = event.kind
-        if kind == DEVICE:
-            device = event.target
-            if device.version == event.version:
-                server.complete(device, t)
-        elif kind == WAKE or kind == TIMER:
-            clock.notify(event.index)
-        elif kind == RELEASE:
+        if kind == RELEASE:
             server.release(event.index, event.version, t)
         elif kind == ARRIVE:  # a dynamic arrival (an ensemble step, a closed-loop request)
             server.arrive(event.index, t, event.version, event.items)

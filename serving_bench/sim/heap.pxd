@@ -33,4 +33,18 @@ cdef class Heap:
     cdef int _grow(self) except -1
 
 
+cdef class Calendar:
+    cdef public double[:] keys
+    cdef public long long[:] seqs
+    cdef public Py_ssize_t first
+    cdef public bint known
+
+    @cython.locals(first=cython.Py_ssize_t)
+    cdef int plan(self, Py_ssize_t i, double key, long long seq) except -1
+    cdef bint before(self, Py_ssize_t i, double key, long long seq) noexcept
+    cdef int unplan(self, Py_ssize_t i) except -1
+    @cython.locals(first=cython.Py_ssize_t, i=cython.Py_ssize_t)
+    cdef Py_ssize_t first_place(self) except -2
+
+
 cdef bint _before(double key, long long seq, double other_key, long long other_seq) noexcept

@@ -1,7 +1,8 @@
 # cython: boundscheck=False, wraparound=False, initializedcheck=False
-# (compiled without index checks: every index here is below n, and n never exceeds the arrays' length)
-"""A binary min-heap of :class:`Entry` items, ordered by ``(key, seq)``: the fast engine's events and each device's
-running jobs.
+# (compiled without index checks: every index used here is below its array's length by construction)
+"""Entries ordered by ``(key, seq)``: a binary min-heap of :class:`Entry` items (the fast engine's one-off events,
+each device's running jobs) and a :class:`Calendar` of recurring ones at fixed places (the fast engine's timers,
+waking arrivals and device completions).
 
 ``seq`` is unique per heap, so the order is total and any correct heap pops the same sequence (the engines' results
 do not depend on how the heap is laid out). Each item knows its place (``pos``), so an item can be moved to a new
@@ -122,6 +123,52 @@ class Heap:
         seqs = np.empty(2 * size, dtype=np.int64)
         seqs[:size] = self.seqs
         self.seqs = seqs
+
+
+class Calendar:
+    """Recurring entries at fixed places ``0 .. size - 1``, each planned at one ``(key, seq)`` or not at all (key inf),
+    kept in typed arrays and scanned for the first: for a few dozen places cheaper than a heap, since planning one is
+    two stores. The first place is found again only when it may have changed (``known`` false)."""
+
+    __slots__ = ("keys", "seqs", "first", "known")
+
+    def __init__(self, size: int):
+        self.keys = np.full(size, INF)
+        self.seqs = np.zeros(size, dtype=np.int64)
+        self.first = -1  # the first planned place (-1: none), when known
+        self.known = True
+
+    def plan(self, i: int, key: float, seq: int) -> None:
+        """Plan place ``i`` at ``(key, seq)`` (instead of whatever it was planned at)."""
+        self.keys[i] = key
+        self.seqs[i] = seq
+        if self.known:
+            first = self.first
+            if first < 0 or (first != i and _before(key, seq, self.keys[first], self.seqs[first])):
+                self.first = i
+            elif first == i:  # the first moved: another place may come first now
+                self.known = False
+
+    def before(self, i: int, key: float, seq: int) -> bool:
+        """Does place ``i``'s entry come before ``(key, seq)``?"""
+        return _before(self.keys[i], self.seqs[i], key, seq)
+
+    def unplan(self, i: int) -> None:
+        self.keys[i] = INF
+        if i == self.first:
+            self.known = False
+
+    def first_place(self) -> int:
+        """The place planned first (-1: none)."""
+        if not self.known:
+            first = -1
+            for i in range(len(self.keys)):
+                if self.keys[i] < INF and (first < 0 or _before(self.keys[i], self.seqs[i], self.keys[first],
+                                                                self.seqs[first])):
+                    first = i
+            self.first = first
+            self.known = True
+        return self.first
 
 
 def _before(key: float, seq: int, other_key: float, other_seq: int) -> bool:
