@@ -48,7 +48,9 @@ cdef class ModelState:
     cdef public long long max_batch, max_preferred_size, max_queue_size
     cdef public double delay_s, timeout_s
     cdef public tuple preferred
-    cdef public list t, owner, items, cum
+    cdef public double[:] t
+    cdef public long long[:] owner, items, cum
+    cdef public Py_ssize_t size
     cdef public bint all_ones, static, absorbing
     cdef public Py_ssize_t n_arr, head, pq_head, ui
     cdef public long long next_pref
@@ -59,7 +61,6 @@ cdef class ModelState:
     cdef public object rng
     cdef public double timer_at
     cdef public object idle_since
-    cdef public object static_t, static_owner
     cdef public list rejected, timed_out, errors
     cdef public Executed executed
     cdef public double busy_s
@@ -68,15 +69,17 @@ cdef class ModelState:
 
     @cython.locals(arrived=cython.longlong, taken=cython.longlong)
     cpdef long long queued_items(self) except? -1
-    @cython.locals(first=double)
     cpdef admit_until(self, double now)
+    @cython.locals(n=cython.Py_ssize_t)
     cpdef bint append(self, double t, long long owner, long long items) except -1
+    @cython.locals(n=cython.Py_ssize_t, room=cython.Py_ssize_t)
+    cdef _grow(self)
     cpdef bint wake_predicate(self) except -1
     cpdef Py_ssize_t pqueue_len(self) except? -1
     @cython.locals(i=int)
     cdef int take_idle(self) except -1
     @cython.locals(n=cython.Py_ssize_t, cur=Payload, need=cython.longlong, reach=cython.longlong,
-                   j=cython.longlong, t=list)
+                   j=cython.longlong)
     cpdef Py_ssize_t waking_arrival(self) except? -2
     @cython.locals(t0=double, k=double, t=double)
     cpdef double idle_wake(self, double after) except? -1.0
@@ -117,26 +120,26 @@ cdef class Server:
                    a=cython.Py_ssize_t)
     cdef _batcher_loop(self, ModelState st, double now)
 
-    @cython.locals(end=cython.Py_ssize_t, i=cython.Py_ssize_t, t=list, pref=tuple, cur=Payload, p=cython.longlong,
+    @cython.locals(end=cython.Py_ssize_t, i=cython.Py_ssize_t, pref=tuple, cur=Payload, p=cython.longlong,
                    n=cython.longlong, x=cython.longlong)
     cdef _absorb(self, ModelState st, double now)
 
     cdef idle_arrival(self, ModelState st)
 
-    @cython.locals(timeout=double, h=cython.Py_ssize_t, end=cython.Py_ssize_t, t=list, limit=double,
-                   j=cython.Py_ssize_t)
+    @cython.locals(timeout=double, h=cython.Py_ssize_t, end=cython.Py_ssize_t, limit=double, j=cython.Py_ssize_t,
+                   k=cython.Py_ssize_t, o=cython.longlong)
     cdef _expire(self, ModelState st, double now)
 
     @cython.locals(h=cython.Py_ssize_t, end=cython.Py_ssize_t, cur=Payload, p=cython.longlong, max_b=cython.longlong,
                    max_p=cython.longlong, pref=tuple, best_items=cython.longlong, best_n=cython.longlong,
                    send_now=bint, n_q=cython.longlong, k_fit=cython.longlong, x=cython.longlong, k=cython.longlong,
                    i_c=cython.longlong, examined=cython.longlong, pending_n=cython.longlong,
-                   pending_items=cython.longlong, items=list, i=cython.Py_ssize_t, s=cython.longlong, delay=double,
+                   pending_items=cython.longlong, i=cython.Py_ssize_t, s=cython.longlong, delay=double,
                    oldest=double, delay_exceeded=bint, total=cython.longlong, nxt=cython.longlong, wait=double,
                    closest=double)
     cdef (double, long long, long long) _get_dynamic_batch(self, ModelState st, double now) except *
 
-    @cython.locals(ranges=list, k=cython.Py_ssize_t, i=cython.Py_ssize_t)
+    @cython.locals(ranges=list, k=cython.Py_ssize_t, i=cython.Py_ssize_t, o=cython.longlong)
     cdef _report_done(self, ModelState st, Payload p, double now)
 
 
@@ -144,13 +147,8 @@ cdef class Server:
 cdef long long _next_size(tuple sizes, long long n) except? -1
 
 @cython.locals(mid=cython.Py_ssize_t, bound=cython.Py_ssize_t, step=cython.Py_ssize_t)
-cdef Py_ssize_t _bisect_right(list times, double t, Py_ssize_t lo, Py_ssize_t hi) except -1
+cdef Py_ssize_t _bisect_right(double[:] times, double t, Py_ssize_t lo, Py_ssize_t hi) except -1
 
 @cython.locals(mid=cython.Py_ssize_t, bound=cython.Py_ssize_t, step=cython.Py_ssize_t)
-cdef Py_ssize_t _bisect_left(list values, Number x, Py_ssize_t lo, Py_ssize_t hi) except -1
+cdef Py_ssize_t _bisect_left(Number[:] values, Number x, Py_ssize_t lo, Py_ssize_t hi) except -1
 
-@cython.locals(ti=double)
-cdef bint _at_most(list times, Py_ssize_t i, double t) except -1
-
-@cython.locals(vi=Number)
-cdef bint _below(list values, Py_ssize_t i, Number x) except -1

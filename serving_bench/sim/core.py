@@ -124,7 +124,7 @@ class Clock:
 
 
 class ModelState:
-    """One served model: its arrivals (local lists), request FIFO, batcher state, payload queue and instances."""
+    """One served model: its arrivals (local arrays), request FIFO, batcher state, payload queue and instances."""
 
     def __init__(self, spec, rng_seed: tuple, static_arrivals: tuple[np.ndarray, np.ndarray, np.ndarray]):
         self.spec = spec
@@ -137,15 +137,16 @@ class ModelState:
         self.max_preferred_size = spec.max_preferred_size
         self.max_queue_size = spec.max_queue_size
         self.timeout_s = spec.timeout_s
-        # local request lists, in arrival order at the server: time, owner (record index, or -1 - ensemble slot), items;
-        # the static ones (known up front) also kept as the arrays they came in (see ``arrivals``)
+        # the requests in arrival order at the server, the static ones (known up front) then those appended: time
+        # (seconds), owner (record index, or -1 - ensemble slot), items and ``cum[i]``, the items of requests before
+        # i; the first ``size`` are used (arrays that grow by doubling; the static ones are read, never written)
         t, owner, items = (np.asarray(a, dtype=dtype) for a, dtype in zip(static_arrivals, (np.float64, np.int64,
                                                                                               np.int64)))
-        self.static_t, self.static_owner = t, owner
-        self.t: list[float] = t.tolist()
-        self.owner: list[int] = owner.tolist()
-        self.items: list[int] = items.tolist()
-        self.cum: list[int] = np.concatenate(([0], np.cumsum(items))).tolist()
+        self.size = len(t)
+        self.t = t
+        self.owner = owner
+        self.items = items
+        self.cum = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(items)))
         self.all_ones = bool(np.all(items == 1))
         self.static = True
         self.n_arr = 0  # requests arrived (admitted) so far
@@ -185,9 +186,7 @@ class ModelState:
     # -- arrivals ---------------------------------------------------------------------------------------------------
     def arrivals(self) -> tuple[np.ndarray, np.ndarray]:
         """Times (seconds) and owners of every request that reached the queue, in queue order, as arrays."""
-        if len(self.t) == len(self.static_t):  # nothing appended: the arrays the static ones came in
-            return self.static_t, self.static_owner
-        return np.asarray(self.t, dtype=np.float64), np.asarray(self.owner, dtype=np.int64)
+        return np.asarray(self.t)[:self.size], np.asarray(self.owner)[:self.size]
 
     def queued_items(self) -> int:
         arrived = self.cum[self.n_arr]
@@ -196,10 +195,8 @@ class ModelState:
 
     def admit_until(self, now: float) -> None:
         """Static arrivals: every request with time <= now has arrived (dynamic ones are appended by ``append``)."""
-        if self.static and self.n_arr < len(self.t):
-            first = self.t[self.n_arr]
-            if first <= now:
-                self.n_arr = _bisect_right(self.t, now, self.n_arr, len(self.t))
+        if self.static and self.n_arr < self.size and self.t[self.n_arr] <= now:
+            self.n_arr = _bisect_right(self.t, now, self.n_arr, self.size)
 
     def append(self, t: float, owner: int, items: int) -> bool:
         """A dynamic arrival (rejection mode, ensemble steps): admit it to the FIFO, or reject it when the FIFO
@@ -207,14 +204,27 @@ class ModelState:
         if self.max_queue_size and self.n_arr - self.head >= self.max_queue_size:
             self.rejected.append((owner, t))
             return False
-        self.t.append(t)
-        self.owner.append(owner)
-        self.items.append(items)
-        self.cum.append(self.cum[-1] + items)
+        n = self.size
+        if n == self.t.shape[0]:
+            self._grow()
+        self.t[n] = t
+        self.owner[n] = owner
+        self.items[n] = items
+        self.cum[n + 1] = self.cum[n] + items
+        self.size = n + 1
         if items != 1:
             self.all_ones = False
-        self.n_arr = len(self.t)
+        self.n_arr = self.size
         return True
+
+    def _grow(self) -> None:
+        """Room for twice as many requests (new arrays: the static ones are never written)."""
+        n = self.size
+        room = max(16, 2 * n)
+        self.t = np.concatenate((np.asarray(self.t)[:n], np.zeros(room - n)))
+        self.owner = np.concatenate((np.asarray(self.owner)[:n], np.zeros(room - n, dtype=np.int64)))
+        self.items = np.concatenate((np.asarray(self.items)[:n], np.zeros(room - n, dtype=np.int64)))
+        self.cum = np.concatenate((np.asarray(self.cum)[:n + 1], np.zeros(room - n, dtype=np.int64)))
 
     def wake_predicate(self) -> bool:
         """Would an arrival now wake the batcher (Triton's ``wake_batcher``)?"""
@@ -230,7 +240,7 @@ class ModelState:
         """Static arrivals: the next arrival that would wake the batcher given the current state (-1: none), as the
         first arrival at its time. Only the count of queued items changes between steps, so this is a search on the
         cumulative items."""
-        n = len(self.t)
+        n = self.size
         if self.n_arr >= n:
             return -1
         if not self.dynamic:
@@ -248,8 +258,7 @@ class ModelState:
             j = _bisect_left(self.cum, reach, self.n_arr + 1, n + 1) - 1
         if j >= n:
             return -1
-        t = self.t
-        while j > self.n_arr and t[j - 1] == t[j]:
+        while j > self.n_arr and self.t[j - 1] == self.t[j]:
             j -= 1
         return j
 
@@ -451,7 +460,7 @@ class Server:
                 # does not wake the batcher itself (next_pref > 0): the first such wake after it is planned then
                 if st.next_pref > 0:
                     st.idle_since = now
-                    timer = st.idle_wake(st.t[st.n_arr] if st.static and st.n_arr < len(st.t) else INF)
+                    timer = st.idle_wake(st.t[st.n_arr] if st.static and st.n_arr < st.size else INF)
                 break
             if st.pqueue_len() >= st.slots:
                 break  # waits for a slot; a payload taken by an instance notifies
@@ -486,7 +495,6 @@ class Server:
         end = _bisect_left(st.t, now, st.head, st.n_arr)
         i = st.head
         pref = st.preferred
-        t = st.t
         while i < end:
             cur = st.cur
             if cur.saturated or cur.state == EXECUTING:
@@ -496,7 +504,7 @@ class Server:
             p = cur.items
             if p == 0:
                 n = 1
-                cur.start = t[i]
+                cur.start = st.t[i]
                 cur.saturated = 1 in pref
             else:
                 x = _next_size(pref, p)  # the payload is below the largest preferred size
@@ -512,7 +520,7 @@ class Server:
     def idle_arrival(self, st: "ModelState") -> None:
         """A dynamic arrival did not wake an idle batcher: arm its periodic empty-queue wake."""
         if st.idle_since is not None and st.timer_at == INF:
-            st.timer_at = st.idle_wake(st.t[-1])
+            st.timer_at = st.idle_wake(st.t[st.size - 1])
             self.clock.timer(st.m, st.timer_at)
 
     def _expire(self, st: ModelState, now: float) -> None:
@@ -522,14 +530,14 @@ class Server:
             return
         h = st.head
         end = st.n_arr
-        t = st.t
         limit = now - timeout + EPS_S
-        if h < end and _at_most(t, h, limit):
-            j = _bisect_right(t, limit, h, end)
+        if h < end and st.t[h] <= limit:
+            j = _bisect_right(st.t, limit, h, end)
             st.timed_out.append((h, j, now))
             st.head = j
             if self.on_failed is not None:
-                for o in st.owner[h:j]:
+                for k in range(h, j):
+                    o = st.owner[k]
                     if o < 0 or self.report_all:
                         self.on_failed(o, now, "timeout")
 
@@ -568,11 +576,10 @@ class Server:
             pending_n = k_fit
             pending_items = k_fit
         else:
-            items = st.items
             pending_items = pending_n = 0
             i = h
             while i < end:
-                s = items[i]
+                s = st.items[i]
                 if p + pending_n != 0:
                     if p + pending_items + s > max_p and best_items == 0:
                         best_items, best_n = pending_items, pending_n
@@ -616,11 +623,11 @@ class Server:
         return wait, 0, 0
 
     def _report_done(self, st: ModelState, p: Payload, now: float) -> None:
-        owner, report_all, on_done = st.owner, self.report_all, self.on_done
+        report_all, on_done = self.report_all, self.on_done
         ranges = p.ranges
         for k in range(0, len(ranges), 2):
             for i in range(ranges[k], ranges[k + 1]):
-                o = owner[i]
+                o = st.owner[i]
                 if o < 0 or report_all:
                     on_done(o, now)
 
@@ -638,12 +645,12 @@ def _next_size(sizes: tuple, n: int) -> int:
     return 0
 
 
-def _bisect_right(times: list, t: float, lo: int, hi: int) -> int:
-    """``bisect.bisect_right(times, t, lo, hi)`` on a list of floats (compiled: C comparisons), galloping from ``lo``
-    (where the answer usually is)."""
+def _bisect_right(times: np.ndarray, t: float, lo: int, hi: int) -> int:
+    """``bisect.bisect_right(times, t, lo, hi)`` on an array of floats, galloping from ``lo`` (where the answer
+    usually is)."""
     bound = lo
     step = 1
-    while bound < hi and _at_most(times, bound, t):
+    while bound < hi and times[bound] <= t:
         lo = bound + 1
         bound = lo + step
         step += step
@@ -651,19 +658,19 @@ def _bisect_right(times: list, t: float, lo: int, hi: int) -> int:
         hi = bound
     while lo < hi:
         mid = (lo + hi) >> 1
-        if not _at_most(times, mid, t):
+        if t < times[mid]:
             hi = mid
         else:
             lo = mid + 1
     return lo
 
 
-def _bisect_left(values: list, x, lo: int, hi: int) -> int:
-    """``bisect.bisect_left(values, x, lo, hi)`` on a list of floats or of ints (compiled: one C version each),
+def _bisect_left(values: np.ndarray, x, lo: int, hi: int) -> int:
+    """``bisect.bisect_left(values, x, lo, hi)`` on an array of floats or of ints (compiled: one C version each),
     galloping from ``lo``."""
     bound = lo
     step = 1
-    while bound < hi and _below(values, bound, x):
+    while bound < hi and values[bound] < x:
         lo = bound + 1
         bound = lo + step
         step += step
@@ -671,20 +678,9 @@ def _bisect_left(values: list, x, lo: int, hi: int) -> int:
         hi = bound
     while lo < hi:
         mid = (lo + hi) >> 1
-        if _below(values, mid, x):
+        if values[mid] < x:
             lo = mid + 1
         else:
             hi = mid
     return lo
 
-
-def _at_most(times: list, i: int, t: float) -> bool:
-    """``times[i] <= t``, compared as C doubles when compiled."""
-    ti = times[i]
-    return ti <= t
-
-
-def _below(values: list, i: int, x) -> bool:
-    """``values[i] < x`` (floats or ints), compared as C numbers when compiled."""
-    vi = values[i]
-    return vi < x

@@ -34,7 +34,8 @@ cdef class FastClock(Clock):
     cdef public long long seq
     cdef public int n_models
     cdef public Agenda late, dirty
-    cdef public list wake_seqs, devices, versions
+    cdef public long long[:] wake_seq, wake_base
+    cdef public list devices, versions
     cdef public Server server
 
     @cython.locals(event=Event)
@@ -43,7 +44,8 @@ cdef class FastClock(Clock):
     cdef plan_place(self, Py_ssize_t i, double t)
     @cython.locals(device=Device)
     cdef replan(self, Py_ssize_t d)
-    @cython.locals(st=ModelState, i=cython.Py_ssize_t, j=cython.Py_ssize_t, t=double, seqs=list, seq=cython.longlong)
+    @cython.locals(st=ModelState, i=cython.Py_ssize_t, j=cython.Py_ssize_t, t=double, k=cython.Py_ssize_t,
+                   seq=cython.longlong)
     cdef plan_wake(self, int m)
 
 

@@ -68,7 +68,7 @@ class FastClock:
     — each model's batcher timer and next waking arrival, each device's next completion — at its own place in a
     :class:`~serving_bench.sim.heap.Calendar`, moved when re-planned, never a stale copy left behind. The order is
     the one a heap of copies gives (time, then insertion of the valid copy); a waking arrival is valid by its time,
-    so its valid copy is the *first* one planned at that time and still pending, which ``wake_seqs`` remembers per
+    so its valid copy is the *first* one planned at that time and still pending, which ``wake_seq`` remembers per
     arrival. Calendar places: model ``m``'s timer at ``m``, its waking arrival at ``n_models + m``, device ``d``'s
     completion at ``2 n_models + d``."""
 
@@ -80,7 +80,9 @@ class FastClock:
         self.late = Agenda(n_models)  # models to step at the end of this instant
         self.server: Server | None = None
         self.calendar = Calendar(2 * n_models)
-        self.wake_seqs: list[list[int]] = []  # per model and static arrival: seq of the first wake planned at it (0: none)
+        # per static arrival (model m's j-th at wake_base[m] + j): seq of the first wake planned at it (0: none)
+        self.wake_seq = np.zeros(0, dtype=np.int64)
+        self.wake_base = np.zeros(n_models, dtype=np.int64)
         self.devices: list[Device] = []  # the run's devices, by index
         self.versions: list[int] = []  # each device's version when its completion was planned
         self.dirty = Agenda(0)  # devices changed in this instant, to re-plan at its end
@@ -156,11 +158,11 @@ class FastClock:
         t = st.t[j]
         if self.calendar.keys[i] == t:
             return
-        seqs = self.wake_seqs[m]
-        seq = seqs[j]
+        k = self.wake_base[m] + j
+        seq = self.wake_seq[k]
         if seq == 0:  # no earlier copy at this time (an arrival not yet come: a copy at it would still be pending)
             self.seq += 1
-            seq = seqs[j] = self.seq
+            seq = self.wake_seq[k] = self.seq
         self.calendar.plan(i, t, seq)
 
 
@@ -173,7 +175,9 @@ def run_fast(server_factory, n_models: int, feeds=()) -> Server:
     server = server_factory(clock)
     clock.server = server
     clock.watch(list(server.devices.values()))
-    clock.wake_seqs = [[0] * len(st.t) if st.static else [] for st in server.models]
+    sizes = [st.size if st.static else 0 for st in server.models]
+    clock.wake_base = np.cumsum([0] + sizes, dtype=np.int64)[:n_models]
+    clock.wake_seq = np.zeros(sum(sizes), dtype=np.int64)
     heap = clock.heap
     calendar = clock.calendar
     late = clock.late

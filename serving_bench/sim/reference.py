@@ -103,7 +103,7 @@ def _static_arrivals(clock: SimPyClock, m: int):
     """Arrival process of a model whose requests are known up front: one event per request."""
     env = clock.env
     st = clock.server.models[m]
-    for t in list(st.t):
+    for t in st.arrivals()[0].tolist():
         yield env.timeout(delay_to(env, t))
         st.admit_until(clock.now)
         if st.wake_predicate() if st.spec.dynamic else st.n_idle:
@@ -128,7 +128,7 @@ def run_simpy(server_factory, n_models: int, feeds=()) -> Server:
     server.lazy = False
     clock.server = server
     for st in server.models:
-        if st.static and st.t:
+        if st.static and st.size:
             env.process(_static_arrivals(clock, st.m))
     for feed in feeds:
         if len(feed[0]):
