@@ -172,11 +172,7 @@ class SimTarget:
 
         # client/network overhead, all of it on the return path (the server sees a request its dispatch time after
         # the send): one draw per request, plus the cold-start extra for the time since the previous request
-        overhead = workload.overhead_s.copy()
-        if workload.closed is None:
-            for stream in range(len(workload.kinds)):
-                rids = np.flatnonzero(schedule.model == stream)
-                overhead[rids] = workload.overhead_of(stream, rids)
+        overhead = workload.overhead_s
         if workload.closed is not None:
             records["intended_s"] = sent
         records["sent_s"] = sent.copy()

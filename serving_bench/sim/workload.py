@@ -57,13 +57,20 @@ class Stream:
     queue: deque
 
 
-def interp_grid(u, grid) -> np.ndarray:
-    """The quantile grid's value at probability ``u`` (scalar or array). A constant grid (a constant distribution)
-    gives its value without the search: what ``np.interp`` returns there too (zero slope: ``0 * dx + c``)."""
-    grid = np.asarray(grid)
-    if grid[0] == grid[-1] and (grid == grid[0]).all():
-        return np.full(np.shape(u), grid[0] + 0.0)
-    return np.interp(u, np.linspace(0.0, 1.0, len(grid)), grid)
+class Grid:
+    """A quantile grid (evenly spaced probabilities 0 .. 1) ready to sample: ``grid(u)`` is its value at probability
+    ``u`` (scalar or array), linearly interpolated. A constant grid (a constant distribution) gives its value without
+    the search: what ``np.interp`` returns there too (zero slope: ``0 * dx + c``)."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values, dtype=np.float64)
+        self.probabilities = np.linspace(0.0, 1.0, len(self.values))
+        self.constant = bool((self.values == self.values[0]).all())
+
+    def __call__(self, u) -> np.ndarray:
+        if self.constant:
+            return np.full(np.shape(u), self.values[0] + 0.0)
+        return np.interp(u, self.probabilities, self.values)
 
 
 class Workload:
@@ -83,7 +90,7 @@ class Workload:
         self.u_overhead = np.random.default_rng((seed, 2)).random(n)
         self.sent_s = np.full(n, np.nan) if closed else intended_s.astype(np.float64)
         self.since_s = np.full(n, np.inf)  # time since the previous request reached the server (cold starts)
-        self.overhead_s = np.full(n, np.nan)  # closed loop: drawn when answered
+        self.overhead_s = np.full(n, np.nan)  # return overhead: open loop drawn up front, closed loop when answered
         self.client_done_s = np.full(n, np.nan)  # answered at the client, where the way out is simulated
         self.errors: list[int] = []  # rows whose batch exceeds the model's max_batch_size
         self.ensembles: list[EnsembleRequest] = []
@@ -98,6 +105,11 @@ class Workload:
         self.streams: list[Stream] = []
         self.stream_of = np.full(n, -1, dtype=np.int64)
         self.last_send_s = -np.inf
+        # the measured distributions, ready to sample: each model's dispatch, each stream's return overhead
+        self.dispatch_grid = {m.index: Grid(m.dispatch_grid) for m in spec.models if m.dispatch_grid}
+        self.overhead_grid = [Grid((spec.models if kind == "model" else spec.ensembles)[index].overhead_grid)
+                              for kind, index in kinds]
+        self.dispatch_work_s = np.full(n, np.nan)  # open loop, requests whose way in is simulated: its solo seconds
         if closed is None:
             self._open_loop(intended_s)
         else:
@@ -108,9 +120,9 @@ class Workload:
     def dispatch_s(self, m: int, rids, since) -> np.ndarray:
         """Time from send to the batcher for requests ``rids`` of model ``m`` (0 where nothing was measured)."""
         ms = self.spec.models[m]
-        if not ms.dispatch_grid:
+        if m not in self.dispatch_grid:
             return np.zeros(np.shape(rids))
-        out = interp_grid(self.u_dispatch[rids], ms.dispatch_grid)
+        out = self.dispatch_grid[m](self.u_dispatch[rids])
         idle = ms.idle.get(ms.instance_devices[0]) if ms.instance_devices else None
         if idle is not None and idle.dispatch_extra_s:
             out = out + np.interp(since, idle.overhead_gap_s, idle.dispatch_extra_s)
@@ -121,7 +133,7 @@ class Workload:
         cold-start extra for the time since the previous request reached the server."""
         kind, index = self.kinds[stream]
         owner = self.spec.models[index] if kind == "model" else self.spec.ensembles[index]
-        out = interp_grid(self.u_overhead[rids], owner.overhead_grid)
+        out = self.overhead_grid[stream](self.u_overhead[rids])
         idle = owner.idle.get(owner.instance_devices[0]) if kind == "model" and owner.instance_devices else None
         if idle is not None:
             out = out + np.interp(self.since_s[rids], idle.overhead_gap_s, idle.overhead_extra_s)
@@ -138,6 +150,7 @@ class Workload:
                 continue
             rids, items = self._servable(index, rids)
             if index in self.hosted:  # sent at its time; the way in is simulated
+                self.dispatch_work_s[rids] = self.dispatch_s(index, rids, self.since_s[rids])
                 self.feeds.append((intended_s[rids], rids, items, partial(self._way_in, index)))
                 continue
             times = intended_s[rids] + self.dispatch_s(index, rids, self.since_s[rids])
@@ -147,6 +160,9 @@ class Workload:
                 self.feeds.append((times, rids, items, partial(self._model_feed, index)))
             else:
                 self.sources[index] = (times, rids, items)
+        for stream in range(len(self.kinds)):  # each request's return overhead, known up front in open loop
+            rids = np.flatnonzero(self.model == stream)
+            self.overhead_s[rids] = self.overhead_of(stream, rids)
 
     def _servable(self, m: int, rids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Requests of model ``m`` it can run and their items (batch rows; 1 without batching); the others fail."""
@@ -204,7 +220,7 @@ class Workload:
 
     def _way_in(self, m: int, rid: int, t: float, items: int) -> None:
         """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
-        work = float(self.dispatch_s(m, rid, self.since_s[rid]))
+        work = float(self.dispatch_s(m, rid, self.since_s[rid]) if self.closed else self.dispatch_work_s[rid])
         if work > 0.0:
             self.server.start_phase(self.spec.request_device, self.spec.models[m].request_kind, work,
                                     ("in", m, rid, items), t)
@@ -216,7 +232,7 @@ class Workload:
         simulated); in a closed loop its client sends the next request once the answer has come back."""
         stream = int(self.model[rid])
         kind, index = self.kinds[stream]
-        overhead = float(self.overhead_of(stream, rid))
+        overhead = float(self.overhead_of(stream, rid) if self.closed else self.overhead_s[rid])
         if kind == "model" and index in self.hosted:
             self.server.start_phase(self.spec.request_device, self.spec.models[index].request_kind, overhead,
                                     ("out", rid), now)
