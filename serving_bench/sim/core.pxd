@@ -55,7 +55,9 @@ cdef class ModelState:
     cdef public Py_ssize_t n_arr, head, pq_head, ui
     cdef public long long next_pref
     cdef public Payload cur
-    cdef public list pqueue, is_idle, u
+    cdef public list pqueue
+    cdef public unsigned char[:] is_idle
+    cdef public double[:] u
     cdef public int n_idle
     cdef public int slots
     cdef public object rng
@@ -65,7 +67,9 @@ cdef class ModelState:
     cdef public Executed executed
     cdef public double busy_s
     cdef public long long executions, executed_items
-    cdef public list inst_device, inst_table, inst_kinds, inst_per_request, inst_gap, inst_idle, inst_free_at
+    cdef public double[:, :, :] inst_table
+    cdef public double[:] inst_per_request, inst_gap, inst_free_at
+    cdef public list inst_device, inst_kinds, inst_idle
 
     @cython.locals(arrived=cython.longlong, taken=cython.longlong)
     cpdef long long queued_items(self) except? -1
@@ -102,7 +106,7 @@ cdef class Server:
     @cython.locals(p=Payload, f=Payload)
     cdef _dispatch(self, ModelState st, double now)
 
-    @cython.locals(items=cython.longlong, grid=list, ui=cython.Py_ssize_t, u=double, last=cython.Py_ssize_t, x=double,
+    @cython.locals(items=cython.longlong, ui=cython.Py_ssize_t, u=double, last=cython.Py_ssize_t, x=double,
                    i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device)
     cdef _start(self, ModelState st, Payload p, int instance, double now)
 

@@ -79,8 +79,8 @@ class Executed:
 
     __slots__ = ("rows", "n")
 
-    def __init__(self):
-        self.rows = np.zeros((256, 5))
+    def __init__(self, expected: int = 0):
+        self.rows = np.empty((max(expected, 256), 5))  # room for one range per request known up front
         self.n = 0
 
     def add(self, a: int, b: int, t: float, items: int, instance: int) -> None:
@@ -157,10 +157,10 @@ class ModelState:
         self.pq_head = 0
         n_inst = len(spec.instance_devices)
         self.slots = 2 * n_inst
-        self.is_idle = [True] * n_inst
+        self.is_idle = np.ones(n_inst, dtype=np.uint8)
         self.n_idle = n_inst
         self.rng = np.random.default_rng(rng_seed)
-        self.u = self.rng.random(4096).tolist()
+        self.u = self.rng.random(4096)
         self.ui = 0
         self.timer_at = INF
         self.idle_since: float | None = None  # when the batcher last went to sleep on an empty queue
@@ -169,19 +169,21 @@ class ModelState:
         self.rejected: list[tuple[int, float]] = []  # (owner, time) rejected at arrival (queue full)
         self.timed_out: list[tuple[int, int, float]] = []  # (a, b, t)
         self.errors: list[int] = []
-        self.executed = Executed()
+        self.executed = Executed(self.size)
         self.busy_s = 0.0
         self.executions = 0  # executed batches
         self.executed_items = 0
-        # per instance, filled by the Server: its device, service-time table, sharing rule per batch size, per-request
-        # cost and the gap before it takes the next payload
+        # per instance: its service-time table (``[batch size, quantile point]``), per-request cost, gap before it
+        # takes the next payload, cold starts (IdleEffect or None), when it last became free (-inf: never busy); the
+        # Server adds its device and its sharing rule per batch size
+        devices = spec.instance_devices
+        self.inst_table = spec.instance_tables
+        self.inst_per_request = np.array([spec.per_request_s[d] for d in devices], dtype=np.float64)
+        self.inst_gap = np.array([spec.batch_gap_s.get(d, 0.0) for d in devices], dtype=np.float64)
+        self.inst_idle: list = [spec.idle.get(d) for d in devices]
+        self.inst_free_at = np.full(n_inst, -INF)
         self.inst_device: list = []
-        self.inst_table: list = []
         self.inst_kinds: list = []
-        self.inst_per_request: list[float] = []
-        self.inst_gap: list[float] = []
-        self.inst_idle: list = []  # IdleEffect or None
-        self.inst_free_at: list[float] = []  # when each instance last became free (-inf: never busy)
 
     # -- arrivals ---------------------------------------------------------------------------------------------------
     def arrivals(self) -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +269,7 @@ class ModelState:
         i = 0
         while not self.is_idle[i]:
             i += 1
-        self.is_idle[i] = False
+        self.is_idle[i] = 0
         self.n_idle -= 1
         return i
 
@@ -306,12 +308,7 @@ class Server:
             for device in ms.instance_devices:
                 kinds = spec.devices[device].kinds
                 st.inst_device.append(self.devices[device])
-                st.inst_table.append(ms.tables[device])
                 st.inst_kinds.append([None] + [kinds[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
-                st.inst_per_request.append(ms.per_request_s[device])
-                st.inst_gap.append(ms.batch_gap_s.get(device, 0.0))
-                st.inst_idle.append(ms.idle.get(device))
-                st.inst_free_at.append(-INF)
         self.job_seq = 0
 
     # -- the step ----------------------------------------------------------------------------------------------------
@@ -368,21 +365,20 @@ class Server:
         request after the first, plus the cold-start extra for the time the instance sat idle, becomes a job on the
         instance's device."""
         items = p.items
-        grid = st.inst_table[instance][items]
         ui = st.ui
-        if ui >= len(st.u):
-            st.u = st.rng.random(4096).tolist()
+        if ui >= st.u.shape[0]:
+            st.u = st.rng.random(4096)
             ui = 0
         st.ui = ui + 1
         u = st.u[ui]
-        last = len(grid) - 1
+        last = st.inst_table.shape[2] - 1
         x = u * last
         i = int(x)
         if i >= last:
-            work = grid[last]
+            work = st.inst_table[instance, items, last]
         else:
-            lo = grid[i]
-            hi = grid[i + 1]
+            lo = st.inst_table[instance, items, i]
+            hi = st.inst_table[instance, items, i + 1]
             work = lo + (x - i) * (hi - lo)
         if p.nreq > 1:
             per_request = st.inst_per_request[instance]
@@ -442,7 +438,7 @@ class Server:
     def release(self, m: int, instance: int, now: float) -> None:
         """Instance ``instance`` of model ``m`` is free again: it joins the idle ones (lowest index first)."""
         st = self.models[m]
-        st.is_idle[instance] = True
+        st.is_idle[instance] = 1
         st.n_idle += 1
         st.inst_free_at[instance] = now
         self.clock.notify(m)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
@@ -53,8 +55,9 @@ class ModelSpec:
     max_queue_size: int
     timeout_s: float
     instance_devices: tuple[str, ...]
-    # per device name: table[b] = quantile grid of the solo service time of an executed batch of b items
-    tables: dict[str, list[list[float] | None]] = field(default_factory=dict)
+    # per device name: table[b] = quantile grid of the solo service time of an executed batch of b items (row 0: NaN)
+    tables: dict[str, np.ndarray] = field(default_factory=dict)
+    instance_tables: np.ndarray | None = None  # per instance its device's table, stacked (the engine reads this)
     per_request_s: dict[str, float] = field(default_factory=dict)
     batch_gap_s: dict[str, float] = field(default_factory=dict)
     idle: dict[str, IdleEffect | None] = field(default_factory=dict)  # per device: cold-start extras
@@ -193,11 +196,11 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                          tuple(devices))
         for device in sorted(set(devices)):
             md = profile.on_device(ms.name, device)
-            table: list[list[float] | None] = [None]
+            table = np.full((max(ms.max_batch_size, 1) + 1, GRID_POINTS), np.nan)
             for b in needed_batch_sizes(ms):
                 runs_at = md.executed_size(b)  # padded to a captured size, where the runtime has them
                 try:
-                    table.append(_grid(md.service(runs_at)))
+                    table[b] = _grid(md.service(runs_at))
                 except KeyError:
                     padded = f" (padded to {runs_at})" if runs_at != b else ""
                     raise InputError(src, f"models.{ms.name}.devices.{device}.batches",
@@ -208,6 +211,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             spec.per_request_s[device] = md.per_request_s
             spec.batch_gap_s[device] = md.batch_gap_s
             spec.idle[device] = md.idle
+        spec.instance_tables = np.stack([spec.tables[device] for device in devices]) if devices else None
         spec.overhead_grid = _grid(profile.overhead_for(ms.name))
         if mp.dispatch is not None:
             spec.dispatch_grid = _grid(mp.dispatch)
