@@ -14,14 +14,16 @@ ctypedef fused Number:
 
 
 cdef class Payload:
-    cdef public list ranges
+    cdef public Py_ssize_t a, b
+    cdef public list more
     cdef public long long items, nreq
     cdef public int state
     cdef public bint saturated
     cdef public double start
 
-    @cython.locals(ranges=list)
-    cdef take(self, Py_ssize_t a, Py_ssize_t n, long long items)
+    cdef int take(self, Py_ssize_t a, Py_ssize_t n, long long items) except -1
+    cdef int merge(self, Payload other) except -1
+    cpdef list ranges(self)
 
 
 cdef class Executed:
@@ -110,7 +112,7 @@ cdef class Server:
                    i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device)
     cdef _start(self, ModelState st, Payload p, int instance, double now)
 
-    @cython.locals(done=list, job=Job, m=int, instance=int, st=ModelState, p=Payload, ranges=list,
+    @cython.locals(done=list, job=Job, m=int, instance=int, st=ModelState, p=Payload, more=list,
                    k=cython.Py_ssize_t, gap=double)
     cpdef complete(self, Device dev, double now)
 

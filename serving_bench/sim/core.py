@@ -47,13 +47,14 @@ INF = math.inf
 
 
 class Payload:
-    """A batch being formed / waiting / running: requests are the local index ranges ``[a, b)`` of its model, kept
-    flat in ``ranges`` (``a0, b0, a1, b1, ...``)."""
+    """A batch being formed / waiting / running: requests are the local index ranges ``[a, b)`` of its model — the
+    first one ``[a, b)``, any further ones flat in ``more`` (``a1, b1, a2, b2, ...``; None: none)."""
 
-    __slots__ = ("ranges", "items", "nreq", "state", "saturated", "start")
+    __slots__ = ("a", "b", "more", "items", "nreq", "state", "saturated", "start")
 
     def __init__(self):
-        self.ranges: list[int] = []
+        self.a = self.b = 0
+        self.more: list[int] | None = None
         self.items = 0
         self.nreq = 0
         self.state = UNINIT
@@ -61,15 +62,37 @@ class Payload:
         self.start = INF  # batcher start of its oldest request (for the merge-on-dequeue rule)
 
     def take(self, a: int, n: int, items: int) -> None:
-        """Requests ``[a, a + n)`` of ``items`` items join the payload."""
-        ranges = self.ranges
-        if ranges and ranges[-1] == a:
-            ranges[-1] = a + n
+        """Requests ``[a, a + n)`` of ``items`` items join the payload (extending its last range where it ends at a)."""
+        if self.nreq == 0:
+            self.a = a
+            self.b = a + n
+        elif self.more is None:
+            if self.b == a:
+                self.b = a + n
+            else:
+                self.more = [a, a + n]
+        elif self.more[-1] == a:
+            self.more[-1] = a + n
         else:
-            ranges.append(a)
-            ranges.append(a + n)
+            self.more.append(a)
+            self.more.append(a + n)
         self.items += items
         self.nreq += n
+
+    def merge(self, other: "Payload") -> None:
+        """``other``'s requests join the payload (its ranges after ours, as they are)."""
+        if self.more is None:
+            self.more = []
+        self.more.append(other.a)
+        self.more.append(other.b)
+        if other.more is not None:
+            self.more.extend(other.more)
+        self.items += other.items
+        self.nreq += other.nreq
+
+    def ranges(self) -> list[int]:
+        """Every range, flat: ``[a, b, a1, b1, ...]``."""
+        return [self.a, self.b] + (self.more or [])
 
 
 class Executed:
@@ -350,9 +373,7 @@ class Server:
                     if f.saturated or not (now - f.start > st.delay_s) or p.items + f.items > st.max_batch:
                         break
                     f.state = EXECUTING
-                    p.ranges.extend(f.ranges)
-                    p.items += f.items
-                    p.nreq += f.nreq
+                    p.merge(f)
                     st.pqueue[st.pq_head] = None
                     st.pq_head += 1
             if st.pq_head > 64 and st.pq_head * 2 > len(st.pqueue):
@@ -403,9 +424,11 @@ class Server:
             m, instance = job.model, job.instance
             st = self.models[m]
             p = job.payload
-            ranges = p.ranges
-            for k in range(0, len(ranges), 2):
-                st.executed.add(ranges[k], ranges[k + 1], now, p.items, instance)
+            st.executed.add(p.a, p.b, now, p.items, instance)
+            if p.more is not None:
+                more = p.more
+                for k in range(0, len(more), 2):
+                    st.executed.add(more[k], more[k + 1], now, p.items, instance)
             st.busy_s += now - job.start
             st.executions += 1
             st.executed_items += p.items
@@ -620,7 +643,7 @@ class Server:
 
     def _report_done(self, st: ModelState, p: Payload, now: float) -> None:
         report_all, on_done = self.report_all, self.on_done
-        ranges = p.ranges
+        ranges = p.ranges()
         for k in range(0, len(ranges), 2):
             for i in range(ranges[k], ranges[k + 1]):
                 o = st.owner[i]

@@ -260,11 +260,16 @@ class Device:
         if self.next > now + DONE_TOLERANCE_S:
             return []
         done = []
-        for r in self.active:
+        active = self.active  # the kinds that still run are kept, in order
+        kept = 0
+        for r in active:
             limit = r.virtual + DONE_TOLERANCE_S * r.rate
             heap = r.heap
             while heap.first_key <= limit:
                 done.append(heap.pop())
+            if heap.n:
+                active[kept] = r
+                kept += 1
         if not done:
             return done
         for job in done:
@@ -279,12 +284,6 @@ class Device:
                     del self.executions[kind.model]
         if self.jobs == 0:
             self.demand = 0.0  # no rounding left behind
-        active = self.active  # keep the kinds that still run, in order
-        kept = 0
-        for r in active:
-            if r.heap.n:
-                active[kept] = r
-                kept += 1
         if kept < len(active):
             del active[kept:]
         self.dirty = True
