@@ -30,10 +30,10 @@ import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving_bench.load.schedule import Schedule  # noqa: E402
 from serving_bench.profiles.importers import import_h200_eager  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serving_config import ModelServing, ServingConfig  # noqa: E402
-from serving_bench.sim import SimTarget  # noqa: E402
+from serving_bench.sim.target import SimTarget  # noqa: E402
 
 MODELS = ("resnet50_fp16", "mobilenet_v3_large_fp16", "efficientnet_b0_fp16", "bert_base_fp16")
 
@@ -92,9 +92,9 @@ def main() -> int:
             t0 = time.process_time()
             records = target.run(sched)
             best = max(best, n / (time.process_time() - t0))
-        batch = records.attrs["sim"]["items_per_execution"]
+        batch = records.info.sim.items_per_execution
         batch = float(np.mean([v for v in batch.values() if v]))
-        util = records.attrs["sim"]["device_busy_s"]["gpu0"] / records.attrs["sim"]["duration_s"]
+        util = records.info.sim.device_busy_s["gpu0"] / records.info.sim.duration_s
         rows.append({"load": load, "rate_rps": rate, "requests": n, "sim_requests_per_s": best,
                      "ratio_to_naive_simpy": best / baseline, "mean_exec_batch": batch, "gpu_busy": util})
         print(f"load {load:.1f} ({rate:,.0f} req/s offered): {best:,.0f} simulated req/s "

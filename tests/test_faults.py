@@ -17,9 +17,9 @@ import pytest
 import yaml
 from conformance import assert_target_contract
 
-from serving_bench.load.schedule import Schedule
-from serving_bench.records import load_records
-from serving_bench.serve.server import SHM_DIR, SHM_PREFIX
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.records import load_records
+from serving_bench.serve.shm import SHM_DIR, SHM_PREFIX
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -88,8 +88,8 @@ def _our_shm_regions(pid: int) -> list[str]:
 def _check_results(out: Path, reason_prefix: str) -> dict:
     records = load_records(out)
     c = assert_target_contract(Schedule.load(out / "schedule.npz"), records)
-    assert records.attrs["partial"] is True and records.attrs["stop_reason"].startswith(reason_prefix), \
-        records.attrs["stop_reason"]
+    assert records.info.partial is True and records.info.stop_reason.startswith(reason_prefix), \
+        records.info.stop_reason
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False
     assert c["sent"] == c["ok"] + c["failed"] + c["timeout"]

@@ -48,12 +48,12 @@ def test_server_scenario_validity(target):
 def test_offline_and_single_stream(target):
     offline = Offline(queries=200).run(target, profile("sleep_zero"))
     assert offline.valid and offline.figure["throughput_rps"] > 50
-    assert (offline.records["intended_s"] == 0).all()
+    assert (offline.records.table["intended_s"] == 0).all()
     single = SingleStream(min_duration_s=1.0, min_queries=40).run(target, profile("sleep_md1"))
     assert single.valid, single.reasons
     assert 0.008 <= single.figure["p90_s"] < 0.05
-    sent = single.records["sent_s"].to_numpy()
-    done = single.records["done_s"].to_numpy()
+    sent = single.records.table["sent_s"].to_numpy()
+    done = single.records.table["done_s"].to_numpy()
     assert np.all(sent[1:] >= done[:-1])  # one at a time
 
 

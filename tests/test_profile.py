@@ -247,7 +247,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     """Profile the sleep model on the real server, then validate the simulator against a real replay of it."""
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.profiles.measure import measure_profile
-    from serving_bench.sim.validate import run_validation
+    from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, "sleep_python", base_ms=5.0, per_item_ms=1.0, max_batch_size=8)
@@ -307,7 +307,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     from serving_bench.export.api import export_models
     from serving_bench.export.repository import entry_dir
     from serving_bench.profiles.measure import measure_profile
-    from serving_bench.sim.validate import run_validation
+    from serving_bench.validate import run_validation
 
     def ratio(row):
         return abs(math.log(row["simulated"] / row["measured"]))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.metrics import summarize
 from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim import SimTarget
@@ -51,7 +51,7 @@ def test_md1_mean_wait_matches_theory(rho):
     """M/D/1 (Poisson arrivals, deterministic service, FIFO, one server): W = rho S / (2 (1 - rho))."""
     s = 0.006
     records = SimTarget(sleep_profile(), one(max_batch_size=1)).run(poisson(rho / s, 200_000, seed=1))
-    wait = (records["done_s"] - records["intended_s"]).to_numpy() - s
+    wait = (records.table["done_s"] - records.table["intended_s"]).to_numpy() - s
     theory = rho * s / (2 * (1 - rho))
     assert abs(wait.mean() - theory) / theory < 0.04
     assert abs(np.mean(wait > 1e-12) - rho) < 0.01  # P(wait) = rho
@@ -65,7 +65,7 @@ def test_mm1_sojourn_matches_theory():
     s = list(-np.log1p(-u) / mu) + [-np.log(1 / 4000) / mu]
     service = {1: Dist(tuple(q), tuple(s))}
     records = SimTarget(sleep_profile(service=service), one(max_batch_size=0)).run(poisson(lam, 200_000, seed=2))
-    sojourn = (records["done_s"] - records["intended_s"]).mean()
+    sojourn = (records.table["done_s"] - records.table["intended_s"]).mean()
     assert abs(sojourn - 1 / (mu - lam)) / (1 / (mu - lam)) < 0.05
 
 
@@ -75,7 +75,7 @@ def test_two_instances_on_two_cores_are_md2():
     s, c, rho = 0.006, 2, 0.8
     a = c * rho
     sched = poisson(a / s, 100_000, seed=3)
-    wait = (SimTarget(sleep_profile(), one(max_batch_size=1, instances=(("cpu", 2),))).run(sched)["done_s"]
+    wait = (SimTarget(sleep_profile(), one(max_batch_size=1, instances=(("cpu", 2),))).run(sched).table["done_s"]
             - sched.arrival_s).mean() - s
     erlang_c = (a ** c / 2 / (1 - rho)) / (1 + a + a ** c / 2 / (1 - rho))
     w_mmc = erlang_c * s / (c * (1 - rho))
@@ -93,14 +93,14 @@ def _single(times, **kw):
 
 
 def test_lone_request_waits_the_queue_delay():
-    r = _single([0.0], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=2000)
+    r = _single([0.0], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=2000).table
     assert r["done_s"][0] == pytest.approx(0.002 + 0.006)
 
 
 def test_preferred_size_sends_at_once_and_delay_collects_the_rest():
     # 4 requests within 0.1 ms with preferred [4]: sent as one batch of 4 when the 4th arrives
     r = _single([0.0, 0.00002, 0.00004, 0.0001], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=5000,
-                preferred_batch_sizes=(4,))
+                preferred_batch_sizes=(4,)).table
     assert list(r["exec_batch"]) == [4, 4, 4, 4]
     assert r["done_s"][0] == pytest.approx(0.0001 + 0.005 + 0.004)
 
@@ -108,21 +108,22 @@ def test_preferred_size_sends_at_once_and_delay_collects_the_rest():
 def test_delay_zero_busy_instance_grows_one_payload():
     # the first request runs alone; the next five arrive while it runs and ride together in the next batch
     times = [0.0] + [0.001 * k for k in range(1, 6)]
-    r = _single(times, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0)
+    r = _single(times, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0).table
     assert list(r["exec_batch"]) == [1, 5, 5, 5, 5, 5]
     assert r["done_s"][5] == pytest.approx(0.006 + 0.010)
 
 
 def test_queue_full_rejects_and_queue_timeout_times_out():
     times = [0.0] + [0.0001 * k for k in range(1, 40)]
-    r = _single(times, max_batch_size=1, dynamic_batching=True, max_queue_size=3)
+    r = _single(times, max_batch_size=1, dynamic_batching=True, max_queue_size=3).table
     assert (r["status"] == "rejected").sum() > 20
     assert (r["error"][r["status"] == "rejected"] == "Exceeds maximum queue size").all()
-    r = _single(times, max_batch_size=1, dynamic_batching=True, queue_timeout_us=15000)
+    records = _single(times, max_batch_size=1, dynamic_batching=True, queue_timeout_us=15000)
+    r = records.table
     timed_out = r["status"] == "timeout"
     assert 20 < timed_out.sum() < 40 and r["done_s"][timed_out].isna().all()
     assert_target_contract(Schedule(np.asarray(times), np.zeros(40), ("sleep_python",), np.zeros(40), np.ones(40),
-                                    {"duration_s": float(max(times)) + 1}), r)
+                                    {"duration_s": float(max(times)) + 1}), records)
 
 
 def test_gap_between_batches_keeps_the_instance_busy_but_not_the_answer():
@@ -130,7 +131,7 @@ def test_gap_between_batches_keeps_the_instance_busy_but_not_the_answer():
     n = 3
     sched = Schedule(np.zeros(n), np.zeros(n), ("sleep_python",), np.zeros(n), np.ones(n), {"duration_s": 1.0})
     for dynamic in (False, True):
-        r = SimTarget(sleep_profile(gap=0.001), one(max_batch_size=1, dynamic_batching=dynamic)).run(sched)
+        r = SimTarget(sleep_profile(gap=0.001), one(max_batch_size=1, dynamic_batching=dynamic)).run(sched).table
         assert list(r["done_s"]) == pytest.approx([0.006, 0.013, 0.020])
 
 
@@ -138,7 +139,7 @@ def test_per_request_cost_inside_a_batch():
     """Four requests of one item batched together cost the 4-item service time plus 3 x per_request_s."""
     sched = Schedule(np.zeros(4), np.zeros(4), ("sleep_python",), np.zeros(4), np.ones(4), {"duration_s": 1.0})
     r = SimTarget(sleep_profile(per_request=0.0005), one(max_batch_size=8, dynamic_batching=True,
-                                                         preferred_batch_sizes=(4,))).run(sched)
+                                                         preferred_batch_sizes=(4,))).run(sched).table
     assert list(r["exec_batch"]) == [4] * 4 and r["done_s"][0] == pytest.approx(0.005 + 0.004 + 3 * 0.0005)
 
 
@@ -148,7 +149,7 @@ def test_cold_start_after_idle_time():
     idle = IdleEffect((0.001, 0.01), (0.0, 0.002), (0.002, 0.05), (0.0, 0.003))
     times = [0.0, 0.001, 0.0171, 0.0671]  # the second queues behind the first; the third comes 3.1 ms after it ends
     sched = Schedule(np.array(times), np.zeros(4), ("sleep_python",), np.zeros(4), np.ones(4), {"duration_s": 1.0})
-    r = SimTarget(sleep_profile(idle=idle), one(max_batch_size=1)).run(sched)
+    r = SimTarget(sleep_profile(idle=idle), one(max_batch_size=1)).run(sched).table
     # first: never busy before (last value: +2 ms service), first request ever (+3 ms overhead)
     # second: back to back, 1 ms after the first (no overhead extra); third: instance idle 3.1 ms,
     # 16.1 ms after the previous request (+ 0.003 * 14.1 / 48); fourth: idle and 50 ms gap
@@ -166,12 +167,12 @@ def test_dispatch_delays_the_arrival_at_the_batcher():
     data["models"]["sleep_python"]["dispatch"] = {"constant_s": 0.002}
     profile = Profile.from_json(data, "p.json")
     sched = Schedule(np.array([0.0, 0.0005]), np.zeros(2), ("sleep_python",), np.zeros(2), np.ones(2), {})
-    r = SimTarget(profile, one(max_batch_size=1)).run(sched)
+    r = SimTarget(profile, one(max_batch_size=1)).run(sched).table
     assert list(r["done_s"]) == pytest.approx([0.002 + 0.006, 0.008 + 0.006])
-    r = SimTarget(profile, one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=1000)).run(sched)
+    r = SimTarget(profile, one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=1000)).run(sched).table
     assert list(r["exec_batch"]) == [2, 2] and r["done_s"][0] == pytest.approx(0.002 + 0.001 + 0.005 + 0.002)
     records = SimTarget(profile, one(max_batch_size=8, dynamic_batching=True), engine="simpy").run(sched)
-    assert records.equals(SimTarget(profile, one(max_batch_size=8, dynamic_batching=True)).run(sched))
+    assert records.table.equals(SimTarget(profile, one(max_batch_size=8, dynamic_batching=True)).run(sched).table)
 
 
 def test_colocation_curve_between_measured_batch_sizes_is_interpolated():
@@ -194,12 +195,12 @@ def test_pair_curve_applies_up_to_its_batch_size():
     config = ServingConfig(tuple(ModelServing(n, max_batch_size=4, instances=(("gpu0", 1),)) for n in ("a", "b")))
     for rows, expected in ((1, 0.012), (4, 0.009)):
         sched = Schedule(np.zeros(2), np.array([0, 1]), ("a", "b"), np.zeros(2), np.full(2, rows), {})
-        assert list(SimTarget(profile, config).run(sched)["done_s"]) == pytest.approx([expected, expected])
+        assert list(SimTarget(profile, config).run(sched).table["done_s"]) == pytest.approx([expected, expected])
 
 
 def test_batch_larger_than_max_batch_size_is_an_error_response():
     sched = Schedule(np.array([0.0, 0.1]), np.zeros(2), ("sleep_python",), np.zeros(2), np.array([2, 64]), {})
-    r = SimTarget(sleep_profile(), one(max_batch_size=32, dynamic_batching=True)).run(sched)
+    r = SimTarget(sleep_profile(), one(max_batch_size=32, dynamic_batching=True)).run(sched).table
     assert list(r["status"].astype(str)) == ["ok", "error"]
 
 
@@ -209,7 +210,7 @@ def test_time_sliced_gpu_halves_each_batch_speed():
     curve = Curve(1, (1.0, 2.0), (1.0, 1.0))  # S(2) = 1: two batches at once each run at half speed
     profile = sleep_profile(colocation=[curve], device="gpu0", kind="gpu")
     sched = Schedule(np.array([0.0, 0.0]), np.zeros(2), ("sleep_python",), np.zeros(2), np.ones(2), {})
-    r = SimTarget(profile, one(max_batch_size=0, instances=(("gpu0", 2),))).run(sched)
+    r = SimTarget(profile, one(max_batch_size=0, instances=(("gpu0", 2),))).run(sched).table
     assert list(r["done_s"]) == pytest.approx([0.012, 0.012])
     assert sorted(r["instance"]) == [0, 1]
 
@@ -223,7 +224,7 @@ def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
     profile = Profile.from_json(base, "p.json")
     config = ServingConfig(tuple(ModelServing(n, instances=(("gpu0", 1),)) for n in ("heavy", "light")))
     sched = Schedule(np.array([0.0, 0.0]), np.array([0, 1]), ("heavy", "light"), np.zeros(2), np.ones(2), {})
-    r = SimTarget(profile, config).run(sched)
+    r = SimTarget(profile, config).run(sched).table
     assert list(r["done_s"]) == pytest.approx([0.006, 0.006])
 
 
@@ -251,8 +252,8 @@ def test_same_inputs_same_records_other_seed_other_records():
     first = SimTarget(_noisy_profile(), _mixed_config(), seed=7).run(sched)
     again = SimTarget(_noisy_profile(), _mixed_config(), seed=7).run(sched)
     other = SimTarget(_noisy_profile(), _mixed_config(), seed=8).run(sched)
-    assert first.equals(again) and first.attrs == again.attrs
-    assert not first["done_s"].equals(other["done_s"])
+    assert first.table.equals(again.table) and first.info == again.info
+    assert not first.table["done_s"].equals(other.table["done_s"])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -271,7 +272,7 @@ def test_fast_engine_equals_simpy_reference(seed):
     idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005)) if seed % 2 else None
     fast = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed).run(sched)
     ref = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed, engine="simpy").run(sched)
-    assert fast.equals(ref)
+    assert fast.table.equals(ref.table)
 
 
 def test_ensemble_fans_out_joins_and_matches_reference():
@@ -283,9 +284,9 @@ def test_ensemble_fans_out_joins_and_matches_reference():
     sched = poisson(150, 600, seed=5, models=("pipe", "left"))
     fast = SimTarget(profile, config, ensemble_deps=deps).run(sched)
     ref = SimTarget(profile, config, ensemble_deps=deps, engine="simpy").run(sched)
-    assert fast.equals(ref)
+    assert fast.table.equals(ref.table)
     assert_target_contract(sched, fast)
-    pipe = fast[fast["model"] == "pipe"]
+    pipe = fast.table[fast.table["model"] == "pipe"]
     assert (pipe["status"] == "ok").all() and ((pipe["done_s"] - pipe["intended_s"]) > 3 * 0.002).all()
 
 
@@ -296,9 +297,9 @@ def test_records_satisfy_target_contract_and_summarize():
     summary = summarize(records)
     assert summary["models"]["a"]["counts"]["scheduled"] + summary["models"]["b"]["counts"]["scheduled"] == 3000
     assert 1.0 <= summary["models"]["a"]["mean_exec_batch"] <= 8.0
-    util = records.attrs["sim"]["utilisation"]
+    util = records.info.sim.utilisation
     assert 0.0 < util["a"] < 1.0
-    json.dumps(records.attrs)
+    json.dumps(records.info.to_json())
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------

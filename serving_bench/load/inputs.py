@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import serialize_byte_tensor
 
 from serving_bench.errors import InputError
 
@@ -47,8 +49,8 @@ class ModelSpec:
 
     @classmethod
     def from_server(cls, metadata, config) -> "ModelSpec":
-        """From tritonclient's ``ModelMetadataResponse`` and ``ModelConfigResponse`` protobufs."""
-        cfg = config.config
+        """From tritonclient's ``ModelMetadataResponse`` and the served ``ModelConfig`` (protobufs)."""
+        cfg = config
         batched = cfg.max_batch_size > 0
         inputs = tuple(TensorSpec(i.name, i.datatype, tuple(int(d) for d in (i.shape[1:] if batched else i.shape)))
                        for i in metadata.inputs)
@@ -129,9 +131,6 @@ class SampleBank:
 
 def infer_request(model: ModelSpec, inputs: Mapping[str, np.ndarray]) -> bytes:
     """A serialized ``inference.ModelInferRequest`` carrying ``inputs`` (raw binary tensors)."""
-    from tritonclient.grpc import service_pb2
-    from tritonclient.utils import serialize_byte_tensor
-
     request = service_pb2.ModelInferRequest(model_name=model.name)
     for spec in model.inputs:
         array = inputs[spec.name]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform
 import socket
 from pathlib import Path
+
+from serving_bench.files import atomic_write_json
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 _LOAD_AT_START = os.getloadavg()[0]  # benchmarks import this module first thing: the machine before they ran
@@ -33,7 +34,4 @@ def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | No
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}{'_quick' if quick else ''}_{facts['date']}_{facts['host']}.json"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({**facts, **data}, indent=2, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_json(path, {**facts, **data}, sort_keys=False)

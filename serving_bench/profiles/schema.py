@@ -38,13 +38,12 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from serving_bench.errors import InputError
-from serving_bench.files import read_json
+from serving_bench.files import atomic_write_text, read_json
 
 PROFILE_FORMAT = "serving-bench-profile"
 PROFILE_VERSION = 1
@@ -404,12 +403,7 @@ class Profile:
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON atomically (temporary name, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        os.replace(tmp, path)
-        return path
+        return atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":

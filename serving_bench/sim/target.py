@@ -1,14 +1,15 @@
-"""``SimTarget(profile, serving_config, seed=0).run(schedule) -> records``: the simulator as a Target.
+"""``SimTarget(profile, serving_config, seed=0).run(schedule) -> Records``: the simulator as a Target.
 
-It returns the Records table of :mod:`serving_bench.records` (``sent_s = intended_s``: the simulated client is never
-late), so :func:`serving_bench.metrics.summarize` works unchanged on simulated and replayed runs. Same schedule,
-profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"`` (the SimPy
-reference, slower) give identical records too.
+It returns the :class:`~serving_bench.run.records.Records` of every target (``sent_s = intended_s``: the simulated
+client is never late), so :func:`serving_bench.run.metrics.summarize` works unchanged on simulated and replayed runs.
+Same schedule, profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"``
+(the SimPy reference, slower) give identical records too. Open loop only, for now (a :class:`ClosedLoop` raises
+``NotImplementedError``).
 
-Besides the table, ``records.attrs["sim"]`` holds what only a simulator knows: per-model busy time, executed batches and
-items per executed batch (Triton's ``inference_count / execution_count``), mean time inside the server per answered
-request (Triton's ``success`` time: no client/network overhead), utilisation (busy instance-seconds over
-instances x makespan), per-device busy time, the engine and the seed.
+Besides the table, ``records.info.sim`` (:class:`~serving_bench.run.records.SimFacts`) holds what only a simulator
+knows: per-model busy time, executed batches and items per executed batch (Triton's ``inference_count /
+execution_count``), mean time inside the server per answered request (Triton's ``success`` time: no client/network
+overhead), utilisation (busy instance-seconds over instances x makespan), per-device busy time, the engine and the seed.
 
     from serving_bench.profiles import Profile
     from serving_bench.serving_config import ServingConfig
@@ -17,16 +18,21 @@ instances x makespan), per-device busy time, the engine and the seed.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+
 import numpy as np
 import pandas as pd
 
 from serving_bench.errors import InputError
-from serving_bench.load.schedule import Schedule
 from serving_bench.profiles.schema import Profile
-from serving_bench.records import STATUSES, new_records
+from serving_bench.run.records import STATUSES, Records, SimFacts, new_records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim.core import Server
+from serving_bench.sim.fast import run_fast
+from serving_bench.sim.reference import run_simpy
 from serving_bench.sim.spec import SimSpec, build_spec
 
 ENGINES = ("fast", "simpy")
@@ -49,7 +55,10 @@ class SimTarget:
         self.spec: SimSpec = build_spec(profile, serving_config, ensemble_deps)
 
     # -- the Target interface ----------------------------------------------------------------------------------------
-    def run(self, schedule: Schedule) -> pd.DataFrame:
+    def run(self, schedule: Schedule, mode: OpenLoop | ClosedLoop | None = None) -> Records:
+        """Simulate ``schedule`` open loop (``mode`` None or :class:`OpenLoop`; its cap is not modelled)."""
+        if isinstance(mode, ClosedLoop):
+            raise NotImplementedError("the simulator's closed loop: issue 10")
         spec = self.spec
         kinds = []
         for name in schedule.models:
@@ -99,11 +108,11 @@ class SimTarget:
         finally:
             if collect:
                 gc.enable()
-        self._fill(records, run, server, schedule)
-        return records
+        facts = self._fill(records.table, run, server, schedule)
+        return Records(records.table, dataclasses.replace(records.info, mode=OpenLoop.name, sim=facts))
 
     # -- records ------------------------------------------------------------------------------------------------------
-    def _fill(self, records: pd.DataFrame, run: "_Run", server: Server, schedule: Schedule) -> None:
+    def _fill(self, records: pd.DataFrame, run: "_Run", server: Server, schedule: Schedule) -> SimFacts:
         spec = self.spec
         n = len(schedule)
         done = np.full(n, np.nan)
@@ -198,17 +207,16 @@ class SimTarget:
         records["instance"] = instance
         makespan = float(np.nanmax(records["done_s"].to_numpy())) if n and not np.isnan(done).all() else 0.0
         duration = max(schedule.duration_s, makespan, 1e-12)
-        records.attrs["sim"] = {
-            "engine": self.engine, "seed": self.seed, "profile": self.profile.path, "duration_s": duration,
-            "busy_s": {st.spec.name: st.busy_s for st in server.models},
-            "executions": {st.spec.name: st.executions for st in server.models},
-            "server_mean_s": server_mean,
-            "items_per_execution": {st.spec.name: st.executed_items / st.executions if st.executions else None
-                                    for st in server.models},
-            "utilisation": {st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
-                            for st in server.models},
-            "device_busy_s": {name: dev.busy_s for name, dev in server.devices.items()},
-        }
+        return SimFacts(
+            engine=self.engine, seed=self.seed, profile=self.profile.path, duration_s=duration,
+            busy_s={st.spec.name: st.busy_s for st in server.models},
+            executions={st.spec.name: st.executions for st in server.models},
+            server_mean_s=server_mean,
+            items_per_execution={st.spec.name: st.executed_items / st.executions if st.executions else None
+                                 for st in server.models},
+            utilisation={st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
+                         for st in server.models},
+            device_busy_s={name: dev.busy_s for name, dev in server.devices.items()})
 
 
 def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -269,9 +277,7 @@ class _Run:
         for e, (times, ids, items) in self.ens_sources.items():
             feeds.append((times, ids, items, ("ensemble", e)))
         if engine == "fast":
-            from serving_bench.sim.fast import run_fast
             return run_fast(factory, len(spec.models), feeds, self.ensemble_arrival)
-        from serving_bench.sim.reference import run_simpy
         return run_simpy(factory, len(spec.models), feeds, self.ensemble_arrival)
 
     # -- ensembles ---------------------------------------------------------------------------------------------------

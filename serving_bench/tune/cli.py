@@ -9,7 +9,6 @@ models share which GPU, on the simulator at the load profile's load; checkpoints
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -17,17 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import atomic_write_text
+from serving_bench.files import atomic_write_text
+from serving_bench.report.cli import write_report
 from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
-from serving_bench.tune.checkpoint import Checkpoint
+from serving_bench.tune import verify
+from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
-from serving_bench.tune.generators import GENERATORS
+from serving_bench.tune.generators import GENERATORS, choose_generator
 from serving_bench.tune.load import Load, load_from_file
-from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig
+from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
-from serving_bench.tune.search import SearchSettings, run_search
-from serving_bench.tune.slo import SLO_FORM, parse_slos, slos_from_meta
+from serving_bench.tune.search import SearchSettings, run_search, search_header
+from serving_bench.tune.slo import SLO_FORM, resolve_slos
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
 
 
@@ -109,32 +110,6 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         restart=args.restart)
 
 
-def file_id(path: str | Path) -> str:
-    """Name and content hash of a file (a checkpoint is only resumed with the same profile)."""
-    if str(path).startswith("builtin:"):
-        from serving_bench.profiles.importers import H200_CSV
-
-        return f"{path}:{hashlib.sha256(H200_CSV.read_bytes()).hexdigest()[:16]}"
-    path = Path(path)
-    return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
-
-
-def resolve_slos(text: str | None, load: Load) -> dict[str, dict[str, float]]:
-    """``--slo`` if given, else the load profile's ``slos`` (schedule meta); every model must be in the load."""
-    if text:
-        slos = parse_slos(text)
-        source = "--slo"
-    else:
-        slos = slos_from_meta(load.base.meta.get("slos") or {}, str(load.base.meta.get("profile") or "load profile"))
-        source = "load profile"
-    if not slos:
-        raise InputError("--slo", None, "no SLOs: pass --slo or set slos in the load profile; " + SLO_FORM)
-    for model in slos:
-        if model not in load.base.models:
-            raise InputError(source, model, f"not a model of the load; models: {', '.join(load.base.models)}")
-    return slos
-
-
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
     """Serving config of the entries the load touches: from the repository, else one per profiled model."""
     if repo:
@@ -156,7 +131,7 @@ def run_tune(opts: TuneOptions) -> dict:
     t0 = time.perf_counter()
     out = Path(opts.out)
     load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
-    slos = resolve_slos(opts.slos, load)
+    slos = resolve_slos(opts.slos, load.base)
     profile = adapters.load_profile(opts.profile)
     if opts.gpus >= 1:
         profile = adapters.with_gpus(profile, opts.gpus)
@@ -180,9 +155,6 @@ def run_tune(opts: TuneOptions) -> dict:
     settings = SearchSettings(generator=opts.generator, seed=load.seed, batch_size=opts.batch,
                               max_evals=opts.max_evals,
                               budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
-    from serving_bench.tune.generators import choose_generator
-    from serving_bench.tune.search import search_header
-
     choice = choose_generator(opts.generator, space)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(out / "observations.jsonl",
@@ -217,7 +189,7 @@ def run_tune(opts: TuneOptions) -> dict:
     verification = []
     tuned_repo = None
     if best is not None and opts.repo:
-        tuned_repo = str(verify_mod().write_tuned_repo(opts.repo, best_config, out / "tuned_repo"))
+        tuned_repo = str(verify.write_tuned_repo(opts.repo, best_config, out / "tuned_repo"))
         _log(opts, f"tuned repository: {tuned_repo}")
     if opts.verify_top > 0 and best is not None and (opts.repo or opts.url):
         verification = verify_top(opts, ctx, result, load, slos, out)
@@ -243,22 +215,12 @@ def run_tune(opts: TuneOptions) -> dict:
     for line in recommendation:
         _log(opts, line)
     if opts.report:
-        from serving_bench.report.cli import write_report
-
         _log(opts, f"report: {write_report(out)}")
     return doc
 
 
-def verify_mod():
-    from serving_bench.tune import verify
-    return verify
-
-
 def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, out: Path) -> list[dict]:
     """Replay the load on Triton for each of the best ``verify_top`` feasible (else best) candidates."""
-    from serving_bench.tune.objective import check_slos
-
-    verify = verify_mod()
     rows = []
     candidates = [o for o in result.ranked if o["result"]["feasible"]][:opts.verify_top] or result.ranked[:1]
     for rank, obs in enumerate(candidates, 1):

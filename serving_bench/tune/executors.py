@@ -8,8 +8,13 @@ existing cluster given by ``address`` (``ray://host:10001`` or ``host:6379``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+import serving_bench
+from serving_bench.errors import InputError
 
 
 class Executor:
@@ -76,7 +81,7 @@ class RayExecutor(Executor):
 
     def _ensure(self):
         try:
-            import ray
+            import ray  # heavy (~1 s) and only for this executor
         except ImportError as err:  # pragma: no cover - install problem
             raise RuntimeError("the ray executor needs `pip install ray==2.60.0`") from err
         if not ray.is_initialized():
@@ -85,9 +90,6 @@ class RayExecutor(Executor):
                 kwargs["address"] = self.config.address
             else:
                 kwargs.update(num_cpus=self.config.num_cpus, _node_ip_address="127.0.0.1")
-            import os
-            import serving_bench
-            from pathlib import Path
             root = str(Path(serving_bench.__file__).resolve().parents[1])
             kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(
                 p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}}
@@ -107,7 +109,7 @@ class RayExecutor(Executor):
 
     def close(self) -> None:
         if self._started:
-            import ray
+            import ray  # heavy; already loaded by _ensure
             ray.shutdown()
             self._started = False
         self._remote = self._shared_ref = self._shared_obj = None
@@ -118,8 +120,6 @@ EXECUTORS: dict[str, tuple[type, type]] = {"local": (LocalExecutor, LocalConfig)
 
 def make_executor(name: str, **options) -> Executor:
     """The executor registered as ``name`` with its config built from ``options`` (unknown keys are ignored)."""
-    from serving_bench.errors import InputError
-
     if name not in EXECUTORS:
         raise InputError("--executor", None, f"{name!r}: expected one of {', '.join(EXECUTORS)}")
     cls, config_cls = EXECUTORS[name]
