@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.schema import Dist, IdleEffect
+from serving_bench.profiles.distributions import Dist, IdleEffect
 from serving_bench.serve.execution_log import Executions
 
 MAX_SAMPLES = 2000  # samples kept per distribution (quantiles of more)

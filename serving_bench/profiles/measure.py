@@ -72,7 +72,8 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.profiles.estimators import (LoopRun, batch_gap, idle_effect, lone_wait_s, per_request_cost,
                                               service_and_overhead, significant_speedup, thin)
-from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, PairCurve, Profile
+from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
+from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serving_config import model_serving_from_config
