@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
-from serving_bench.run.schedule import Schedule
-from serving_bench.run.metrics import summarize
+from serving_bench.load.driver import TritonTarget
 from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
+from serving_bench.run.metrics import summarize
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, OpenLoop, Target
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim import SimTarget
+from serving_bench.sim.target import SimTarget
 
 from conformance import assert_target_contract
 
@@ -322,3 +324,12 @@ def test_missing_model_or_device_names_the_field():
 def test_more_instances_than_the_device_allows():
     with pytest.raises(InputError, match=r"test_profile.json: devices.cpu.max_instances: .*3 instances.*at most 2"):
         SimTarget(sleep_profile(max_instances=2), one(instances=(("cpu", 3),)))
+
+
+def test_both_targets_implement_the_target_protocol_and_the_sim_has_no_closed_loop_yet():
+    target = SimTarget(sleep_profile(), one(max_batch_size=1))
+    assert isinstance(target, Target) and isinstance(TritonTarget("127.0.0.1:1"), Target)
+    sched = poisson(50, 20)
+    assert target.run(sched, OpenLoop()).table.equals(target.run(sched).table)
+    with pytest.raises(NotImplementedError, match="issue 10"):
+        target.run(sched, ClosedLoop(concurrency=1))

@@ -99,7 +99,7 @@ class TritonTarget:
         self.source = source
         self._stop = threading.Event()
         self.specs: dict[str, Any] = {}
-        self._prepared: tuple[Schedule, tuple] | None = None  # the last schedule prepare() serialized
+        self._prepared: tuple[Schedule, Payloads] | None = None  # the last schedule prepare() serialized
 
     def with_mode(self, mode: OpenLoop | ClosedLoop) -> "TritonTarget":
         """The same target with another default load mode."""
