@@ -270,6 +270,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert abs(errors["p50"]) < 0.15 and abs(errors["p99"]) < 0.35  # a busy 2-core CI machine; figures in docs
     assert abs(errors["mean batch"]) < 0.15
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
+    assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
 
 
 def _runtime_only_service(model_file, rows: int, repeats: int = 200) -> float:
