@@ -52,14 +52,18 @@ class Observation:
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Observation":
-        serving = {m: ModelServing(**{**s, "preferred_batch_sizes": tuple(s.get("preferred_batch_sizes", ())),
-                                      "instances": tuple(tuple(i) for i in s["instances"])})
-                   for m, s in data["serving"].items()}
+        serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
         return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
                    int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()})
 
     def label(self) -> str:
         return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
+
+
+def serving_from_json(data: Mapping) -> ModelServing:
+    """A :class:`ModelServing` from ``dataclasses.asdict`` of one (lists back to tuples)."""
+    return ModelServing(**{**data, "preferred_batch_sizes": tuple(data.get("preferred_batch_sizes", ())),
+                           "instances": tuple(tuple(i) for i in data["instances"])})
 
 
 class _Closed:
