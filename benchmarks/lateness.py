@@ -1,27 +1,42 @@
-"""Send lateness and the highest sustained open-loop rate: serving-bench vs perf_analyzer 2.50, same run.
+"""Send lateness and the highest sustained open-loop rate: serving-bench vs perf_analyzer 2.50, same run, same
+criterion.
 
-    .venv/bin/python benchmarks/lateness.py [--quick] [--senders 0,1,2] [--out DIR]
+    .venv/bin/python benchmarks/lateness.py [--quick] [--trials N] [--senders 0,1,2] [--search-senders 1] [--out DIR]
 
-One tritonserver (127.0.0.1) serves ``sleep_zero`` (no service time: the client is the limit). Then:
+One tritonserver (127.0.0.1) serves ``sleep_zero`` (no service time: the client is the limit). Every measurement of
+either side is one *step*: Poisson arrivals at a rate over the same span — perf_analyzer's three time windows
+(``-a``, ``--measurement-interval`` 600 ms, ``--max-trials 3``: 3 x 0.72 s = 2.16 s; its own stability gate opened
+to ``-s 100`` so that it always reports those three windows) and a 2.16-second schedule of ours — judged by one
+criterion (:mod:`serving_bench.peers.sustain`): among the requests that ended inside the span, none failed, at
+most 1 % left more than 1 ms late (perf_analyzer's "delayed" warning; our lateness p99 <= 1 ms) and at least
+``rate*T - 3*sqrt(rate*T)`` were delivered (Poisson count noise allowed, z = 3).
 
-1. serving-bench replays Poisson schedules at 500, 1000 and 2000 req/s and reports send lateness (sent - intended)
-   p50 / p99 / max; the target is p99 <= 1 ms. perf_analyzer (request-rate mode, ``-a``, Poisson) runs the same
-   rates and reports the share of requests it sent late ("delayed"); it does not report how late.
-2. The highest sustained rate of each, found by doubling then bisection (5 %, 10 % with --quick):
-   serving-bench sustains a rate when lateness p99 <= 1 ms, every request succeeds and the completions keep up
-   (>= 98 % of the rate); perf_analyzer when its throughput is >= 98 % of the rate and it does not warn about
-   delayed requests (it warns when more than 1 % were picked up more than 1 ms late: the same criterion as ours).
-   Ratio = ours / perf_analyzer, target >= 1.0.
+1. Fixed rates: serving-bench at 500, 1,000 and 2,000 req/s with each ``--senders`` count (send lateness p50 / p99 /
+   max; target p99 <= 1 ms), perf_analyzer at the same rates.
+2. Highest sustained rate, ``--trials`` times per side, the sides interleaved (ours, peer; peer, ours; ...).
+   Trial 1 starts at the side's highest fixed-rate success and steps by 1.25x (by 2x from 500 req/s if none),
+   later trials start at the side's previous result and step by 5 %; the step grows while the search keeps moving
+   the same way, until a sustained rate and a failed one bracket the answer; then bisection to 5 %. A failed step is
+   measured again before it counts (one noisy miss does not walk the search down). At most 12 steps per trial and
+   side; a search still open then is reported, not compared. serving-bench runs with ``--search-senders`` sender
+   processes (1: the CLI's default).
+3. Ratio = ours / perf_analyzer per trial; printed last as the median with its range over the trials. A trial's
+   figure below the highest fixed rate the same side sustained in step 1 contradicts this run's own evidence: it is
+   reported as unreliable and gives no ratio. Target >= 1.0.
 
-Both clients share the 2-core machine with the server: run it on a quiet machine. Writes
-``benchmarks/results/lateness[_quick]_<date>_<host>.json``.
+``--quick`` (3 trials, one sender count; about 2 minutes) and the full run (5 trials, senders 0, 1 and 2 in step 1;
+about 4 minutes) take every step the same way, so their ratios differ only by trial noise (within 15 % on a quiet
+machine). Both clients share the 2-core machine with the server: run it on a quiet machine; the load average is
+recorded. Writes ``benchmarks/results/lateness[_quick]_<date>_<host>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +44,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.load.schedule import Schedule  # noqa: E402
-from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer  # noqa: E402
-from serving_bench.peers.report import write_result  # noqa: E402
+from serving_bench.peers.perf_analyzer import (DELAY_TOLERANCE_S, STABILITY_WINDOWS,  # noqa: E402
+                                               PeerMissing, Unstable, find_perf_analyzer, span_s)
+from serving_bench.peers.sustain import Delivery, judge, max_sustained  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 
 MODEL = "sleep_zero"
-LATENESS_P99_S = 1e-3
+MEASUREMENT_S = 0.6  # perf_analyzer's --measurement-interval
+SPAN_S = span_s(MEASUREMENT_S)  # what both sides are judged on: 2.16 s
+PA_STABILITY_PCT = 100.0  # perf_analyzer's own gate opened wide: the shared criterion decides
+RATES = (500.0, 1000.0, 2000.0)
+TOLERANCE = 0.05
+FIRST_STEP, NEXT_STEP = 1.25, 1 + TOLERANCE  # from the best fixed-rate success; from the previous trial's figure
+BLIND_STEP = 2.0  # trial 1 when no fixed rate was sustained
+MAX_STEPS = 12  # per trial and side: a search still open after that is reported, not compared
+SEEDS = itertools.count(1)  # a fresh Poisson draw for every step of ours, numbered within the run
 
 
 def poisson(rate: float, duration: float, seed: int) -> Schedule:
@@ -47,76 +72,69 @@ def poisson(rate: float, duration: float, seed: int) -> Schedule:
                     np.ones(n), {"seed": seed, "duration_s": duration})
 
 
-def ours(url: str, rate: float, duration: float, senders: int, seed: int = 0) -> dict:
-    schedule = poisson(rate, duration, seed)
+def ours(url: str, rate: float, senders: int) -> dict:
+    """One step of serving-bench: a Poisson schedule over the span, judged on the requests that ended inside it."""
+    seed = next(SEEDS)
+    schedule = poisson(rate, SPAN_S, seed)
     records = TritonTarget(url, senders=senders).run(schedule)
-    late = (records["sent_s"] - records["intended_s"]).dropna().to_numpy()
-    ok = records["status"].astype(str) == "ok"
-    done = records.loc[ok, "done_s"].to_numpy()
-    window = (done >= 0.1 * duration) & (done < 0.9 * duration)
-    throughput = window.sum() / (0.8 * duration)
-    row = {"rate": rate, "senders": senders, "requests": len(schedule), "ok": int(ok.sum()),
-           "lateness_p50_s": float(np.percentile(late, 50)), "lateness_p99_s": float(np.percentile(late, 99)),
-           "lateness_max_s": float(late.max()), "throughput_rps": float(throughput),
-           "sender_cpu_us_per_request": 1e6 * records.attrs["sender_cpu_s"] / max(1, len(schedule))}
-    row["sustained"] = bool(row["lateness_p99_s"] <= LATENESS_P99_S and row["ok"] == len(schedule)
-                            and throughput >= 0.98 * rate * (len(schedule) / (rate * duration)))
-    return row
+    table = records.table
+    ok = (table["status"].astype(str) == "ok").to_numpy()
+    done = table["done_s"].to_numpy()
+    inside = ok & (done >= 0) & (done < SPAN_S)
+    late = (table["sent_s"] - table["intended_s"]).to_numpy()[inside]
+    delivery = Delivery(rate, SPAN_S, int(inside.sum()),
+                        100.0 * float(np.mean(late > DELAY_TOLERANCE_S)) if late.size else None, int((~ok).sum()))
+    row = {"side": "serving_bench", "rate": rate, "senders": senders, "seed": seed, "requests": len(schedule),
+           "delivered": delivery.delivered, "span_s": SPAN_S, "failed": delivery.failed,
+           "delayed_pct": delivery.delayed_pct,
+           "sender_cpu_us_per_request": 1e6 * records.info.sender_cpu_s / max(1, len(schedule))}
+    if late.size:
+        row.update(lateness_p50_s=float(np.percentile(late, 50)), lateness_p99_s=float(np.percentile(late, 99)),
+                   lateness_max_s=float(late.max()))
+    return {**row, **judge(delivery)}
 
 
-def peer(pa, url: str, rate: float, measurement_s: float, quick: bool) -> dict:
-    m = pa.measure(MODEL, url, request_rate=rate, async_mode=True, distribution="poisson",
-                   measurement_s=measurement_s, stability_pct=50 if quick else 10, max_trials=5 if quick else 10)
-    return {"rate": rate, "throughput_rps": m.throughput_ips, "delayed_pct": m.delayed_pct, "p99_s": m.p99_s,
-            "sustained": bool(m.throughput_ips >= 0.98 * rate and (m.delayed_pct is None or m.delayed_pct <= 1.0))}
+def peer(pa, url: str, rate: float) -> dict:
+    """One step of perf_analyzer ``-a`` (Poisson request rate): its three merged windows, judged the same way."""
+    row = {"side": "perf_analyzer", "rate": rate}
+    try:
+        m = pa.measure(MODEL, url, request_rate=rate, async_mode=True, distribution="poisson",
+                       measurement_s=MEASUREMENT_S, stability_pct=PA_STABILITY_PCT, max_trials=STABILITY_WINDOWS)
+    except Unstable as err:
+        return {**row, "unstable": str(err), "sustained": False, "clear_miss": False, "why": "unstable"}
+    except RuntimeError as err:  # it exits non-zero when requests fail
+        return {**row, "error": str(err), "sustained": False, "clear_miss": False, "why": "perf_analyzer failed"}
+    delivered = m.request_count if m.request_count is not None else round(m.throughput_ips * SPAN_S)
+    span = delivered / m.throughput_ips if m.throughput_ips > 0 else SPAN_S
+    delivery = Delivery(rate, span, delivered, m.delayed_pct)
+    return {**row, "delivered": delivered, "span_s": span, "throughput_rps": m.throughput_ips,
+            "delayed_pct": m.delayed_pct, "p99_s": m.p99_s, **judge(delivery)}
 
 
-def _delayed(row: dict) -> str:
-    pct = row["delayed_pct"]
-    return "<= 1 % delayed > 1 ms" if pct is None else f"{pct:.1f} % delayed > 1 ms"
-
-
-def max_sustained(trial, start: float, tolerance: float, limit: float = 32000.0,
-                  floor: float = 50.0) -> tuple[float | None, list]:
-    """Doubling from ``start`` until a rate fails (halving while even ``start`` fails, down to ``floor``), then
-    bisection to ``tolerance``; returns (best, steps)."""
-    steps, good, bad, rate = [], None, None, start
-    while rate <= limit:
-        row = trial(rate)
-        steps.append(row)
-        if row["sustained"]:
-            good, rate = rate, rate * 2
-        else:
-            bad = rate
-            break
-    while good is None and bad is not None and bad / 2 >= floor:
-        row = trial(bad / 2)
-        steps.append(row)
-        if row["sustained"]:
-            good = bad / 2
-        else:
-            bad = bad / 2
-    if good is None:
-        return None, steps
-    while bad is not None and (bad - good) / bad > tolerance:
-        mid = (good + bad) / 2
-        row = trial(mid)
-        steps.append(row)
-        good, bad = (mid, bad) if row["sustained"] else (good, mid)
-    return good, steps
+def describe(row: dict) -> str:
+    late = row.get("delayed_pct")
+    text = f"{row.get('delivered', 0)} delivered, " + ("<= 1 % late" if late is None else f"{late:.1f} % late")
+    if "lateness_p99_s" in row:
+        text += (f" (lateness p50 {row['lateness_p50_s'] * 1e3:.3f} / p99 {row['lateness_p99_s'] * 1e3:.3f} / max "
+                 f"{row['lateness_max_s'] * 1e3:.2f} ms, sender CPU {row['sender_cpu_us_per_request']:.0f} us/req)")
+    return f"{text}: {row['why']}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short runs (about 2 minutes)")
-    parser.add_argument("--senders", default="0,1,2",
-                        help="sender process counts to try (0 = a thread of this process; comma-separated)")
+    parser.add_argument("--quick", action="store_true", help="3 trials, one sender count (about 2 minutes)")
+    parser.add_argument("--trials", type=int, help="trials per side (default 3 with --quick, else 5)")
+    parser.add_argument("--senders", help="sender process counts for the fixed rates (0 = a thread of this process; "
+                                          "comma-separated; default 0,1,2, with --quick the search's)")
+    parser.add_argument("--search-senders", type=int, default=1,
+                        help="sender processes of serving-bench in the search (default 1, the CLI's default)")
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     args = parser.parse_args(argv)
-    duration = 3.0 if args.quick else 10.0
-    measurement_s = 2.0 if args.quick else 5.0
-    tolerance = 0.10 if args.quick else 0.05
-    senders = [int(s) for s in args.senders.split(",")]
+    trials = args.trials or (3 if args.quick else 5)
+    senders = [int(s) for s in (args.senders or (str(args.search_senders) if args.quick else "0,1,2")).split(",")]
+    if args.search_senders not in senders:
+        senders.append(args.search_senders)
+    t_start = time.perf_counter()
     try:
         pa = find_perf_analyzer()
         pa_version = pa.version()
@@ -128,38 +146,68 @@ def main(argv: list[str] | None = None) -> int:
         write_sleep_entry(tmp, MODEL, base_ms=0.0, per_item_ms=0.0)
         with TritonServer(tmp) as server:
             url = server.endpoints.grpc_url
-            ours(url, 500, 1.0, 0)  # warm the server and the client libraries
-            lateness = []
-            for rate in (500, 1000, 2000):
+            TritonTarget(url).run(poisson(500, 1.0, 0))  # warm the server and the client libraries
+            fixed = []
+            for rate in RATES:
                 for s in senders:
-                    row = ours(url, rate, duration, s)
-                    if pa is not None:
-                        row["perf_analyzer"] = peer(pa, url, rate, measurement_s, args.quick)
-                    lateness.append(row)
-                    print(f"{rate:6.0f} req/s, {s} sender(s): lateness p50 {row['lateness_p50_s'] * 1e3:.3f} ms, "
-                          f"p99 {row['lateness_p99_s'] * 1e3:.3f} ms, max {row['lateness_max_s'] * 1e3:.2f} ms, "
-                          f"sender CPU {row['sender_cpu_us_per_request']:.0f} us/request"
-                          + (f"; perf_analyzer: {_delayed(row['perf_analyzer'])}" if pa is not None else ""),
-                          flush=True)
-            best = {}
-            for s in senders:
-                best[s] = max_sustained(lambda r: ours(url, r, duration, s), 500, tolerance)
-                print(f"serving-bench, {s} sender(s): max sustained {best[s][0]} req/s", flush=True)
-            peer_best = max_sustained(lambda r: peer(pa, url, r, measurement_s, args.quick), 500, tolerance) \
-                if pa is not None else (None, [])
-            print(f"perf_analyzer -a: max sustained {peer_best[0]} req/s", flush=True)
+                    row = ours(url, rate, s)
+                    fixed.append(row)
+                    print(f"{rate:6.0f} req/s, serving-bench ({s} sender(s)): {describe(row)}", flush=True)
+                if pa is not None:
+                    row = peer(pa, url, rate)
+                    fixed.append(row)
+                    print(f"{rate:6.0f} req/s, perf_analyzer -a: {describe(row)}", flush=True)
 
-    top = max((v[0] or 0.0) for v in best.values())
-    ratio = top / peer_best[0] if peer_best[0] else None
-    data = {"benchmark": "lateness", "model": MODEL, "quick": args.quick, "duration_s": duration,
-            "perf_analyzer": pa_version, "lateness": lateness,
-            "max_sustained": {"serving_bench": {str(s): {"rate": v[0], "steps": v[1]} for s, v in best.items()},
-                              "perf_analyzer": {"rate": peer_best[0], "steps": peer_best[1]}},
-            "ratio_max_sustained": ratio, "target_ratio": 1.0, "lateness_target_p99_s": LATENESS_P99_S}
+            def best_fixed(side: str) -> float | None:
+                return max((r["rate"] for r in fixed if r["side"] == side and r["sustained"]
+                            and r.get("senders", args.search_senders) == args.search_senders), default=None)
+
+            floor = {"serving_bench": best_fixed("serving_bench"), "perf_analyzer": best_fixed("perf_analyzer")}
+            probes = {"serving_bench": lambda r: ours(url, r, args.search_senders)}
+            if pa is not None:
+                probes["perf_analyzer"] = lambda r: peer(pa, url, r)
+            previous: dict[str, float | None] = {}
+
+            def trial(side: str):
+                def run(k: int) -> dict:
+                    start, step = ((previous[side], NEXT_STEP) if previous.get(side) else
+                                   (floor[side], FIRST_STEP) if floor[side] else (RATES[0], BLIND_STEP))
+                    t0 = time.perf_counter()
+                    found = max_sustained(probes[side], start, step=step, tolerance=TOLERANCE, max_steps=MAX_STEPS)
+                    previous[side] = found.rate
+                    print(f"trial {k + 1}, {side}: max sustained {found.rate} req/s (failed at {found.failed_at}; "
+                          f"{len(found.steps)} steps from {start:.0f}"
+                          f"{'' if found.converged else ', stopped before converging'}, "
+                          f"{time.perf_counter() - t0:.0f} s)", flush=True)
+                    return {"start": start, "rate": found.rate, "failed_at": found.failed_at,
+                            "converged": found.converged, "steps": found.steps, "seconds": time.perf_counter() - t0}
+                return run
+
+            runs = interleave(trials, {side: trial(side) for side in probes})
+
+    def figures(side: str) -> list:
+        why = " req/s, which it sustained in the fixed-rate steps of this run"
+        out = []
+        for r in runs.get(side) or [None] * trials:
+            if r is None:
+                out.append(figure(None, missing="perf_analyzer unavailable"))
+            elif r.get("converged") is False:
+                out.append(figure(None, missing=f"search still open after {MAX_STEPS} steps (sustained "
+                                                f"{r['rate']}, failed at {r['failed_at']} req/s)"))
+            else:
+                out.append(figure(r.get("rate"), floor=floor[side], why_floor=why, missing="sustained no rate"))
+        return out
+
+    cmp = compare(figures("serving_bench"), figures("perf_analyzer"))
+    data = {"benchmark": "lateness", "model": MODEL, "quick": args.quick, "trials": trials,
+            "span_s": SPAN_S, "perf_analyzer_measurement_s": MEASUREMENT_S, "perf_analyzer_stability_pct":
+            PA_STABILITY_PCT, "tolerance": TOLERANCE, "search_senders": args.search_senders,
+            "perf_analyzer": pa_version, "fixed_rates": fixed, "plausible_floor_rps": floor,
+            "max_sustained": runs, "comparison": cmp, "target_ratio": 1.0,
+            "lateness_target_p99_s": DELAY_TOLERANCE_S, "wall_s": time.perf_counter() - t_start}
     path = write_result("lateness", data, quick=args.quick, out_dir=args.out)
-    print(f"max sustained open-loop rate: serving-bench {top:.0f} req/s vs perf_analyzer "
-          f"{peer_best[0] or float('nan'):.0f} req/s -> ratio {ratio if ratio is None else round(ratio, 3)} "
-          f"(target >= 1.0); wrote {path}")
+    print(f"wrote {path} ({data['wall_s']:.0f} s)")
+    print(ratio_line("max sustained open-loop rate", cmp, unit="req/s", target=">= 1.0"))
     return 0
 
 

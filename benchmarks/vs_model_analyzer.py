@@ -1,6 +1,6 @@
 """serving-bench tune vs Triton Model Analyzer 1.58 on the same model, server and p99 budget.
 
-    .venv/bin/python benchmarks/vs_model_analyzer.py [--quick] [--model sleep_python] [--p99-ms 30]
+    .venv/bin/python benchmarks/vs_model_analyzer.py [--quick] [--trials 3] [--model sleep_python] [--p99-ms 30]
 
 Setup (once): Model Analyzer pins packages that conflict with ours (optuna 3.x, ...), so it is installed into
 ``.venv-peers/`` (gitignored) with ``triton-model-analyzer==1.58.0``, ``tritonclient[all]==2.50.0`` (the real
@@ -12,21 +12,32 @@ Both tools see the same thing: the runtime view of one repository entry served b
 with its brute-force search over instance count x max_batch_size (dynamic batching) x concurrency, constraint
 ``perf_latency_p99 <= budget``, objective throughput. serving-bench measures a simulator profile on that server,
 then tunes on the simulator (capacity under the same p99 budget). Each tool's winning configuration is then
-measured the same way: perf_analyzer in concurrency mode (1, 2, 4, ... 32) against a fresh server with that
-configuration; its throughput is the highest one whose p99 is within the budget. Wall time counts each tool's whole
-search (serving-bench: profile + tune).
+measured the same way: perf_analyzer 2.50 (``serving_bench.peers.perf_analyzer``) in concurrency mode (1, 2, 4, ...
+32; up to 8 with ``--quick``; stable when three windows agree within 20 % on throughput and average latency) against
+a server of that configuration (one per pick, up for all its trials); its throughput is the highest one whose p99
+is within the budget. A level where perf_analyzer finds no stable window is recorded as unstable and the sweep goes
+on; if Model Analyzer itself exits with an error, whatever results it exported are used, and without any its side
+is reported as failed (no ratio) while serving-bench's is still measured. Wall time counts each tool's whole search
+(serving-bench: profile + tune).
 
-Prints a table and writes ``benchmarks/results/vs_model_analyzer_<date>_<host>.{json,md}``.
+Each search runs once (Model Analyzer's takes 15 minutes in full); the measurement of the two picks is repeated
+``--trials`` times (default 3), interleaved (Model Analyzer's, ours; ours, Model Analyzer's; ...), and the throughput
+ratio is printed last as the median with its range over the trials. A measurement of Model Analyzer's pick below
+half of what Model Analyzer itself measured for it during its search is not noise: it is reported as unreliable and
+gives no ratio. ``--quick`` shrinks the search space of both tools alike (up to 2 instances, max_batch_size 4,
+concurrency 8) and the measurement windows (1 s; 2 s in full): both tools still choose from one space and are
+measured one way, so the quick and the full throughput ratio agree within 15 % when both find the best
+configuration of their space. About 5 minutes with ``--quick``, 25 in full.
+
+Prints a table and writes ``benchmarks/results/vs_model_analyzer[_quick]_<date>_<host>.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
-import datetime as dt
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -37,8 +48,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
+from serving_bench.peers.perf_analyzer import PeerMissing, Unstable, find_perf_analyzer  # noqa: E402
+
 PEERS = ROOT / ".venv-peers"
 PEER_PACKAGES = ["triton-model-analyzer==1.58.0", "tritonclient[all]==2.50.0", "nvidia-cuda-runtime-cu12"]
+# the search space of both tools and the measurement of their picks, --quick and full
+SPACE = {True: {"instances": (1, 2), "batch_sizes": (1, 2, 4), "concurrency": (1, 2, 4, 8), "measurement_s": 1.0},
+         False: {"instances": (1, 2, 3, 4), "batch_sizes": (1, 2, 4, 8, 16, 32), "concurrency": (1, 2, 4, 8, 16, 32),
+                 "measurement_s": 2.0}}
+PA_STABILITY_PCT, PA_MAX_TRIALS = 20.0, 6
+IMPLAUSIBLE_SHORTFALL = 0.5  # a pick measured below half of what its own search measured for it is not noise
 
 
 def log(text: str) -> None:
@@ -108,9 +128,9 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
         "export_path": str(work / "ma_export"),
         "checkpoint_directory": str(work / "ma_checkpoints"),
         "run_config_search_mode": "brute",
-        "run_config_search_max_instance_count": 2 if quick else 4,
-        "run_config_search_max_concurrency": 16 if quick else 64,
-        "run_config_search_max_model_batch_size": 8 if quick else 32,
+        "run_config_search_max_instance_count": max(SPACE[quick]["instances"]),
+        "run_config_search_max_concurrency": max(SPACE[quick]["concurrency"]),
+        "run_config_search_max_model_batch_size": max(SPACE[quick]["batch_sizes"]),
         "constraints": {"perf_latency_p99": {"max": p99_ms}},
         "objectives": ["perf_throughput"],
         "skip_summary_reports": False,  # the summary tables hold metrics-model-inference.csv
@@ -126,18 +146,25 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
                           env=peer_env(os.environ), cwd=work, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     (work / "ma_stdout.log").write_text(proc.stdout + "\n" + proc.stderr)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise RuntimeError(f"model-analyzer failed (exit {proc.returncode}); log {work / 'ma_stdout.log'}:\n{tail}")
-    rows = read_ma_results(work / "ma_export")
+    out: dict = {"wall_s": wall, "measurements": 0, "best": None, "config_path": None}
+    if proc.returncode != 0:  # whatever it exported before failing still counts
+        tail = " | ".join((proc.stdout + proc.stderr).splitlines()[-6:])
+        out["error"] = f"model-analyzer exited {proc.returncode}: {tail}"
+        log(f"Model Analyzer failed after {wall:.0f} s: {out['error']}")
+    try:
+        rows = read_ma_results(work / "ma_export")
+    except RuntimeError as err:
+        out.setdefault("error", str(err))
+        return out
     ok = [r for r in rows if r["p99_ms"] <= p99_ms]
+    out["measurements"] = len(rows)
     if not ok:
-        raise RuntimeError(f"Model Analyzer found no configuration within p99 {p99_ms} ms")
+        out.setdefault("error", f"Model Analyzer found no configuration within p99 {p99_ms} ms")
+        return out
     best = max(ok, key=lambda r: r["throughput"])
-    best_config = work / "ma_output_repo" / best["config_name"] / "config.pbtxt"
     log(f"Model Analyzer: {len(rows)} measurements in {wall:.0f} s; best {best['config_name']} "
         f"{best['throughput']:.0f} infer/s at concurrency {best['concurrency']}, p99 {best['p99_ms']:.1f} ms")
-    return {"wall_s": wall, "measurements": len(rows), "best": best, "config_path": str(best_config)}
+    return {**out, "best": best, "config_path": str(work / "ma_output_repo" / best["config_name"] / "config.pbtxt")}
 
 
 def read_ma_results(export: Path) -> list[dict]:
@@ -178,8 +205,7 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
     log("serving-bench: profiling on the embedded tritonserver")
     # only what the search below can use: batch sizes up to its largest max_batch_size, co-location up to its
     # largest instance count
-    batches = (1, 2, 4, 8) if quick else (1, 2, 4, 8, 16, 32)
-    instances = (1, 2) if quick else (1, 2, 3, 4)
+    batches, instances = SPACE[quick]["batch_sizes"], SPACE[quick]["instances"]
     adapters.measure_profile(repo, [model], work / "sb_profile.json", batch_sizes=batches,
                              colocation=instances, pairs=False, seconds=1.0 if quick else 2.0,
                              log=lambda line: log("  " + line))
@@ -199,31 +225,54 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
 
 
 # -- the common measurement ------------------------------------------------------------------------------------------
-def measure(repo: Path, model: str, p99_ms: float, quick: bool, label: str) -> dict:
-    """perf_analyzer concurrency sweep against a fresh server of ``repo``; best throughput within the p99 budget."""
-    from serving_bench.serve.server import TritonServer
-
-    levels = [1, 2, 4, 8, 16] if quick else [1, 2, 4, 8, 16, 32]
+def sweep(pa, url: str, model: str, p99_ms: float, quick: bool, label: str) -> dict:
+    """perf_analyzer concurrency sweep against the server at ``url``; best throughput within the p99 budget. A level
+    without a stable window (or where perf_analyzer fails) is recorded with its message; the sweep goes on."""
     rows = []
-    with TritonServer(repo, models=[model]) as server:
-        for c in levels:
-            with tempfile.NamedTemporaryFile(suffix=".csv") as out:
-                cmd = [str(PEERS / "bin" / "perf_analyzer"), "-m", model, "-u", server.endpoints.grpc_url, "-i",
-                       "grpc", "--concurrency-range", str(c), "--percentile", "99", "-f", out.name,
-                       "--measurement-interval", "3000" if quick else "5000", "--max-trials", "10",
-                       "--stability-percentage", "20"]
-                proc = subprocess.run(cmd, env=peer_env(os.environ), capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"perf_analyzer failed: {proc.stderr.strip()[-400:] or proc.stdout[-400:]}")
-                with open(out.name) as fh:
-                    r = next(csv.DictReader(fh))
-                rows.append({"concurrency": c, "throughput": float(r["Inferences/Second"]),
-                             "p99_ms": float(r["p99 latency"]) / 1000.0})
-    ok = [r for r in rows if r["p99_ms"] <= p99_ms]
+    for c in SPACE[quick]["concurrency"]:
+        try:
+            m = pa.measure(model, url, concurrency=c, async_mode=False, measurement_s=SPACE[quick]["measurement_s"],
+                           stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
+            rows.append({"concurrency": c, "throughput": m.throughput_ips, "p99_ms": m.p99_s * 1e3})
+        except Unstable as err:
+            rows.append({"concurrency": c, "unstable": str(err)})
+        except RuntimeError as err:
+            rows.append({"concurrency": c, "error": str(err)})
+    ok = [r for r in rows if "throughput" in r and r["p99_ms"] <= p99_ms]
     best = max(ok, key=lambda r: r["throughput"]) if ok else None
-    log(f"measured {label}: " + ", ".join(f"c={r['concurrency']}: {r['throughput']:.0f}/s p99 {r['p99_ms']:.1f} ms"
-                                          for r in rows))
+    log(f"measured {label}: " + ", ".join(
+        f"c={r['concurrency']}: {r['throughput']:.0f}/s p99 {r['p99_ms']:.1f} ms" if "throughput" in r else
+        f"c={r['concurrency']}: {'unstable' if 'unstable' in r else 'failed'}" for r in rows))
     return {"rows": rows, "best": best}
+
+
+def table(args, ma: dict, ma_serving, sb: dict, cmp: dict, wall_ratio: float | None) -> str:
+    """The markdown summary (medians over the measurement trials)."""
+    def config(c) -> str:
+        return (f"{c['instances']} inst, mbs {c['max_batch_size']}, delay {c['max_queue_delay_us']} µs"
+                if c else "none")
+
+    ma_config = ma_serving and {"instances": ma_serving.instance_count, "max_batch_size": ma_serving.max_batch_size,
+                                "max_queue_delay_us": ma_serving.max_queue_delay_us}
+    ratio = cmp["ratio"]
+    return "\n".join([
+        f"# serving-bench tune vs Model Analyzer 1.58{' (--quick)' if args.quick else ''}", "",
+        f"Model `{args.model}`, p99 budget {args.p99_ms:g} ms; both picks measured with perf_analyzer 2.50 "
+        f"(concurrency sweep, best throughput within the budget), {cmp['trials']} interleaved trials: median "
+        "(min..max).", "",
+        "| tool | wall time (s) | best config | measured throughput (infer/s) |", "|---|---|---|---|",
+        f"| Model Analyzer 1.58 | {ma['wall_s']:.0f} | {config(ma_config)} | {_spread(cmp['peer'])} |",
+        f"| serving-bench tune | {sb['wall_s']:.0f} (profile {sb['profile_s']:.0f} + tune {sb['tune_s']:.0f}) | "
+        f"{config(sb['best']['config'][args.model])} | {_spread(cmp['ours'])} |", "",
+        f"Throughput ratio (serving-bench / MA): {_spread(ratio, 2)} over {ratio['n']} trials (target >= 1.0); "
+        f"wall-time ratio: {'none' if wall_ratio is None else f'{wall_ratio:.3f}'} (one search each; target <= 0.1)."
+        + (f" Model Analyzer: {ma['error']}." if ma.get("error") else "")])
+
+
+def _spread(d: dict, digits: int = 0) -> str:
+    if d["median"] is None:
+        return "none"
+    return f"{d['median']:.{digits}f} ({d['low']:.{digits}f}..{d['high']:.{digits}f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,10 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small search spaces and short measurements")
     parser.add_argument("--model", default="sleep_python", help="sleep_python or <zoo model>_<framework>")
     parser.add_argument("--p99-ms", type=float, default=30.0)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--trials", type=int, default=3, help="measurements of each pick (default 3)")
+    parser.add_argument("--out", help="results folder (default benchmarks/results)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        pa = find_perf_analyzer()
+    except PeerMissing as err:
+        print(f"perf_analyzer unavailable: {err}")
+        return 1
     setup_peers()
     work = Path(tempfile.mkdtemp(prefix="vs-ma-"))
     try:
@@ -247,53 +302,62 @@ def main(argv: list[str] | None = None) -> int:
         sb = run_serving_bench(repo, args.model, args.p99_ms, work, args.quick)
         # Model Analyzer's winner as a repository: its config.pbtxt over a copy of ours
         from serving_bench.export.repository import read_config
+        from serving_bench.serve.server import TritonServer
         from serving_bench.serving_config import ServingConfig, model_serving_from_config
         from serving_bench.tune.verify import write_tuned_repo
 
-        ma_serving = model_serving_from_config(read_config(ma["config_path"]), args.model)
-        ma_repo = write_tuned_repo(repo, ServingConfig((ma_serving,)), work / "ma_repo")
-        m_ma = measure(ma_repo, args.model, args.p99_ms, args.quick, "Model Analyzer's best")
-        m_sb = measure(Path(sb["tuned_repo"]), args.model, args.p99_ms, args.quick, "serving-bench's best")
+        ma_serving = ma_repo = None
+        if ma["config_path"]:
+            ma_serving = model_serving_from_config(read_config(ma["config_path"]), args.model)
+            ma_repo = write_tuned_repo(repo, ServingConfig((ma_serving,)), work / "ma_repo")
+        picks = {"model_analyzer": ma_repo, "serving_bench": Path(sb["tuned_repo"])}
+        labels = {"model_analyzer": "Model Analyzer's pick", "serving_bench": "serving-bench's pick"}
+        with contextlib.ExitStack() as stack:  # one server per pick, up for all its trials
+            urls = {side: stack.enter_context(TritonServer(repo, models=[args.model])).endpoints.grpc_url
+                    for side, repo in picks.items() if repo is not None}
+            runs = interleave(args.trials, {side: lambda k, side=side: sweep(
+                pa, url, args.model, args.p99_ms, args.quick, f"{labels[side]} (trial {k + 1})")
+                for side, url in urls.items()}, log=log)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
             log(f"work folder kept: {work}")
-    tput_ma = m_ma["best"]["throughput"] if m_ma["best"] else 0.0
-    tput_sb = m_sb["best"]["throughput"] if m_sb["best"] else 0.0
+
+    def best(run: dict | None) -> float | None:
+        return run["best"]["throughput"] if run and run.get("best") else None
+
+    own = ma["best"]["throughput"] if ma["best"] else None
+    def missing(run: dict | None) -> str:
+        return (run or {}).get("unstable") or "no level within the p99 budget"
+
+    ours = [figure(best(r), missing=missing(r)) for r in runs["serving_bench"]]
+    peer = [figure(best(r), floor=own and IMPLAUSIBLE_SHORTFALL * own, missing=missing(r),
+                   why_floor=f" infer/s, half of the {own:.0f} infer/s Model Analyzer measured for it in its search"
+                   if own else "") for r in runs["model_analyzer"]] if "model_analyzer" in runs else \
+        [figure(None, missing=f"Model Analyzer has no pick: {ma.get('error')}")] * args.trials
+    cmp = compare(ours, peer)
+    wall_ratio = sb["wall_s"] / ma["wall_s"] if ma["wall_s"] and ma["best"] else None
     result = {
-        "date": dt.date.today().isoformat(), "host": platform.node(), "cpus": os.cpu_count(),
-        "model": args.model, "p99_budget_ms": args.p99_ms, "quick": args.quick,
-        "model_analyzer": {"wall_s": ma["wall_s"], "measurements": ma["measurements"], "config": ma_serving.__dict__ |
-                           {"instances": list(ma_serving.instances)}, "measured": m_ma},
+        "benchmark": "vs_model_analyzer", "model": args.model, "p99_budget_ms": args.p99_ms, "quick": args.quick,
+        "space": SPACE[args.quick], "trials": args.trials, "perf_analyzer": pa.version(),
+        "model_analyzer": {**{k: ma[k] for k in ("wall_s", "measurements", "best")}, "error": ma.get("error"),
+                           "config": ma_serving and (ma_serving.__dict__ | {"instances": list(ma_serving.instances)}),
+                           "measured": runs.get("model_analyzer")},
         "serving_bench": {"wall_s": sb["wall_s"], "profile_s": sb["profile_s"], "tune_s": sb["tune_s"],
-                          "evaluated": sb["evaluated"], "config": sb["best"]["config"], "measured": m_sb},
-        "throughput_ratio": tput_sb / tput_ma if tput_ma else None,
-        "wall_time_ratio": sb["wall_s"] / ma["wall_s"] if ma["wall_s"] else None,
+                          "evaluated": sb["evaluated"], "config": sb["best"]["config"],
+                          "measured": runs["serving_bench"]},
+        "comparison": cmp, "throughput_ratio": cmp["ratio"]["median"], "wall_time_ratio": wall_ratio,
         "targets": {"throughput_ratio": ">= 1.0", "wall_time_ratio": "<= 0.1"},
     }
-    lines = [f"# serving-bench tune vs Model Analyzer 1.58 — {result['date']}, {result['host']}, "
-             f"{result['cpus']} CPUs{' (--quick)' if args.quick else ''}", "",
-             f"Model `{args.model}`, p99 budget {args.p99_ms:g} ms; both winners measured with perf_analyzer 2.50 "
-             "(concurrency sweep, best throughput within the budget).", "",
-             "| tool | wall time (s) | best config | measured throughput (infer/s) | p99 (ms) |", "|---|---|---|---|---|",
-             f"| Model Analyzer 1.58 | {ma['wall_s']:.0f} | {ma_serving.instance_count} inst, mbs "
-             f"{ma_serving.max_batch_size}, delay {ma_serving.max_queue_delay_us} µs | {tput_ma:.0f} | "
-             f"{m_ma['best']['p99_ms'] if m_ma['best'] else float('nan'):.1f} |",
-             f"| serving-bench tune | {sb['wall_s']:.0f} (profile {sb['profile_s']:.0f} + tune {sb['tune_s']:.0f}) | "
-             f"{sb['best']['config'][args.model]['instances']} inst, mbs "
-             f"{sb['best']['config'][args.model]['max_batch_size']}, delay "
-             f"{sb['best']['config'][args.model]['max_queue_delay_us']} µs | {tput_sb:.0f} | "
-             f"{m_sb['best']['p99_ms'] if m_sb['best'] else float('nan'):.1f} |", "",
-             f"Throughput ratio (serving-bench / MA): {result['throughput_ratio'] or 0:.2f} (target >= 1.0); "
-             f"wall-time ratio: {result['wall_time_ratio'] or 0:.3f} (target <= 0.1)."]
-    print("\n".join(lines))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"vs_model_analyzer_{result['date']}_{result['host']}{'_quick' if args.quick else ''}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    log(f"wrote {out / stem}.json/.md")
+    text = table(args, ma, ma_serving, sb, cmp, wall_ratio)
+    print(text)
+    path = write_result("vs_model_analyzer", result, quick=args.quick, out_dir=args.out, markdown=text)
+    log(f"wrote {path} and {path.with_suffix('.md').name}")
+    print(ratio_line("measured throughput of each tool's pick", cmp, unit="infer/s", target=">= 1.0",
+                     peer="Model Analyzer")
+          + f"; wall-time ratio {'none' if wall_ratio is None else f'{wall_ratio:.3f}'} (one search each, "
+          "target <= 0.1)")
     return 0
 
 

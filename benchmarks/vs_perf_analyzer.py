@@ -1,12 +1,21 @@
 """Closed loop agreement with perf_analyzer 2.50 at concurrency 1, 4 and 8: throughput and p99 within 5 %.
 
-    .venv/bin/python benchmarks/vs_perf_analyzer.py [--quick] [--out DIR]
+    .venv/bin/python benchmarks/vs_perf_analyzer.py [--quick] [--trials N] [--out DIR]
 
 One tritonserver serves ``sleep_bench`` (2 ms + 0.2 ms per item, dynamic batching up to 8): a server-bound model, so
-both clients should see the same server. At each concurrency, perf_analyzer (concurrency mode, its default
-synchronous threads) and serving-bench (``ClosedLoop``) each measure throughput and p99 latency from the send time
-(perf_analyzer's definition; in a closed loop the intended time is the send time anyway). Ratios are
-serving-bench / perf_analyzer; agreement = within 5 %. Writes
+both clients should see the same server. At each concurrency the two clients measure in turn, ``--trials`` times
+(default 3), interleaved (peer, ours; ours, peer; ...): perf_analyzer in concurrency mode (its default synchronous
+threads; windows of 3 s, 1 s with ``--quick``; stable when three windows agree within 20 % on throughput and average
+latency, at most 5 windows; its figures are those of its last three) and serving-bench (``ClosedLoop``, one sender process like the CLI) over the same span — three of those
+windows — after a warm-up of a tenth of it. Both take throughput and p99 latency from the send time (perf_analyzer's
+definition; in a closed loop the intended time is the send time anyway).
+
+Ratios serving-bench / perf_analyzer are taken per trial and printed as the median with its range (min..max);
+agreement = both medians within 5 %. A throughput above what the server can do at that concurrency (every request in
+flight in one batch, nothing but the model's sleep: c / (2 + 0.2 min(c, 8)) ms) or below the lowest the same client
+reached at the previous, lower concurrency in this run is reported as unreliable and gives no ratio; a perf_analyzer
+point without a stable window is recorded as unstable. ``--quick`` (about 2 minutes) and the full run (about 5)
+measure the same way with shorter windows: their ratios agree within 15 %. Writes
 ``benchmarks/results/vs_perf_analyzer[_quick]_<date>_<host>.json``.
 """
 
@@ -15,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,66 +32,108 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from serving_bench.peers.report import (Figure, Spread, compare, figure, interleave, ratio_line,  # noqa: E402
+                                        write_result)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer  # noqa: E402
-from serving_bench.peers.report import write_result  # noqa: E402
+from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer, span_s  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 
 MODEL = "sleep_bench"
+SLEEP = {"base_ms": 2.0, "per_item_ms": 0.2, "max_batch_size": 8}
+LEVELS = (1, 4, 8)
+PA_STABILITY_PCT, PA_MAX_TRIALS = 20.0, 5
+AGREE = 0.05
 
 
-def ours(url: str, concurrency: int, duration: float) -> dict:
+def ceiling_ips(concurrency: int) -> float:
+    """The most the server can deliver at ``concurrency``: all of it in one batch, nothing but the model's sleep."""
+    items = min(concurrency, SLEEP["max_batch_size"])
+    return 1e3 * concurrency / (SLEEP["base_ms"] + SLEEP["per_item_ms"] * items)
+
+
+def ours(url: str, concurrency: int, span: float) -> dict:
+    """serving-bench's closed loop: ``span`` seconds measured after a warm-up of a tenth of it."""
     n = 200000
+    warm = 0.1 * span
     rng = np.random.default_rng(concurrency)
     schedule = Schedule(np.zeros(n), np.zeros(n), (MODEL,), rng.integers(0, 16, n), np.ones(n),
-                        {"duration_s": duration, "warmup_s": 0.1 * duration, "cooldown_s": 0.05 * duration})
+                        {"duration_s": warm + span, "warmup_s": warm, "cooldown_s": 0.0})
     # one sender process, like the CLI's default and like perf_analyzer (a process of its own)
-    records = TritonTarget(url, mode=ClosedLoop(concurrency, duration), senders=1).run(schedule)
+    records = TritonTarget(url, mode=ClosedLoop(concurrency, warm + span), senders=1).run(schedule)
     s = summarize(records)["overall"]
     return {"throughput_ips": s["throughput_ips"], "p50_s": s["service_p50_s"], "p99_s": s["service_p99_s"],
             "requests": s["counts"]["ok"], "failed": s["counts"]["failed"] + s["counts"]["timeout"]}
 
 
+def peer(pa, url: str, concurrency: int, measurement_s: float) -> dict:
+    m = pa.measure(MODEL, url, concurrency=concurrency, async_mode=False, measurement_s=measurement_s,
+                   stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
+    return {"throughput_ips": m.throughput_ips, "p50_s": m.p50_s, "p99_s": m.p99_s, "requests": m.request_count}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short runs (about 1 minute)")
+    parser.add_argument("--quick", action="store_true", help="1-second windows (about 2 minutes)")
+    parser.add_argument("--trials", type=int, default=3, help="trials per side and concurrency (default 3)")
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     args = parser.parse_args(argv)
-    duration = 3.0 if args.quick else 15.0
+    measurement_s = 1.0 if args.quick else 3.0
+    span = span_s(measurement_s)
+    t_start = time.perf_counter()
     try:
         pa = find_perf_analyzer()
     except PeerMissing as err:
         print(f"perf_analyzer unavailable: {err}")
         return 1
     rows = []
+    floor: dict[str, float | None] = {"serving_bench": None, "perf_analyzer": None}
     with tempfile.TemporaryDirectory() as tmp:
-        write_sleep_entry(tmp, MODEL, base_ms=2.0, per_item_ms=0.2, max_batch_size=8)
+        write_sleep_entry(tmp, MODEL, **SLEEP)
         with TritonServer(tmp) as server:
             url = server.endpoints.grpc_url
             ours(url, 2, 1.0)  # warm up
-            for c in (1, 4, 8):
-                m = pa.measure(MODEL, url, concurrency=c, async_mode=False, measurement_s=duration / 2,
-                               stability_pct=50 if args.quick else 10, max_trials=5 if args.quick else 10)
-                mine = ours(url, c, duration)
-                row = {"concurrency": c, "serving_bench": mine,
-                       "perf_analyzer": {"throughput_ips": m.throughput_ips, "p50_s": m.p50_s, "p99_s": m.p99_s},
-                       "throughput_ratio": mine["throughput_ips"] / m.throughput_ips,
-                       "p99_ratio": mine["p99_s"] / m.p99_s}
-                row["agree_within_5pct"] = bool(abs(row["throughput_ratio"] - 1) <= 0.05
-                                                and abs(row["p99_ratio"] - 1) <= 0.05)
+            for c in LEVELS:
+                runs = interleave(args.trials, {"perf_analyzer": lambda k, c=c: peer(pa, url, c, measurement_s),
+                                                "serving_bench": lambda k, c=c: ours(url, c, span)})
+                judged = {}
+                for side, results in runs.items():
+                    tput = [figure(r.get("throughput_ips"), floor=floor[side], ceiling=ceiling_ips(c),
+                                   why_floor=" infer/s, the least it reached at a lower concurrency in this run",
+                                   why_ceiling=" infer/s, the server's limit at this concurrency",
+                                   missing=r.get("unstable", "no figure")) for r in results]
+                    p99 = [Figure(r["p99_s"] * 1e3 if r.get("p99_s") else None, f.unreliable)  # ms
+                           for r, f in zip(results, tput)]
+                    judged[side] = (tput, p99)
+                    usable = [f.value for f in tput if f.usable]
+                    floor[side] = min(usable) if usable else floor[side]
+                row = {"concurrency": c, "trials": runs,
+                       "throughput": compare(judged["serving_bench"][0], judged["perf_analyzer"][0]),
+                       "p99": compare(judged["serving_bench"][1], judged["perf_analyzer"][1])}
+                medians = [row[k]["ratio"]["median"] for k in ("throughput", "p99")]
+                row["agree_within_5pct"] = all(m is not None and abs(m - 1) <= AGREE for m in medians)
                 rows.append(row)
-                print(f"concurrency {c}: throughput {mine['throughput_ips']:.0f} vs {m.throughput_ips:.0f} infer/s "
-                      f"(x{row['throughput_ratio']:.3f}); p99 {mine['p99_s'] * 1e3:.2f} vs {m.p99_s * 1e3:.2f} ms "
-                      f"(x{row['p99_ratio']:.3f}) -> {'agree' if row['agree_within_5pct'] else 'DIFFER'}",
-                      flush=True)
-    path = write_result("vs_perf_analyzer", {"benchmark": "vs_perf_analyzer", "model": MODEL, "quick": args.quick,
-                                             "duration_s": duration, "perf_analyzer": pa.version(), "rows": rows},
-                        quick=args.quick, out_dir=args.out)
-    print(f"wrote {path}")
+                print(f"concurrency {c}: " + ratio_line("throughput", row["throughput"], unit="infer/s",
+                                                         target="1 +- 0.05"), flush=True)
+                print(f"concurrency {c}: " + ratio_line("p99 latency", row["p99"], unit="ms", target="1 +- 0.05",
+                                                         digits=2), flush=True)
+    data = {"benchmark": "vs_perf_analyzer", "model": MODEL, "sleep": SLEEP, "quick": args.quick,
+            "trials": args.trials, "perf_analyzer_measurement_s": measurement_s, "span_s": span,
+            "perf_analyzer_stability_pct": PA_STABILITY_PCT, "perf_analyzer_max_trials": PA_MAX_TRIALS,
+            "perf_analyzer": pa.version(), "rows": rows, "wall_s": time.perf_counter() - t_start}
+    path = write_result("vs_perf_analyzer", data, quick=args.quick, out_dir=args.out)
+    print(f"wrote {path} ({data['wall_s']:.0f} s)")
+
+    def ratios(key: str) -> str:
+        return ", ".join(f"c={r['concurrency']} {Spread(**r[key]['ratio']).text(3)}" for r in rows)
+
+    agree = [str(r["concurrency"]) for r in rows if r["agree_within_5pct"]]
+    print(f"closed loop vs perf_analyzer, ratio median (min..max) over {args.trials} trials: throughput "
+          f"{ratios('throughput')}; p99 {ratios('p99')}; both within 5 % at concurrency "
+          f"{', '.join(agree) or 'none'} of {', '.join(str(c) for c in LEVELS)} (target: all)")
     return 0
 
 

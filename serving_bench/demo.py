@@ -140,10 +140,9 @@ class Demo:
         self.profile_path = self.out / "profile.json"
         served = list(ServingConfig.from_repo(self.repo, list(self.schedule.models)).names)  # ensemble members too
         self.say(f"  measuring {', '.join(served)}")
-        # co-location curves at batch 1 with up to 2 instances, no pair curves: enough for the demo's 2 cores and
-        # a few minutes (a full `serving-bench profile` measures more)
-        adapters.measure_profile(self.repo, served, self.profile_path, seconds=self.profile_seconds,
-                                 colocation=(1, 2), colocation_batches=(1,), pairs=False,
+        # solo runs, then the co-located calibration runs the cores' sharing law is fitted to (two instances per
+        # model), no override curves: the simulator predicts co-location from the demands and the law
+        adapters.measure_profile(self.repo, served, self.profile_path, seconds=self.profile_seconds, pairs=False,
                                  log=lambda line: self.say("  " + line))
         return str(self.profile_path)
 

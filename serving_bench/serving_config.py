@@ -37,6 +37,17 @@ class ModelServing:
     def instance_count(self) -> int:
         return sum(count for _, count in self.instances)
 
+    @property
+    def queue_policy(self) -> tuple[str, ...]:
+        """The settings that make Triton's batcher run without payload prefetching (:func:`queue_policy_settings`);
+        empty when none."""
+        config = ModelConfig(max_batch_size=self.max_batch_size)
+        if self.dynamic_batching:
+            config.dynamic_batching.SetInParent()
+            config.dynamic_batching.default_queue_policy.max_queue_size = self.max_queue_size
+            config.dynamic_batching.default_queue_policy.default_timeout_microseconds = self.queue_timeout_us
+        return queue_policy_settings(config)
+
     def replace(self, **changes) -> "ModelServing":
         return dataclasses.replace(self, **changes)
 
@@ -132,6 +143,28 @@ def apply_model_serving(config: ModelConfig, model: ModelServing) -> ModelConfig
         else:
             raise InputError(None, f"{model.name}.instances", f"device {device!r}: expected 'cpu' or 'gpuN'")
     return out
+
+
+def queue_policy_settings(config: ModelConfig) -> tuple[str, ...]:
+    """The dynamic-batching settings of ``config`` that make Triton's batcher run without payload prefetching, as
+    ``field value`` texts (empty: none). Triton (``PriorityQueue``, core r24.10) prefetches only with no priority
+    levels and a default queue policy without ``max_queue_size``, ``default_timeout_microseconds`` and
+    ``allow_timeout_override``; without prefetching the bundled 2.51 batcher can wait up to 0.5 s for an instance
+    that is already free (docs/serve.md, "Queue policies under overload")."""
+    if not config.HasField("dynamic_batching") or config.max_batch_size <= 0:
+        return ()
+    db = config.dynamic_batching
+    policy = db.default_queue_policy
+    found = []
+    if policy.max_queue_size:
+        found.append(f"max_queue_size {policy.max_queue_size}")
+    if policy.default_timeout_microseconds:
+        found.append(f"default_timeout_microseconds {policy.default_timeout_microseconds}")
+    if policy.allow_timeout_override:
+        found.append("allow_timeout_override true")
+    if db.priority_levels:
+        found.append(f"priority_levels {db.priority_levels}")
+    return tuple(found)
 
 
 def parse_instances(text: str, source: str = "--instances") -> Mapping[str, int]:

@@ -18,9 +18,9 @@ bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual resul
 It sits above both targets (``load.driver.TritonTarget`` and ``sim.target.SimTarget``): the simulator knows nothing
 of real servers.
 
-``server mean`` compares the mean time a request spends inside the server (Triton's ``success`` time: queue +
-compute; the simulator's arrival-to-answer time without the client/network overhead): the server model alone, free
-of the client's jitter, which on a busy shared machine often dominates p50.
+``server mean`` compares the mean time a request spends queued and computed (Triton's ``queue`` + ``compute`` means
+per request; the simulator's time from reaching the batcher to the answer): the server model alone, free of the
+ways in and out (client, network, hand-overs), which on a busy shared machine often dominate p50.
 """
 
 from __future__ import annotations
@@ -112,8 +112,10 @@ def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: di
             elif key == "mean_exec_batch":  # items per execution on both sides (Triton's inference/execution count)
                 mv = (real_stats.get(model) or {}).get("mean_exec_batch")
                 sv = (sim_batch or {}).get(model)
-            elif key == "server_mean_s":  # inside the server only: Triton's success time per request
-                mv = (real_stats.get(model) or {}).get("success_mean_s")
+            elif key == "server_mean_s":  # queued and computed: Triton's queue + compute means per request
+                stats = real_stats.get(model) or {}
+                parts = [stats.get(f"{p}_mean_s") for p in ("queue", "compute_input", "compute_infer", "compute_output")]
+                mv = sum(parts) if all(p is not None for p in parts) else None
                 sv = (sim_server or {}).get(model)
             elif key == "lateness_p99_s":
                 mv, sv = r.get(key), None  # the simulated client is never late: nothing to compare

@@ -13,7 +13,8 @@ import pytest
 from conformance import assert_target_contract
 
 from serving_bench.errors import InputError
-from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
+from serving_bench.load.driver import TritonTarget
+from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.metrics import summarize
 from serving_bench.serving_config import ServingConfig

@@ -3,7 +3,9 @@ identity (fast vs SimPy reference), the Target contract, and one-line errors for
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from serving_bench.run.metrics import summarize
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop, Target
 from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.spec import QueuePolicyNotModelledWarning
 from serving_bench.sim.target import SimTarget
 
 from conformance import assert_target_contract
@@ -189,9 +192,11 @@ def test_colocation_curve_between_measured_batch_sizes_is_interpolated():
 
 def test_pair_curve_applies_up_to_its_batch_size():
     """Two models measured as a pair at batch 1 (time-sliced): their batch-1 requests share the device; at batch 4
-    the pair curve does not apply and each model's own curve (no slowdown) does."""
+    the pair curve does not apply and the demand law does (half the GPU each: no slowdown)."""
     data = sleep_profile(device="gpu0", kind="gpu", names=("a", "b"), sizes=(1, 4),
                          colocation=[Curve(1, (1.0, 2.0), (1.0, 2.0))]).to_json()
+    for name in ("a", "b"):
+        data["models"][name]["devices"]["gpu0"]["demand"] = {"1": 0.5, "4": 0.5}
     data["pairs"] = [{"device": "gpu0", "models": ["a", "b"], "batch": 1, "k": [1, 2], "speedup": [1.0, 1.0]}]
     profile = Profile.from_json(data, "p.json")
     config = ServingConfig(tuple(ModelServing(n, max_batch_size=4, instances=(("gpu0", 1),)) for n in ("a", "b")))
@@ -218,11 +223,14 @@ def test_time_sliced_gpu_halves_each_batch_speed():
 
 
 def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
+    """A model whose batches use none of the device (measured demand 0, like the sleep model) neither slows a model
+    that fills it (its own curve: time-sliced, demand 1) nor is slowed by it."""
     serial = Curve(1, (1.0, 2.0), (1.0, 1.0))
     free = Curve(1, (1.0, 2.0), (1.0, 2.0))
     base = sleep_profile(device="gpu0", kind="gpu", names=("heavy", "light")).to_json()
     base["models"]["heavy"]["devices"]["gpu0"]["colocation"] = [serial.to_json()]
     base["models"]["light"]["devices"]["gpu0"]["colocation"] = [free.to_json()]
+    base["models"]["light"]["devices"]["gpu0"]["demand"] = {"1": 0.0}
     profile = Profile.from_json(base, "p.json")
     config = ServingConfig(tuple(ModelServing(n, instances=(("gpu0", 1),)) for n in ("heavy", "light")))
     sched = Schedule(np.array([0.0, 0.0]), np.array([0, 1]), ("heavy", "light"), np.zeros(2), np.ones(2), {})
@@ -326,10 +334,227 @@ def test_more_instances_than_the_device_allows():
         SimTarget(sleep_profile(max_instances=2), one(instances=(("cpu", 3),)))
 
 
-def test_both_targets_implement_the_target_protocol_and_the_sim_has_no_closed_loop_yet():
+# -- closed loop -------------------------------------------------------------------------------------------------
+
+_Closed = ClosedLoop  # the closed-loop mode both targets take (serving_bench.run.target)
+
+
+def _exponential(mean):
+    u = np.linspace(0, 1, 2001)[:-1]
+    return Dist(tuple(list(u) + [1.0]), tuple(list(-np.log1p(-u) * mean) + [-np.log(1 / 4000) * mean]))
+
+
+@pytest.mark.parametrize("clients", [1, 4])
+def test_closed_loop_deterministic_cycle(clients):
+    """N clients, deterministic service S and return overhead Z, one instance: each client's cycle is
+    max(S + Z, N S) — the server saturates once N S > S + Z (the closed-network asymptotes are exact here)."""
+    s, z = 0.006, 0.002
+    records = SimTarget(sleep_profile(overhead=z), one(max_batch_size=1)).run(poisson(1, 5000), _Closed(clients, 3.0))
+    assert_target_contract(poisson(1, 5000), records, closed_loop=True)
+    cycle = max(s + z, clients * s)
+    latency = (records.table["done_s"] - records.table["sent_s"]).to_numpy()
+    assert latency[clients:-clients] == pytest.approx(cycle)
+    assert len(records) == pytest.approx(clients * 3.0 / cycle, abs=clients)
+    assert (records.table["intended_s"] == records.table["sent_s"]).all() and records.table["sent_s"].max() < 3.0
+
+
+def test_closed_loop_matches_the_machine_repair_model():
+    """M/M/1//N: N clients thinking (the return overhead) an exponential Z, service exponential S. Utilisation
+    U = 1 - p0, p0 = 1 / sum_k N!/(N-k)! (S/Z)^k; throughput X = U / S; response (send to answer) R = N / X - Z."""
+    from math import factorial
+
+    n_clients, s, z = 3, 0.004, 0.006
+    profile = sleep_profile(service={1: _exponential(s)})
+    data = profile.to_json()
+    data["overhead"] = _exponential(z).to_json()
+    profile = Profile.from_json(data, "p.json")
+    records = SimTarget(profile, one(max_batch_size=0)).run(poisson(1, 400_000), _Closed(n_clients, 400.0))
+    p0 = 1 / sum(factorial(n_clients) / factorial(n_clients - k) * (s / z) ** k for k in range(n_clients + 1))
+    x = (1 - p0) / s
+    assert len(records) / 400.0 == pytest.approx(x, rel=0.02)
+    response = (records.table["done_s"] - records.table["sent_s"]).mean()  # includes the think (return) time
+    assert response == pytest.approx(n_clients / x, rel=0.02)
+
+
+def test_closed_loop_engines_agree_with_ensembles_and_queue_limits():
+    profile = _noisy_profile(("pre", "left", "right", "join", "b"))
+    config = ServingConfig(tuple(ModelServing(n, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=300)
+                                 for n in ("pre", "left", "right", "join"))
+                           + (ModelServing("b", max_batch_size=8, dynamic_batching=True, max_queue_size=2),),
+                           (("pipe", ("pre", "left", "right", "join")),))
+    deps = {"pipe": ((), (0,), (0,), (1, 2))}
+    sched = poisson(100, 20000, seed=9, models=("pipe", "left", "b"))
+    mode = _Closed({"pipe": 3, "left": 2, "b": 5}, 0.5)
+    fast = SimTarget(profile, config, ensemble_deps=deps, seed=3).run(sched, mode)
+    ref = SimTarget(profile, config, ensemble_deps=deps, seed=3, engine="simpy").run(sched, mode)
+    assert fast.table.equals(ref.table)
+    c = assert_target_contract(sched, fast, closed_loop=True)
+    assert c["ok"] > 100 and c["rejected"] > 0  # 5 clients against a queue of 2: some are refused
+    per_model = fast.table.groupby("model", observed=True).size()
+    assert set(per_model.index) == {"pipe", "left", "b"}
+
+
+# -- padding and the mean batch ---------------------------------------------------------------------------------
+
+def test_padded_batches_run_at_the_next_captured_size():
+    """A runtime with captured sizes 1, 4, 8 (CUDA graphs, TVM buckets): a batch of 3 takes the time of 4, a batch
+    of 5 the time of 8; the profile measured those sizes only."""
+    service = {1: Dist.constant(0.002), 4: Dist.constant(0.004), 8: Dist.constant(0.008)}
+    profile = sleep_profile(service=service)
+    data = profile.to_json()
+    data["models"]["sleep_python"]["devices"]["cpu"]["padded_sizes"] = [1, 4, 8]
+    profile = Profile.from_json(data, "p.json")
+    config = one(max_batch_size=8, dynamic_batching=True, preferred_batch_sizes=(3, 5))
+    for size, expected in ((3, 0.004), (5, 0.008)):
+        sched = Schedule(np.zeros(size), np.zeros(size), ("sleep_python",), np.zeros(size), np.ones(size),
+                         {"duration_s": 1.0})
+        records = SimTarget(profile, config).run(sched)
+        assert (records.table["exec_batch"] == size).all() and records.table["done_s"].to_numpy() == pytest.approx(expected)
+    data["models"]["sleep_python"]["devices"]["cpu"]["padded_sizes"] = [4, 2]
+    with pytest.raises(InputError, match=r"p.json: models.sleep_python.devices.cpu.padded_sizes: expected strictly"):
+        Profile.from_json(data, "p.json")
+    assert profile.models["sleep_python"].devices["cpu"].executed_size(9) == 9  # beyond the captured: unpadded
+
+
+def test_mean_batch_is_per_execution():
+    """Two executions, one of 1 item and one of 3 (three requests): 2 items per execution, not the 2.5 a
+    request-weighted mean would give."""
+    from serving_bench.run.metrics import per_execution_batch
+
+    assert per_execution_batch(np.array([1, 1, 1, 1]), np.array([1, 3, 3, 3])) == pytest.approx(2.0)
+    assert per_execution_batch(np.array([2, 1]), np.array([3, 3])) == pytest.approx(3.0)
+    assert per_execution_batch(np.array([1]), np.array([-1])) is None
+
+
+def test_a_queue_policy_warns_that_triton_2_51s_stall_is_not_modelled():
+    expected = r"^sleep_python: queue policy \(max_queue_size 16\) simulated "
+    with pytest.warns(QueuePolicyNotModelledWarning, match=expected):
+        SimTarget(sleep_profile(), one(max_batch_size=8, dynamic_batching=True, max_queue_size=16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", QueuePolicyNotModelledWarning)
+        SimTarget(sleep_profile(), one(max_batch_size=8, dynamic_batching=True))
+
+
+# -- the interference model (hand-worked cases) -----------------------------------------------------------------
+
+def _demand_profile(demands: dict, threads=1, cores=2, law=None, kind="cpu"):
+    """Sleep-like models (service 6 ms at batch 1) with the given measured demand each."""
+    profile = sleep_profile(names=tuple(demands), device="cpu" if kind == "cpu" else "gpu0", kind=kind)
+    data = profile.to_json()
+    device = "cpu" if kind == "cpu" else "gpu0"
+    for name, d in demands.items():
+        data["models"][name]["devices"][device]["demand"] = {"1": d}
+        data["models"][name]["devices"][device]["threads"] = threads
+    data["devices"][device]["cores"] = cores if kind == "cpu" else None
+    if law:
+        data["devices"][device]["law"] = law
+    return Profile.from_json(data, "p.json")
+
+
+def _together(profile, names, device="cpu"):
+    config = ServingConfig(tuple(ModelServing(n, max_batch_size=1, instances=((device, 1),)) for n in names))
+    sched = Schedule(np.zeros(len(names)), np.arange(len(names)), tuple(names), np.zeros(len(names)),
+                     np.ones(len(names)), {})
+    return SimTarget(profile, config).run(sched).table["done_s"].to_numpy()
+
+
+def test_two_identical_models_share_the_cores_by_demand():
+    """Two models of demand 1.5 (two threads, busy 75 % of the time) on 2 cores: D = 3, s = D / C = 1.5; each
+    batch's CPU-bound share phi = 0.75 runs 1.5 times slower: 6 ms x (1 + 0.75 x 0.5) = 8.25 ms. With demand 1
+    each they fit (D = 2): 6 ms."""
+    assert _together(_demand_profile({"a": 1.5, "b": 1.5}, threads=2), ("a", "b")) == pytest.approx([0.00825] * 2)
+    assert _together(_demand_profile({"a": 1.0, "b": 1.0}), ("a", "b")) == pytest.approx([0.006] * 2)
+
+
+def test_laws_effective_capacity_and_soft_onset():
+    """pool_eff: eta = 0.75 of 2 cores -> D = 2 gives s = 2 / 1.5 = 4/3: 8 ms. soft (p = 2): s = sqrt(1 + x^2) with
+    x = D / (eta C) = 2 / 2 = 1 -> sqrt(2): 6 sqrt(2) ms — contention before the pool is full."""
+    profile = _demand_profile({"a": 1.0, "b": 1.0}, law={"name": "pool_eff", "eta": 0.75})
+    assert _together(profile, ("a", "b")) == pytest.approx([0.008] * 2)
+    profile = _demand_profile({"a": 1.0, "b": 1.0}, law={"name": "soft", "eta": 1.0, "power": 2.0})
+    assert _together(profile, ("a", "b")) == pytest.approx([0.006 * np.sqrt(2)] * 2)
+    from serving_bench.sim.device import Law
+    assert Law("pool", 2).speedup(8, 1.0) == pytest.approx(2.0)  # saturates: no linear extrapolation
+
+
+def test_demand_from_a_saturating_curve_and_the_cpu_default():
+    """No measured demand: a curve with S(4) = 2 on 2 cores means d = C / S = 1; without a curve a CPU batch
+    keeps its threads busy."""
+    from serving_bench.sim.spec import batch_demand
+
+    info = DeviceInfo("cpu", "cpu", cores=2)
+    md = ModelOnDevice("n/a", {1: Dist.constant(0.006)}, threads=2)
+    assert batch_demand(info, md, 1, Curve(1, (1.0, 2.0, 4.0), (1.0, 2.0, 2.0))) == pytest.approx(1.0)
+    assert batch_demand(info, md, 1, None) == 2.0
+    assert batch_demand(info, ModelOnDevice("n/a", md.batches, demand={1: 0.4, 8: 0.8}), 4, None) == \
+        pytest.approx(0.4 + 3 / 7 * 0.4)
+
+
+def _hosted_profile(request_demand=1.0, dispatch=0.001, overhead=0.001):
+    """The sleep model (6 ms, demand 1) whose requests' ways in and out (1 ms each) are work on the same 2 cores."""
+    data = _demand_profile({"sleep_python": 1.0}).to_json()
+    model = data["models"]["sleep_python"]
+    model["request_demand"] = request_demand
+    model["dispatch"] = {"constant_s": dispatch}
+    model["overhead"] = {"constant_s": overhead}
+    data["request_device"] = "cpu"
+    return Profile.from_json(data, "p.json")
+
+
+def test_requests_ways_in_and_out_share_the_cores():
+    """A lone request: 1 ms in + 6 ms service + 1 ms out. Four closed-loop clients, four instances: every phase
+    keeps a core busy, four chains on two cores run at half speed: each request takes 16 ms and the server answers
+    2 / 8 ms = 250 requests per second — the cores, not the instances, are the limit. Without the ways in and out
+    on the cores (plain delays, using no core) only the four services share them: 12 ms each, a 14 ms cycle, 286 per
+    second — more than the cores allow."""
+    config = one(max_batch_size=1, instances=(("cpu", 4),))
+    lone = SimTarget(_hosted_profile(), config).run(poisson(1, 1))
+    assert lone.table["done_s"][0] - lone.table["intended_s"][0] == pytest.approx(0.008)
+    records = SimTarget(_hosted_profile(), config).run(poisson(1, 2000), _Closed(4, 1.0))
+    latency = (records.table["done_s"] - records.table["sent_s"]).to_numpy()
+    assert latency[8:-8] == pytest.approx(0.016) and len(records) == pytest.approx(250, abs=4)
+    delays = _hosted_profile(request_demand=0.0)  # ways in and out that use no core: plain delays
+    records = SimTarget(delays, config).run(poisson(1, 4000), _Closed(4, 1.0))
+    assert len(records) == pytest.approx(4 / 0.014, abs=4)
+
+
+def test_hosted_requests_engines_agree_open_and_closed():
+    data = _hosted_profile(request_demand=0.8).to_json()
+    data["models"]["sleep_python"]["dispatch"] = {"samples_s": [0.0003, 0.0008, 0.002]}
+    data["models"]["sleep_python"]["overhead"] = {"samples_s": [0.0002, 0.0005, 0.003]}
+    profile = Profile.from_json(data, "p.json")
+    config = one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=400, instances=(("cpu", 2),))
+    sched = poisson(400, 3000, seed=11)
+    for mode in (None, _Closed(6, 2.0)):
+        fast = SimTarget(profile, config, seed=2).run(sched, mode)
+        assert fast.table.equals(SimTarget(profile, config, seed=2, engine="simpy").run(sched, mode).table)
+        assert_target_contract(sched, fast, closed_loop=mode is not None)
+
+
+def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
+    """Observations made with an effective capacity of 70 % of two cores: fitting pool_eff recovers eta = 0.7; on
+    held-out observations the fitted law beats plain processor sharing (which has nothing to fit)."""
+    from serving_bench.sim.interference import Observation, fit, leave_one_out, predict, with_law
+
+    truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", {"name": "pool_eff", "eta": 0.7})
+    runs = []
+    for instances in ({"a": 1, "b": 1}, {"a": 2, "b": 0}, {"a": 2, "b": 2}, {"a": 3, "b": 1}):
+        models = {m: k for m, k in instances.items() if k}
+        serving = {m: ModelServing(m, instances=(("cpu", k),)) for m, k in models.items()}
+        obs = Observation("cpu", serving, models, {})
+        runs.append(dataclasses.replace(obs, measured_rps=predict(truth, obs)))
+    base = _demand_profile({"a": 1.0, "b": 1.0})
+    law, err = fit(base, "cpu", runs, "pool_eff")
+    assert law["eta"] == pytest.approx(0.7, abs=0.02) and err < 0.01
+    held_out = leave_one_out(base, "cpu", runs, ("pool", "pool_eff"))
+    assert held_out["pool_eff"] < 0.02 < held_out["pool"]
+    assert Observation.from_json(runs[0].to_json()) == runs[0]
+
+
+def test_both_targets_implement_the_target_protocol():
     target = SimTarget(sleep_profile(), one(max_batch_size=1))
     assert isinstance(target, Target) and isinstance(TritonTarget("127.0.0.1:1"), Target)
     sched = poisson(50, 20)
     assert target.run(sched, OpenLoop()).table.equals(target.run(sched).table)
-    with pytest.raises(NotImplementedError, match="issue 10"):
-        target.run(sched, ClosedLoop(concurrency=1))
+    closed = target.run(sched, ClosedLoop(concurrency=1, duration_s=0.05))
+    assert closed.info.mode == "closed" and closed.info.concurrency == {"sleep_python": 1}

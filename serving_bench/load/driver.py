@@ -40,6 +40,7 @@ import pandas as pd
 
 from serving_bench.errors import ServerError
 from serving_bench.interrupts import RunInterrupted, deferred_interrupts
+from serving_bench.load.collapse import flag_queue_policy_collapse
 from serving_bench.load.payloads import Payloads, fetch_specs, prepare_payloads
 from serving_bench.load.sender import (ERROR, IN_FLIGHT, INSTANCE_DIED, NOT_SENT, OK, REJECTED, TIMEOUT, Arrays,
                                        LocalValue, Share, sender_main)
@@ -182,6 +183,7 @@ class TritonTarget:
             dropped=dropped, server_stats=server_stats, mode=mode.name, senders=processes, url=self.url,
             elapsed_s=elapsed, timeout_s=self.timeout_s, t0_unix=self.t0_unix, t0_s=self.t0_s,
             sender_cpu_s=self.sender_cpu_s, concurrency=concurrency if closed else None))
+        records = flag_queue_policy_collapse(records)
         if signals.reason:
             raise RunInterrupted(records)
         return records

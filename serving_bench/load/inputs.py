@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
 from serving_bench.errors import InputError
+from serving_bench.serving_config import queue_policy_settings
 
 NUMPY_OF = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
             "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -39,13 +40,17 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What a served model takes. ``max_batch_size`` 0 means the model does not batch (shape is the full shape)."""
+    """What a served model takes. ``max_batch_size`` 0 means the model does not batch (shape is the full shape).
+    ``instances``: its instance count as served; ``queue_policy``: the settings that turn Triton's payload
+    prefetching off (:func:`serving_bench.serving_config.queue_policy_settings`)."""
 
     name: str
     inputs: tuple[TensorSpec, ...]
     max_batch_size: int
     platform: str = ""
     ensemble_members: tuple[str, ...] = ()
+    instances: int = 1
+    queue_policy: tuple[str, ...] = ()
 
     @classmethod
     def from_server(cls, metadata, config) -> "ModelSpec":
@@ -55,7 +60,9 @@ class ModelSpec:
         inputs = tuple(TensorSpec(i.name, i.datatype, tuple(int(d) for d in (i.shape[1:] if batched else i.shape)))
                        for i in metadata.inputs)
         members = tuple(step.model_name for step in cfg.ensemble_scheduling.step)
-        return cls(metadata.name, inputs, int(cfg.max_batch_size), cfg.platform or cfg.backend, members)
+        instances = sum(max(1, g.count) * max(1, len(g.gpus)) for g in cfg.instance_group) or 1
+        return cls(metadata.name, inputs, int(cfg.max_batch_size), cfg.platform or cfg.backend, members, instances,
+                   queue_policy_settings(cfg))
 
 
 def _random_item(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

@@ -24,7 +24,8 @@ _KEY = 100003  # (sample, batch) -> sample * _KEY + batch; batches are far below
 @dataclass(frozen=True)
 class Payloads:
     """``payloads[index[i]]`` is request ``i``'s serialized ``ModelInferRequest``; ``warmup`` indexes one payload per
-    model; ``facts`` is what the server said about the models (``ensembles``: name -> members, ``platforms``)."""
+    model; ``facts`` is what the server said about the models (``ensembles``: name -> members, ``platforms``,
+    ``instances``, ``queue_policies``)."""
 
     payloads: list[bytes]
     index: np.ndarray
@@ -73,5 +74,7 @@ def prepare_payloads(schedule: Schedule, specs: dict[str, ModelSpec], source: st
         index[rows] = base + inverse
         warmup.append(base)
     facts = {"ensembles": {n: list(s.ensemble_members) for n, s in specs.items() if s.ensemble_members},
-             "platforms": {n: s.platform for n, s in specs.items()}}
+             "platforms": {n: s.platform for n, s in specs.items()},
+             "instances": {n: s.instances for n, s in specs.items()},
+             "queue_policies": {n: list(s.queue_policy) for n, s in specs.items() if s.queue_policy}}
     return Payloads(payloads, index, warmup, facts)

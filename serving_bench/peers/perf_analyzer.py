@@ -6,13 +6,18 @@ Install with ``scripts/install_perf_analyzer.sh`` (it needs Debian's ``libb64-0d
     pa = find_perf_analyzer()                       # PeerMissing with the install command if it cannot run
     m = pa.measure("sleep_zero", url, concurrency=4, measurement_s=3)
     m.throughput_ips, m.p99_s, m.delayed_pct        # delayed_pct None: at most 1 % of requests > 1 ms late
+    # Unstable (a RuntimeError) when it found no stable window within max_trials: a benchmark records the point
+    # as unstable, with the message, and goes on
 
 How perf_analyzer measures (why our figures can differ): latency from the *actual* send, not the intended time;
 request-rate mode is synchronous (a few threads) unless ``async_mode`` (``-a``); a request picked up more than 1 ms
 after its scheduled time counts as "delayed", and it prints the delayed share only when it exceeds 1 % (its source:
 ``delay_tolerance_`` 1 ms, ``DELAY_PCT_THRESHOLD`` 1.0). So "no warning" means at most 1 % of requests were more than
-1 ms late — the same criterion as our lateness p99 <= 1 ms. ``python -m serving_bench.peers.perf_analyzer --check``
-prints where the binary is and exits non-zero (with the reason) if it cannot run.
+1 ms late — the same criterion as our lateness p99 <= 1 ms. In time-window mode each window lasts 1.2 x
+``--measurement-interval`` (its source sleeps that long), a request counts in the window it *ends* in, and the
+figures reported are the last three windows merged (counts over their summed duration): with ``--max-trials 3``
+exactly the first three windows, :func:`span_s`. ``python -m serving_bench.peers.perf_analyzer --check`` prints
+where the binary is and exits non-zero (with the reason) if it cannot run.
 """
 
 from __future__ import annotations
@@ -34,6 +39,25 @@ class PeerMissing(RuntimeError):
     """perf_analyzer is not installed or cannot run here; the message says why and how to install it."""
 
 
+class Unstable(RuntimeError):
+    """perf_analyzer found no stable measurement within ``--max-trials`` windows (its own criterion: the last three
+    windows' throughput, and latency unless ``-a``, within ``-s`` percent); the message is perf_analyzer's. Not a
+    broken peer: a point to record as unstable before going on to the next one."""
+
+
+DELAY_TOLERANCE_S = 1e-3  # a request picked up later than this after its scheduled time is "delayed"
+DELAY_PCT_THRESHOLD = 1.0  # ... and perf_analyzer warns (prints the share) when more than this percent were
+WINDOW_FACTOR = 1.2  # a time window lasts 1.2 x --measurement-interval (inference_profiler.cc, Measure)
+STABILITY_WINDOWS = 3  # the windows compared for stability and merged into the reported figures
+
+
+def span_s(measurement_s: float) -> float:
+    """Seconds the reported figures cover when perf_analyzer stops at the first stable chance (always, with
+    ``max_trials=3``): three windows of 1.2 x ``measurement_s``."""
+    return STABILITY_WINDOWS * WINDOW_FACTOR * measurement_s
+
+
+STABLE_FAILURE = "Failed to obtain stable measurement"  # perf_analyzer's message (inference_profiler.cc)
 INSTALL_HINT = "run scripts/install_perf_analyzer.sh (tritonclient==2.50.0 wheel + libb64-0d + nvidia-cuda-runtime-cu12)"
 
 
@@ -50,6 +74,7 @@ class Measurement:
     p99_s: float
     avg_s: float | None
     delayed_pct: float | None  # percent of requests > 1 ms late; None: not printed, i.e. at most 1 %
+    request_count: int | None = None  # requests that ended inside the reported windows (its console's "Request count")
     server_queue_s: float | None = None
     server_compute_infer_s: float | None = None
     raw: dict = field(default_factory=dict)
@@ -76,16 +101,22 @@ class PerfAnalyzer:
     def measure(self, model: str, url: str, *, concurrency: int | None = None, request_rate: float | None = None,
                 async_mode: bool = True, distribution: str = "poisson", batch: int = 1,
                 measurement_s: float = 5.0, stability_pct: float = 10.0, max_trials: int = 10,
-                shapes: dict | None = None, extra: tuple[str, ...] = (), timeout_s: float = 300.0) -> Measurement:
-        """Run one level (``concurrency`` or ``request_rate``) against ``url`` (gRPC host:port) and parse it."""
+                stabilize_on_p99: bool = True, shapes: dict | None = None, extra: tuple[str, ...] = (),
+                timeout_s: float = 300.0) -> Measurement:
+        """Run one level (``concurrency`` or ``request_rate``) against ``url`` (gRPC host:port) and parse it.
+
+        ``stabilize_on_p99``: perf_analyzer's stability check compares the windows' p99 (``--percentile 99``);
+        False compares their average latency instead (its default; far less noisy over short windows). The
+        percentiles are reported either way."""
         if (concurrency is None) == (request_rate is None):
             raise ValueError("give exactly one of concurrency and request_rate")
         with tempfile.TemporaryDirectory(prefix="serving-bench-pa-") as tmp:
             csv_path = Path(tmp) / "pa.csv"
             args = [str(self.binary), "-m", model, "-u", url, "-i", "grpc", "-b", str(batch),
                     "--measurement-mode", "time_windows", "--measurement-interval", str(int(measurement_s * 1000)),
-                    "-s", str(stability_pct), "--max-trials", str(max_trials), "--percentile", "99",
-                    "-f", str(csv_path)]
+                    "-s", str(stability_pct), "--max-trials", str(max_trials), "-f", str(csv_path)]
+            if stabilize_on_p99:
+                args += ["--percentile", "99"]
             if concurrency is not None:
                 args += ["--concurrency-range", str(int(concurrency))]
                 mode, level = "concurrency", float(concurrency)
@@ -100,6 +131,9 @@ class PerfAnalyzer:
             out = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout_s)
             text = out.stdout + out.stderr
             if out.returncode != 0 or not csv_path.is_file():
+                unstable = next((line.strip() for line in text.splitlines() if STABLE_FAILURE in line), None)
+                if unstable:
+                    raise Unstable(f"perf_analyzer at {mode} {level:g}: {unstable}")
                 tail = " | ".join(line.strip() for line in text.splitlines()[-4:] if line.strip())
                 raise RuntimeError(f"perf_analyzer failed (exit {out.returncode}): {tail}")
             rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
@@ -114,10 +148,11 @@ def parse_measurement(row: dict, text: str, mode: str, level: float, command: tu
 
     delayed = re.search(r"([0-9.]+)% of the requests were delayed", text)
     avg = re.search(r"Avg (?:gRPC|HTTP) time: (\d+) usec", text) or re.search(r"Avg latency: (\d+) usec", text)
+    count = re.search(r"^\s*Request count: (\d+)", text, flags=re.M)  # the client's (the server's says "Successful")
     return Measurement(mode, level, float(row["Inferences/Second"]), us("p50 latency"), us("p90 latency"),
                        us("p95 latency"), us("p99 latency"), float(avg.group(1)) / 1e6 if avg else None,
-                       float(delayed.group(1)) if delayed else None, us("Server Queue"), us("Server Compute Infer"),
-                       dict(row), command)
+                       float(delayed.group(1)) if delayed else None, int(count.group(1)) if count else None,
+                       us("Server Queue"), us("Server Compute Infer"), dict(row), command)
 
 
 def _cuda_runtime_dir() -> str | None:

@@ -1,8 +1,9 @@
 """``serving-bench profile``: measure a simulator profile on real Triton, or import one measured elsewhere.
 
     serving-bench profile --repo model_repo/ --models sleep_python,tiny_cnn_onnxruntime --out p.json
-        [--batch-sizes 1,2,4,8] [--colocation 1,2,4] [--colocation-batches 1,8] [--no-pairs] [--rounds 3]
-        [--seconds 2] [--threads N] [--url host:8001] [--trace]
+        [--batch-sizes 1,2,4,8] [--calibrate 2] [--law pool_eff] [--colocation 1,2,4] [--colocation-batches 1,8]
+        [--no-pairs] [--rounds 3]
+        [--seconds 2] [--threads N] [--url host:8001] [--trace] [--cuda-graphs all|1,2,4]
     serving-bench profile --csv timings.csv --model resnet50_onnxruntime --device gpu0 --out p.json
     serving-bench profile --import-h200 --out h200.json      # the bundled H200 torch-eager table
 """
@@ -13,7 +14,8 @@ import argparse
 
 from serving_bench.errors import InputError
 from serving_bench.profiles import importers
-from serving_bench.profiles.measure import measure_profile
+from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
+from serving_bench.sim.device import LAWS
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -34,7 +36,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="profile JSON to write")
     parser.add_argument("--models", help="comma-separated entries to measure (with --repo)")
     parser.add_argument("--batch-sizes", help="batch sizes to measure (default 1, 2, 4, ... max_batch_size)")
-    parser.add_argument("--colocation", default="1,2,4", help="instance counts for the co-location curve")
+    parser.add_argument("--calibrate", type=int, default=DEFAULT_CALIBRATION,
+                        help="instances per model in the co-located runs the device's sharing law is fitted to "
+                             f"(default {DEFAULT_CALIBRATION}; 0: none)")
+    parser.add_argument("--law", default=DEFAULT_LAW, choices=LAWS,
+                        help=f"the sharing law to fit (default {DEFAULT_LAW}; see docs/sim.md)")
+    parser.add_argument("--colocation", default="",
+                        help="instance counts for measured override curves S(k), e.g. 1,2,4 (default: none)")
     parser.add_argument("--colocation-batches",
                         help="batch sizes of the co-location curves (default: 1 and the largest measured)")
     parser.add_argument("--no-pairs", action="store_true", help="skip the curves of model pairs on one device")
@@ -43,6 +51,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int,
                         help="threads per instance on the embedded server (default: what the served config gets)")
     parser.add_argument("--url", help="an external Triton's gRPC host:port instead of the embedded server")
+    parser.add_argument("--cuda-graphs", help="serve TorchScript entries on GPU instances with CUDA graphs (all, or "
+                        "batch sizes 1,2,4: batches are padded to them) and profile them at those sizes")
     parser.add_argument("--trace", action="store_true",
                         help="server-side times from Triton's request trace instead of the runners' execution logs "
                              "(off by default: the bundled tritonserver 2.51 can abort under tracing, docs/serve.md)")
@@ -66,11 +76,13 @@ def main(args: argparse.Namespace) -> int:
         if args.threads is not None and args.threads < 1:
             raise InputError("--threads", str(args.threads), "expected an integer >= 1")
         profile = measure_profile(args.repo, models, None, batch_sizes=sizes,
-                                  colocation=_ints(args.colocation, "--colocation"),
+                                  colocation=_ints(args.colocation, "--colocation") if args.colocation else (),
+                                  calibrate=args.calibrate, law=args.law,
                                   colocation_batches=_ints(args.colocation_batches, "--colocation-batches")
                                   if args.colocation_batches else None,
                                   pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds,
-                                  threads=args.threads, url=args.url, trace=args.trace, log=print)
+                                  threads=args.threads, url=args.url, trace=args.trace,
+                                  cuda_graphs=args.cuda_graphs, log=print)
     profile.save(args.out)
     names = ", ".join(sorted(profile.models))
     print(f"wrote {args.out}: {len(profile.models)} models ({names}) on {', '.join(sorted(profile.devices))}")

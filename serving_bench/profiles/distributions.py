@@ -174,10 +174,10 @@ class IdleEffect:
     dispatch_extra_s: tuple[float, ...] = ()
 
     def service_extra(self, idle: float) -> float:
-        return _interp(idle, self.service_idle_s, self.service_extra_s)
+        return interp(idle, self.service_idle_s, self.service_extra_s)
 
     def overhead_extra(self, gap: float) -> float:
-        return _interp(gap, self.overhead_gap_s, self.overhead_extra_s)
+        return interp(gap, self.overhead_gap_s, self.overhead_extra_s)
 
     def to_json(self) -> dict:
         out = {"service": {"idle_s": list(self.service_idle_s), "extra_s": list(self.service_extra_s)},
@@ -187,7 +187,7 @@ class IdleEffect:
         return out
 
 
-def _interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
+def interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
     if x <= xs[0]:
         return ys[0]
     if x >= xs[-1]:

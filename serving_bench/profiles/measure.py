@@ -27,24 +27,34 @@ and the client's own jitter on a busy machine must not leak into service times:
   of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
   ONNX Runtime model computes twice as long after 16 ms idle as back to back). The simulator adds it per batch from
   the instance's idle time and per request from the time since the previous request.
-* **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, the time
-  from a batch's end to the next one's start when that one had been sent before (Triton's instance thread releasing
-  a payload and taking the next), less the hop — median over the run; embedded server only.
+* **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
+  instance spends per batch beyond Triton's compute time (its thread releasing a payload and taking the next): the
+  mean time from one batch's start to the next (when that one had been sent already) minus Triton's mean compute;
+  embedded server only.
 * **Per-request cost inside a batch** (``per_request_s``): with dynamic batching, requests of one row at concurrency
   ``min(max_batch_size, 8)``; Triton's per-batch-size statistics (``batch_stats``) give the compute time of batches
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
   cost of each extra request (clamped at 0).
-* **Co-location curve** ``S(k)`` at batch sizes ``colocation_batches``: a server with ``max(colocation)`` instances of
-  every model; per round, one run at concurrency 1 (one instance busy: ``t_1``) then one at concurrency k (``t_k``),
-  both Triton's mean compute time of executed batches of exactly that size (``batch_stats``: with a queue delay the
-  batcher merges concurrent requests, and a merged batch's longer time is not a co-location slowdown);
-  ``S(k) = k t_1 / t_k`` per round, median over ``rounds`` rounds.
-  Interleaving rounds makes the ratio immune to slow drift of a shared machine. A slowdown ``k / S - 1`` not larger
-  than the solo time's own spread between rounds (at least 2 %) is not significant: then ``S(k) = k``. A model that
-  does not slow down when co-located (``sleep``) must not be slowed by the simulator.
-* **Pair curves**: for every two models on the same device, in the one-instance server, per round each alone at
-  concurrency 1, then both together (concurrency 1 each): ``S_pair(2) = t_a1 / t_a2 + t_b1 / t_b2``, median over
-  rounds, with the same significance rule; at batch 1 and at the largest batch size both allow.
+* **Demands** (what the interference model shares, :mod:`serving_bench.sim.device`): per batch size, the cores a
+  batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance); per model, the
+  cores a request keeps busy on its way in and out (the rest of the run's CPU — client, Triton's threads, the stubs
+  outside their batches — over the time requests spend outside the instance). The requests are handled on the
+  host's cores (``request_device``).
+* **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
+  alone with ``calibrate`` clients, then all models together with one client each and with ``calibrate`` each —
+  ``rounds`` times, the median answered requests per second; the device's sharing law (``law``, default
+  ``pool_eff``) is fitted to them through the simulator (:mod:`serving_bench.sim.interference`) and the runs are
+  kept in the profile (``calibration``).
+* **Co-location curves** (optional overrides, ``colocation``) ``S(k)`` at batch sizes ``colocation_batches``: a
+  server with ``max(colocation)`` instances of every model; per round, one run at concurrency 1 (one instance busy:
+  ``t_1``) then one at concurrency k (``t_k``), both Triton's mean compute time of executed batches of exactly that
+  size (``batch_stats``: with a queue delay the batcher merges concurrent requests, and a merged batch's longer time
+  is not a co-location slowdown); ``S(k) = k t_1 / t_k`` per round, median over ``rounds`` rounds (interleaving
+  rounds makes the ratio immune to slow drift of a shared machine), kept as measured — a slowdown within the noise
+  is not rounded up to none.
+* **Pair curves** (optional overrides): for every two models on the same device, in the one-instance server, per
+  round each alone at concurrency 1, then both together (concurrency 1 each): ``S_pair(2) = t_a1 / t_a2 + t_b1 /
+  t_b2``, median over rounds; at batch 1 and at the largest batch size both allow.
 
 The estimators (pure functions over the runs, the executed batches and the statistics) are in
 :mod:`serving_bench.profiles.estimators`; this module runs the servers and the load.
@@ -59,6 +69,7 @@ configuration gets: cores // all configured instances of the measured models) an
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import socket
 from dataclasses import dataclass, field
@@ -70,30 +81,71 @@ import numpy as np
 
 from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
-from serving_bench.profiles.estimators import (LoopRun, batch_gap, idle_effect, lone_wait_s, per_request_cost,
-                                              service_and_overhead, significant_speedup, thin)
 from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
+from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, idle_effect,
+                                              lone_wait_s, per_request_cost, service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
-from serving_bench.serving_config import model_serving_from_config
+from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
+from serving_bench.serving_config import ModelServing, model_serving_from_config
+from serving_bench.sim.interference import Observation, with_law
+from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
+DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is fitted to
+DEFAULT_LAW = "pool_eff"  # chosen by held-out error: benchmarks/colocation_fidelity.py
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
 IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
 IDLE_COUNT = 25  # requests per spacing
+HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
 
 
-def default_batch_sizes(max_batch_size: int) -> list[int]:
-    """1, 2, 4, ... up to and including ``max_batch_size`` (just 1 without batching)."""
+def default_batch_sizes(max_batch_size: int, padded: Sequence[int] = ()) -> list[int]:
+    """1, 2, 4, ... up to and including ``max_batch_size`` (just 1 without batching); with ``padded`` sizes (the
+    sizes a runtime pads batches to), those sizes and the powers of two above the largest (run unpadded)."""
     if max_batch_size <= 1:
         return [1]
     sizes = [1]
     while sizes[-1] * 2 < max_batch_size:
         sizes.append(sizes[-1] * 2)
-    return sizes + [max_batch_size]
+    sizes.append(max_batch_size)
+    if padded:
+        return sorted(set(padded) | {b for b in sizes if b > max(padded)})
+    return sizes
+
+
+def padded_sizes(config, cuda_graphs: str | None = None) -> list[int]:
+    """The batch sizes the served runtime pads to: the CUDA graphs captured for a TorchScript entry on GPU
+    instances (``cuda_graphs``, as ``serve --cuda-graphs``), or a tuned TVM entry's static buckets (parameter
+    ``buckets``); [] when batches run at their own size."""
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    if params.get("buckets"):
+        return sorted({int(b) for b in params["buckets"].split(",") if b.strip()})
+    if cuda_graphs and _cuda_graph_entry(config):
+        try:
+            return parse_batch_sizes(cuda_graphs, config.max_batch_size)
+        except ValueError as err:
+            raise InputError("--cuda-graphs", cuda_graphs, str(err)) from None
+    return []
+
+
+def calibration_serving(config, device: str, instances: int, largest: int) -> ModelServing:
+    """How a calibration run serves a model, for the simulator to replay it: the entry's own settings with
+    ``instances`` instances, its batches capped at the largest measured size (one-row requests from at most
+    ``instances`` clients never batch more)."""
+    serving = model_serving_from_config(config)
+    largest = min(serving.max_batch_size, largest) if serving.max_batch_size > 0 else 0
+    return serving.replace(instances=((device, instances),), max_batch_size=largest,
+                           preferred_batch_sizes=tuple(b for b in serving.preferred_batch_sizes if b <= largest))
+
+
+def _cuda_graph_entry(config) -> bool:
+    """A TorchScript entry on GPU instances: what the runner can replay CUDA graphs for."""
+    return (config.platform == "pytorch_libtorch" or config.backend == "pytorch") and \
+        any(g.kind == g.KIND_GPU for g in config.instance_group)
 
 
 # -- the measurement ---------------------------------------------------------------------------------------------------
@@ -109,6 +161,8 @@ class _ModelResult:
     curves: list[Curve] = field(default_factory=list)
     idle: IdleEffect | None = None
     dispatch: Dist | None = None
+    demand: dict[int, float] = field(default_factory=dict)
+    request_demand: float | None = None
 
 
 def _device_of(config) -> str:
@@ -116,16 +170,22 @@ def _device_of(config) -> str:
 
 
 def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Path | None = None, *,
-                    batch_sizes: Sequence[int] | None = None, colocation: Sequence[int] = (1, 2, 4),
+                    batch_sizes: Sequence[int] | None = None, colocation: Sequence[int] = (),
                     colocation_batches: Sequence[int] | None = None, pairs: bool = True,
                     seconds: float = DEFAULT_SECONDS, rounds: int = DEFAULT_ROUNDS, threads: int | None = None,
-                    url: str | None = None, trace: bool = False,
+                    url: str | None = None, trace: bool = False, cuda_graphs: str | None = None,
+                    calibrate: int = DEFAULT_CALIBRATION, law: str = DEFAULT_LAW,
                     log: Callable[[str], None] | None = None) -> Profile:
     """Measure ``models`` of ``repo`` on the embedded server (or the external one at ``url``); save to
-    ``out_path``. ``colocation``: instance counts for S(k) (k > 1 measured); ``colocation_batches``: batch sizes of
-    the curves (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds
-    per curve point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
-    Triton's request trace instead of the runners' execution logs."""
+    ``out_path``. ``calibrate``: instances per model in the co-located calibration runs the device's sharing law
+    ``law`` is fitted to (0: none, processor sharing over the cores); ``colocation``: instance counts for measured
+    override curves S(k) (k > 1 measured; none by default); ``colocation_batches``: batch sizes of the curves
+    (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds per
+    co-located point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
+    Triton's request trace instead of the runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU
+    instances with CUDA graphs (``all`` or sizes, as ``serve --cuda-graphs``). Entries whose runtime pads batches
+    (CUDA graphs, TVM's tuned buckets) are measured at their padded sizes by default, and the profile records them
+    (``padded_sizes``)."""
     log = log or (lambda _msg: None)
     repo = Path(repo)
     if rounds < 1:
@@ -138,9 +198,10 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if threads is None:
         threads = default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
     results = {m: _ModelResult(_device_of(c), c) for m, c in configs.items()}
-    sizes = {}
+    sizes, padded = {}, {}
     for m, config in configs.items():
-        wanted = list(batch_sizes) if batch_sizes else default_batch_sizes(config.max_batch_size)
+        padded[m] = padded_sizes(config, cuda_graphs)
+        wanted = list(batch_sizes) if batch_sizes else default_batch_sizes(config.max_batch_size, padded[m])
         sizes[m] = sorted({b for b in wanted if b <= max(config.max_batch_size, 1)} | {1})
     ks = sorted({int(k) for k in colocation if k > 1})
     pair_list = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]
@@ -155,7 +216,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                      "mean overhead and the gap between batches is not measured")
 
     def sessions(instances: int) -> Callable[[], ContextManager[Session]]:
-        return lambda: open_session(repo, models, instances, threads, trace, notes, log, url)
+        return lambda: open_session(repo, models, instances, threads, trace, cuda_graphs, notes, log, url)
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
@@ -219,10 +280,18 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 r.dispatch = thin(dispatch) if dispatch is not None else None
                 overhead_mean = r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
             r.batches[b] = thin(service)
+            batch_demand, request_demand = demands(runs[(m, "solo", b)], m)
+            if batch_demand is not None:
+                r.demand[b] = batch_demand
+            if b == sizes[m][0]:
+                r.request_demand = request_demand
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
-                f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" + (
+                f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" +
+                (f", {batch_demand:.2f} cores" if batch_demand is not None else "") + (
                     f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
-                    f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else ""))
+                    f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else "") +
+                (f", {request_demand:.2f} cores on the way in and out" if b == sizes[m][0] and
+                 request_demand is not None else ""))
         if (m, "gap") in runs:
             r.gap_s, count = batch_gap(runs[(m, "gap")], m)
             if count:
@@ -268,7 +337,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 points = [(1.0, 1.0)]
                 for k, values in ratios.items():
                     if values:
-                        s, why = significant_speedup(float(k), values, solo_times)
+                        s, why = colocation_speedup(float(k), values, solo_times)
                         points.append((float(k), s))
                         log(f"{m}: batch {b}: {k} batches at once: S({k}) = {s:.2f} "
                             f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
@@ -286,13 +355,41 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             if measured is not None:
                 results[m].curves.append(measured)
 
+    # -- phase 3: co-located calibration runs, the device's sharing law fitted to them ----------------------------
+    observations: list[Observation] = []
+    law_device = {results[m].device for m in models}
+    if calibrate > 1 and not url and len(law_device) == 1:
+        device = law_device.pop()
+        serving = {m: calibration_serving(configs[m], device, calibrate, sizes[m][-1]) for m in models}
+
+        def observe(clients: dict[str, int]) -> Step:
+            def measure(session: Session) -> Observation:
+                rates: dict[str, list[float]] = {m: [] for m in clients}
+                for _ in range(rounds):
+                    run = session.run({m: (1, c) for m, c in clients.items()}, seconds)
+                    for m in clients:
+                        rates[m].append(len(run.latency[m]) / seconds)
+                obs = Observation(device, {m: serving[m] for m in clients}, clients,
+                                  {m: float(np.median(v)) for m, v in rates.items()})
+                log(f"co-located: {obs.label()}: " + ", ".join(f"{m} {r:.1f} req/s"
+                                                               for m, r in obs.measured_rps.items()))
+                return obs
+            return tuple(sorted(clients.items())), measure
+
+        steps = [observe({m: calibrate}) for m in models]
+        if len(models) > 1:
+            steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
+        done: dict = {}
+        run_steps(steps, done, sessions(calibrate), log, notes, "calibration", restarts)
+        observations = list(done.values())
+
     pair_curves = []
     for a, b in pair_list:
         for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])}):
             values, solo_a, solo_b = runs[(a, b, pb)]
             if not values:
                 continue
-            s, why = significant_speedup(2.0, values, solo_a + solo_b)
+            s, why = colocation_speedup(2.0, values, solo_a + solo_b)
             log(f"{a} + {b}: batch {pb}: one batch of each at once: S_pair(2) = {s:.2f} "
                 f"(rounds {', '.join(f'{x:.2f}' for x in values)}; {why})")
             pair_curves.append(PairCurve(results[a].device, (a, b), Curve(pb, (1.0, 2.0), (1.0, s))))
@@ -300,13 +397,15 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     profiles = {}
     for m in models:
         r = results[m]
-        md = ModelOnDevice(_mode_of(r.config), r.batches, tuple(sorted(r.curves, key=lambda c: c.batch)), threads,
-                           r.per_request_s, None, r.gap_s, r.idle)
+        md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
+                           tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
+                           r.idle, tuple(padded[m]), r.demand)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
-                                   r.dispatch)
+                                   r.dispatch, r.request_demand)
+    hosted = any(r.request_demand is not None for r in results.values())
     devices = {}
-    for d in sorted({r.device for r in results.values()}):
-        if d == "cpu":
+    for d in sorted({r.device for r in results.values()} | ({HOST_DEVICE} if hosted else set())):
+        if d == HOST_DEVICE:
             devices[d] = DeviceInfo(d, "cpu", platform.processor() or platform.machine(), cores=cores)
         else:
             devices[d] = DeviceInfo(d, "gpu", _gpu_name(int(d[3:]) if d[3:].isdigit() else 0))
@@ -320,7 +419,15 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                       source=f"measured on {where} from {repo}",
                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       notes=tuple(notes + [f"service = Triton's compute time per batch ({source})" if server_side
-                                           else "service = client latency - mean overhead"]))
+                                           else "service = client latency - mean overhead"]),
+                      request_device=HOST_DEVICE if hosted else None)
+    if observations:
+        fitted, err = fit_law(profile, observations[0].device, observations, law)
+        profile = dataclasses.replace(with_law(profile, observations[0].device, fitted),
+                                      calibration=tuple(o.to_json() for o in observations))
+        text = ", ".join(f"{k} {v:.3g}" for k, v in fitted.items() if k != "name")
+        log(f"{observations[0].device}: sharing law {law}" + (f" ({text})" if text else "") +
+            f" fits the {len(observations)} co-located runs with a mean throughput error of {err * 100:.1f} %")
     if out_path is not None:
         profile.save(out_path)
     return profile
@@ -337,9 +444,8 @@ def _gpu_name(index: int) -> str:
         return ""
 
 
-def _mode_of(config) -> str:
-    params = {k: v.string_value for k, v in config.parameters.items()}
-    if params.get("cuda_graphs", "").lower() in ("1", "true", "yes"):
+def _mode_of(config, padded: Sequence[int] = ()) -> str:
+    if padded and _cuda_graph_entry(config):
         return "cuda_graphs"
     if config.platform == "tensorrt_plan":
         return "tensorrt"

@@ -9,22 +9,39 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
 
     {"format": "serving-bench-profile", "version": 1, "source": "...", "created": "...",
      "host": {"hostname": ..., "cpu": ..., "cores": 2},
-     "devices": {"cpu": {"kind": "cpu", "name": "...", "cores": 2, "max_instances": null, "memory_bytes": null}},
+     "devices": {"cpu": {"kind": "cpu", "name": "...", "cores": 2, "max_instances": null, "memory_bytes": null,
+                         "law": {"name": "pool_eff", "eta": 0.9}}},   # optional: how the device is shared
+     "request_device": "cpu",                           # optional: where requests are handled (the host's cores)
      "overhead": {"samples_s": [...]},                  # default per-request client/network overhead
      "ensemble_step_s": 0.0,                            # ensemble scheduler cost per step
      "models": {"sleep_python": {
          "framework": "python", "precision": "fp32", "overhead": {...}?, "dispatch": {...}?,
+         "request_demand": 0.9,                     # optional: host cores a request keeps busy on its way in and out
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
+             "padded_sizes": [1, 4, 8],             # optional: a batch runs padded to the next of these sizes
+             "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) a batch keeps busy, solo
              "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
              "colocation": [{"batch": 1, "k": [1, 2, 4], "speedup": [1.0, 1.9, 2.0]}]}}}},
      "pairs": [{"device": "cpu", "models": ["a", "b"], "batch": 1, "k": [2, 4], "speedup": [1.8, 2.0]}],
+     "calibration": [{"device": "cpu", "clients": {...}, "measured_rps": {...}, "serving": {...}}],  # optional
      "notes": ["..."]}
 
 Distributions, curves and the cold-start effect are in :mod:`serving_bench.profiles.distributions`.
+
+**Demand and sharing** (optional; see :mod:`serving_bench.sim.device` for the rule): ``demand`` per measured batch
+size is CPU seconds over wall seconds of the solo batches (linear between measured sizes, the nearest outside);
+``request_demand`` is the same for a request's way in and out (client + server CPU per request over its dispatch and
+return time) on ``request_device``; a device's ``law`` names the sharing law and its fitted parameters (default:
+processor sharing over its cores, or over one GPU).
+
+**Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
+size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
+size's time; a batch larger than all of them runs unpadded (the CUDA-graph runner runs it eagerly). The profile
+must hold the service time of every size a batch runs at.
 
 **Batch sizes between measured ones** (the documented rule): the service time of batch ``b`` with measured neighbours
 ``lo < b < hi`` is the comonotone linear interpolation of their quantile functions,
@@ -42,13 +59,40 @@ from typing import Any, Mapping
 
 from serving_bench.errors import InputError
 from serving_bench.files import atomic_write_text, read_json
-from serving_bench.profiles.distributions import (Curve, Dist, IdleEffect, number, parse_curve, parse_dist,
+from serving_bench.profiles.distributions import (Curve, Dist, IdleEffect, interp, number, parse_curve, parse_dist,
                                                   parse_idle)
 
 PROFILE_FORMAT = "serving-bench-profile"
 PROFILE_VERSION = 1
 DEVICE_KINDS = ("cpu", "gpu")
 EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
+
+
+LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
+
+
+def parse_law(data: Any, source: str, where: str) -> dict | None:
+    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...}`` (None:
+    pool)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
+        raise InputError(source, f"{where}.name", f"expected one of {', '.join(LAW_PARAMETERS)}")
+    out: dict[str, Any] = {"name": data["name"]}
+    for key in LAW_PARAMETERS[data["name"]]:
+        if key not in data:
+            raise InputError(source, f"{where}.{key}", f"missing; the {data['name']} law needs it")
+        out[key] = number(data[key], source, f"{where}.{key}")
+        if out[key] <= 0:
+            raise InputError(source, f"{where}.{key}", "expected a number > 0")
+    return out
+
+
+def _batch_key(key: Any, source: str, where: str) -> int:
+    if not str(key).isdigit() or int(key) < 1:
+        raise InputError(source, where, "expected batch sizes >= 1 as keys")
+    return int(key)
+
 
 
 @dataclass(frozen=True)
@@ -61,10 +105,20 @@ class DeviceInfo:
     cores: int | None = None
     max_instances: int | None = None
     memory_bytes: int | None = None
+    law: Mapping[str, Any] | None = None  # {"name": ..., params}: see serving_bench.sim.device.Law
+
+    @property
+    def capacity(self) -> float:
+        """What a law shares: the cores of a CPU, one GPU."""
+        return float(self.cores or 1) if self.kind == "cpu" else 1.0
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "name": self.model, "cores": self.cores, "max_instances": self.max_instances,
-                "memory_bytes": self.memory_bytes}
+        out = {"kind": self.kind, "name": self.model, "cores": self.cores, "max_instances": self.max_instances,
+               "memory_bytes": self.memory_bytes}
+        if self.law is not None:
+            out["law"] = dict(self.law)
+        return out
+
 
 
 @dataclass(frozen=True)
@@ -79,10 +133,25 @@ class ModelOnDevice:
     memory_bytes: int | None = None
     batch_gap_s: float = 0.0
     idle: IdleEffect | None = None
+    padded_sizes: tuple[int, ...] = ()
+    demand: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
         return tuple(sorted(self.batches))
+
+    def demand_at(self, batch: int) -> float | None:
+        """Measured demand of a batch of ``batch`` items (linear between measured sizes, the nearest outside); None
+        when none was measured."""
+        if not self.demand:
+            return None
+        sizes = sorted(self.demand)
+        return interp(float(batch), tuple(float(b) for b in sizes), tuple(self.demand[b] for b in sizes))
+
+    def executed_size(self, batch: int) -> int:
+        """The size a batch of ``batch`` rows runs at: the smallest padded size that holds it, else its own."""
+        i = bisect.bisect_left(self.padded_sizes, batch)
+        return self.padded_sizes[i] if i < len(self.padded_sizes) else batch
 
     def service(self, batch: int) -> Dist:
         """Service-time distribution of an executed batch of ``batch`` items (the interpolation rule above)."""
@@ -105,6 +174,10 @@ class ModelOnDevice:
                "colocation": [c.to_json() for c in self.colocation]}
         if self.idle is not None:
             out["idle"] = self.idle.to_json()
+        if self.padded_sizes:
+            out["padded_sizes"] = list(self.padded_sizes)
+        if self.demand:
+            out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
         return out
 
 
@@ -118,6 +191,7 @@ class ModelProfile:
     devices: Mapping[str, ModelOnDevice]
     overhead: Dist | None = None
     dispatch: Dist | None = None  # time inside the server before the batcher has the request (thread hand-offs)
+    request_demand: float | None = None  # host cores a request keeps busy on its way in and out
 
     def to_json(self) -> dict:
         out = {"framework": self.framework, "precision": self.precision,
@@ -126,6 +200,8 @@ class ModelProfile:
             out["overhead"] = self.overhead.to_json()
         if self.dispatch is not None:
             out["dispatch"] = self.dispatch.to_json()
+        if self.request_demand is not None:
+            out["request_demand"] = self.request_demand
         return out
 
 
@@ -156,6 +232,8 @@ class Profile:
     created: str = ""
     ensemble_step_s: float = 0.0
     notes: tuple[str, ...] = ()
+    request_device: str | None = None  # the CPU device requests are handled on (None: not modelled)
+    calibration: tuple[Mapping[str, Any], ...] = ()  # the co-located runs the devices' laws were fitted to
     path: str | None = None  # where it was loaded from (for error messages); not saved
 
     # -- queries -----------------------------------------------------------------------------------------------------
@@ -189,12 +267,17 @@ class Profile:
 
     # -- I/O ---------------------------------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": self.source, "created": self.created,
-                "host": dict(self.host), "notes": list(self.notes), "ensemble_step_s": self.ensemble_step_s,
-                "devices": {n: self.devices[n].to_json() for n in sorted(self.devices)},
-                "overhead": self.overhead.to_json(),
-                "models": {n: self.models[n].to_json() for n in sorted(self.models)},
-                "pairs": [p.to_json() for p in self.pairs]}
+        out = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "source": self.source, "created": self.created,
+               "host": dict(self.host), "notes": list(self.notes), "ensemble_step_s": self.ensemble_step_s,
+               "devices": {n: self.devices[n].to_json() for n in sorted(self.devices)},
+               "overhead": self.overhead.to_json(),
+               "models": {n: self.models[n].to_json() for n in sorted(self.models)},
+               "pairs": [p.to_json() for p in self.pairs]}
+        if self.request_device is not None:
+            out["request_device"] = self.request_device
+        if self.calibration:
+            out["calibration"] = [dict(c) for c in self.calibration]
+        return out
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON atomically (temporary name, then rename)."""
@@ -228,7 +311,8 @@ class Profile:
                 ints[key] = value
             if d["kind"] == "cpu" and ints["cores"] is None:
                 raise InputError(source, f"{where}.cores", "a cpu device needs its core count")
-            devices[name] = DeviceInfo(name, d["kind"], str(d.get("name", "")), **ints)
+            devices[name] = DeviceInfo(name, d["kind"], str(d.get("name", "")), **ints,
+                                       law=parse_law(d.get("law"), source, f"{where}.law"))
 
         models_data = data.get("models")
         if not isinstance(models_data, Mapping) or not models_data:
@@ -264,16 +348,28 @@ class Profile:
                 memory = md.get("memory_bytes")
                 if memory is not None and (not isinstance(memory, int) or memory < 0):
                     raise InputError(source, f"{dwhere}.memory_bytes", "expected bytes >= 0 or null")
+                demand = md.get("demand") or {}
+                if not isinstance(demand, Mapping):
+                    raise InputError(source, f"{dwhere}.demand", "expected an object batch size -> cores")
+                demand = {int(_batch_key(k, source, f"{dwhere}.demand.{k}")):
+                          number(v, source, f"{dwhere}.demand.{k}") for k, v in demand.items()}
+                padded = md.get("padded_sizes") or []
+                if not isinstance(padded, list) or any(not isinstance(b, int) or isinstance(b, bool) or b < 1
+                                                       for b in padded) or any(b <= a for a, b in zip(padded, padded[1:])):
+                    raise InputError(source, f"{dwhere}.padded_sizes", "expected strictly increasing batch sizes >= 1")
                 per_device[dev] = ModelOnDevice(mode, batches, curves, threads,
                                                 number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
                                                 memory,
                                                 number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
-                                                if md.get("idle") is not None else None)
+                                                if md.get("idle") is not None else None, tuple(padded), demand)
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
+            request_demand = m.get("request_demand")
+            if request_demand is not None:
+                request_demand = number(request_demand, source, f"{where}.request_demand")
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
-                                        overhead, dispatch)
+                                        overhead, dispatch, request_demand)
 
         pairs = []
         for i, p in enumerate(data.get("pairs") or []):
@@ -290,6 +386,12 @@ class Profile:
         if not isinstance(host, Mapping):
             raise InputError(source, "host", "expected an object")
         notes = data.get("notes") or []
+        request_device = data.get("request_device")
+        if request_device is not None and (request_device not in devices or devices[request_device].kind != "cpu"):
+            raise InputError(source, "request_device", "expected a cpu device listed under devices")
+        calibration = data.get("calibration") or []
+        if not isinstance(calibration, list) or not all(isinstance(c, Mapping) for c in calibration):
+            raise InputError(source, "calibration", "expected a list of co-located runs")
         return cls(devices, models, overhead, tuple(pairs), dict(host), str(data.get("source", "")),
                    str(data.get("created", "")), number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
-                   tuple(str(n) for n in notes), source)
+                   tuple(str(n) for n in notes), request_device, tuple(calibration), source)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 
 import numpy as np
+import psutil
 
 from serving_bench.errors import InputError, ServerDied
 from serving_bench.load.driver import TritonTarget
@@ -75,9 +76,11 @@ class Session:
 
     def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
         names = tuple(rows_of)
+        cpu_before = self.cpu_seconds()
         start = time.perf_counter()
         records = target.run(schedule)
         end = time.perf_counter()
+        cpu_after = self.cpu_seconds()
         if records.info.partial:  # the server or a model instance died: measure this step on a new one
             raise ServerDied(f"the measurement run stopped early: {records.info.stop_reason}")
         t0 = records.info.t0_s or 0.0
@@ -98,9 +101,27 @@ class Session:
         executions = None
         if self.server is not None:
             executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
-        run = LoopRun(latency, dict(records.info.server_stats), (start, end), sent, done, executions)
+        run = LoopRun(latency, dict(records.info.server_stats), (start, end), sent, done, executions,
+                      cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
         self.runs.append(run)
         return run
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used so far by the embedded server, its stubs and this process (the client): everything a
+        request costs on the host's cores. None for an external server."""
+        if self.server is None or self.server.pid is None:
+            return None
+        try:
+            processes = [psutil.Process(self.server.pid)]
+            processes += processes[0].children(recursive=True)
+            processes.append(psutil.Process())
+            total = 0.0
+            for p in processes:
+                t = p.cpu_times()
+                total += t.user + t.system
+            return total
+        except psutil.Error:  # a process ended meanwhile: no figure for this run
+            return None
 
     def attach_trace(self, trace_file: Path) -> str | None:
         """Give this session's runs the batches Triton's trace recorded; a note when the trace is unusable."""
@@ -173,14 +194,15 @@ def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], C
 
 @contextlib.contextmanager
 def open_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
-                 notes: list[str], log: Callable[[str], None], url: str | None = None) -> Iterator[Session]:
+                 cuda_graphs: str | None, notes: list[str], log: Callable[[str], None],
+                 url: str | None = None) -> Iterator[Session]:
     """A session on a new embedded server with ``instances`` instances of every model — execution logs on, or
     Triton's request trace with ``trace`` (attached to the runs once the server stopped) — or on the external server
     at ``url`` as it is."""
     with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
         trace_file = Path(tmp) / "trace.json"
         server = connect(repo, url=url, models=list(models), instances={m: instances for m in models},
-                         threads_per_instance=threads, execution_log=not trace,
+                         threads_per_instance=threads, execution_log=not trace, cuda_graphs=cuda_graphs,
                          extra_args=trace_args(trace_file) if trace else ())
         embedded = isinstance(server, TritonServer)
         session = None

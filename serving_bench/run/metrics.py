@@ -44,7 +44,8 @@ METRICS = {spec.name: spec for spec in [
     MetricSpec("lateness_p50_s", "s", "lower", "median send lateness (sent - intended)"),
     MetricSpec("lateness_p99_s", "s", "lower", "99th percentile send lateness"),
     MetricSpec("lateness_max_s", "s", "lower", "largest send lateness"),
-    MetricSpec("mean_exec_batch", "items", "higher", "mean size of the executed batches requests rode in"),
+    MetricSpec("mean_exec_batch", "items", "higher",
+               "items per executed batch (per execution, Triton's inference_count / execution_count)"),
 ]}
 
 # Per-model SLO: percentile name ("p99", "p50", "mean") -> bound in seconds.
@@ -56,6 +57,17 @@ def _percentiles(values: np.ndarray, prefix: str = "") -> dict[str, float | None
         return {f"{prefix}p{p:g}_s": None for p in PERCENTILES}
     q = np.percentile(values, PERCENTILES)
     return {f"{prefix}p{p:g}_s": float(v) for p, v in zip(PERCENTILES, q)}
+
+
+def per_execution_batch(rows: np.ndarray, exec_batch: np.ndarray) -> float | None:
+    """Items per executed batch — THE mean batch of serving-bench, per execution as Triton counts it
+    (``inference_count / execution_count``), not the request-weighted mean of the batch each request rode in — from
+    requests (``rows`` each) and the size of the executed batch each rode in (<= 0: unknown, left out). A request
+    of r rows in a batch of E items is r / E of that execution."""
+    known = exec_batch > 0
+    if not known.any():
+        return None
+    return float(rows[known].sum() / (rows[known] / exec_batch[known]).sum())
 
 
 def slo_verdict(checks) -> bool | None:
@@ -98,9 +110,7 @@ def summarize_group(table: pd.DataFrame, *, window: tuple[float, float], slo: Sl
         out["lateness_max_s"] = float(lateness.max())
     else:
         out["lateness_p50_s"] = out["lateness_p99_s"] = out["lateness_max_s"] = None
-    exec_batch = table["exec_batch"].to_numpy()[measured]
-    known = exec_batch[exec_batch > 0]
-    out["mean_exec_batch"] = float(known.mean()) if len(known) else None
+    out["mean_exec_batch"] = per_execution_batch(batch[measured], table["exec_batch"].to_numpy()[measured])
 
     if slo:
         deadline = max(slo.values())
@@ -143,6 +153,9 @@ def summarize(records: Records, *, slos: Mapping[str, Slo] | None = None, warmup
         summary["ensembles"] = {name: {**summary["models"][name], "members": list(members)}
                                 for name, members in ensembles.items() if name in summary["models"]}
     summary["valid"] = all(s.get("slo_met", True) for s in summary["models"].values()) and not summary["partial"]
+    # the replay's detection of Triton 2.51's queue-policy collapse (serving_bench.load.collapse): None, or per model
+    # the reason and figures; the measurement is still valid (it is what that server did)
+    summary["queue_policy_collapse"] = records.info.queue_policy_collapse
     if telemetry is not None:
         summary["telemetry"] = dict(telemetry)
     return summary

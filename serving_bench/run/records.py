@@ -57,14 +57,16 @@ class RunInfo:
     """The facts of one run, beside its table. Times in seconds.
 
     Every target: ``target`` (its name), ``meta`` (the schedule's meta, plus what the target learned: ``ensembles``
-    name -> members, ``platforms``), ``partial`` (cut short: Ctrl-C, server or instance death, ``stop()``) with
-    ``stop_reason``. The real target: ``mode`` (``open``/``closed``), ``concurrency`` (closed loop, per model),
+    name -> members, ``platforms``, ``instances``, ``queue_policies``), ``partial`` (cut short: Ctrl-C, server or
+    instance death, ``stop()``) with ``stop_reason``, ``mode`` (``open``/``closed``), ``concurrency`` (closed loop,
+    per model). The real target:
     ``senders`` (sender processes), ``url``, ``timeout_s`` (per-request deadline), ``elapsed_s`` (wall time of the
     run), ``t0_s`` (the run's start on ``time.perf_counter``), ``t0_unix`` (the same instant on the wall clock),
     ``sender_cpu_s`` (CPU time of the senders), ``dropped`` (requests not sent at the open-loop cap),
     ``server_stats`` (Triton's statistics during the run, per model), ``batch_busy_s`` (Triton's busy time per model
-    from its per-batch-size statistics, set by ``validate``), ``restarts`` (replays repeated on a new server). The
-    simulator: ``sim``."""
+    from its per-batch-size statistics, set by ``validate``), ``restarts`` (replays repeated on a new server),
+    ``queue_policy_collapse`` (per model, the bundled Triton's queue-policy stall seen in the run:
+    :mod:`serving_bench.load.collapse`). The simulator: ``sim``."""
 
     target: str
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -83,6 +85,7 @@ class RunInfo:
     server_stats: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     batch_busy_s: Mapping[str, float] | None = None
     restarts: tuple[str, ...] = ()
+    queue_policy_collapse: Mapping[str, Mapping[str, Any]] | None = None
     sim: SimFacts | None = None
 
     def to_json(self) -> dict:

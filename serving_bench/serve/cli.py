@@ -16,7 +16,7 @@ import threading
 
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import LOOPBACK, TritonServer, connect
-from serving_bench.serving_config import parse_instances
+from serving_bench.serving_config import parse_instances, queue_policy_settings
 
 POLL_S = 0.5
 
@@ -62,8 +62,11 @@ def _models_table(server, endpoints) -> list[str]:
             original = config.parameters["original_platform"].string_value \
                 if "original_platform" in config.parameters else ""
             runner = f" (runs {original} in the python backend)" if original else ""
+            policy = queue_policy_settings(config)
+            stall = f"; queue policy ({', '.join(policy)}): the batcher stalls under load, see docs/serve.md" \
+                if policy else ""
             lines.append(f"  {name}: {kind}{runner}, max_batch_size {config.max_batch_size}, "
-                         f"{count or '-'} instance(s)")
+                         f"{count or '-'} instance(s){stall}")
     return lines
 
 

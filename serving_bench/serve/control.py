@@ -89,15 +89,17 @@ class Control:
 
     # -- statistics ------------------------------------------------------------------------------------------------
     def statistics(self, models: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
-        """Triton's cumulative per-model counters (``inference_count``, ``execution_count``, ``<phase>_count`` and
-        ``<phase>_ns`` for each of :data:`PHASES`) for ``models`` (default: every served model)."""
+        """Triton's cumulative per-model counters (``inference_count``, ``execution_count``, ``busy_ns`` — the compute
+        time of its executions from the per-batch-size statistics —, ``<phase>_count`` and ``<phase>_ns`` for each of
+        :data:`PHASES`) for ``models`` (default: every served model)."""
         out = {}
         for name in self.served_models() if models is None else models:
             stats = self._call(f"read the statistics of {name}", self._client.get_inference_statistics, name)
             for s in stats.model_stats:
                 inf = s.inference_stats
+                busy = sum(b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in s.batch_stats)
                 out[name] = {"inference_count": s.inference_count, "execution_count": s.execution_count,
-                             **{f"{k}_count": getattr(inf, k).count for k in PHASES},
+                             "busy_ns": busy, **{f"{k}_count": getattr(inf, k).count for k in PHASES},
                              **{f"{k}_ns": getattr(inf, k).ns for k in PHASES}}
         return out
 
@@ -122,8 +124,8 @@ class Control:
 
 
 def stats_delta(before: dict, after: dict) -> dict:
-    """Per model between two :meth:`Control.statistics`: requests, executions, mean batch and the server's mean time
-    per request in each phase (s)."""
+    """Per model between two :meth:`Control.statistics`: requests, executions, mean batch, the server's mean time
+    per request in each phase (s) and ``busy_s``, the compute time of its executions summed (instance-seconds)."""
     out = {}
     for name, a in after.items():
         b = before.get(name, {})
@@ -131,7 +133,8 @@ def stats_delta(before: dict, after: dict) -> dict:
         count = d.get("success_count", 0)
         row = {"inference_count": d["inference_count"], "execution_count": d["execution_count"],
                "success_count": count, "fail_count": d.get("fail_count", 0),
-               "mean_exec_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else None}
+               "mean_exec_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else None,
+               "busy_s": d.get("busy_ns", 0) / 1e9}
         for phase in ("queue", "compute_input", "compute_infer", "compute_output", "success"):
             c = d.get(f"{phase}_count", 0)
             row[f"{phase}_mean_s"] = d[f"{phase}_ns"] / c / 1e9 if c else None

@@ -63,9 +63,10 @@ class Payload:
 class Clock:
     """What the core needs from an engine. ``notify`` requests a step of a model at the end of the current instant;
     ``timer`` (re)arms a model's batcher timer (inf: none); ``device_changed`` re-plans a device's next completion;
-    ``wake`` re-plans the next arrival that would wake a model's batcher (the fast engine uses it, SimPy ignores it);
-    ``arrive`` schedules a dynamic arrival (an ensemble step) of model ``m`` at ``t``; ``release`` calls
-    ``Server.release(m, instance, t)`` at time ``t`` (an instance's gap between batches has passed)."""
+    ``arrive`` schedules a dynamic arrival (an ensemble step, a closed-loop request) of model ``m`` at ``t``;
+    ``release`` calls ``Server.release(m, instance, t)`` at time ``t`` (an instance's gap between batches has
+    passed); ``call`` runs ``fn(t)`` at time ``t`` among that instant's state changes (a closed-loop client sending
+    its next request)."""
 
     now: float = 0.0
 
@@ -78,6 +79,8 @@ class Clock:
     def arrive(self, m: int, t: float, slot: int) -> None: ...
 
     def release(self, m: int, instance: int, t: float) -> None: ...
+
+    def call(self, t: float, fn) -> None: ...
 
 
 class ModelState:
@@ -127,7 +130,7 @@ class ModelState:
         # cost and the gap before it takes the next payload
         self.inst_device: list = []
         self.inst_table: list = []
-        self.inst_shares: list = []
+        self.inst_kinds: list = []
         self.inst_per_request: list[float] = []
         self.inst_gap: list[float] = []
         self.inst_idle: list = []  # IdleEffect or None
@@ -197,21 +200,31 @@ class ModelState:
 
 
 class Server:
-    """All models and devices of one run; the engine calls ``step``, ``complete`` and ``arrive_dynamic``."""
+    """All models and devices of one run; the engine calls ``step``, ``complete`` and ``release``.
 
-    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True):
+    ``on_phase(payload, now)`` hears of finished request phases (:meth:`start_phase`); ``on_done(owner, now)`` hears
+    of answered requests and ``on_failed(owner, now, outcome)`` of requests the server
+    refused (``"rejected"``: queue full) or dropped (``"timeout"``: queue timeout): those of ensemble steps (negative owners) always, every request when
+    ``report_all`` (a closed loop sends the next request when one is answered)."""
+
+    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True,
+                 on_done=None, on_failed=None, on_phase=None, report_all: bool = False):
         self.spec = spec
+        self.on_done = on_done
+        self.on_failed = on_failed
+        self.on_phase = on_phase
+        self.report_all = report_all
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.devices = {name: Device(name, rule.pairs) for name, rule in spec.devices.items()}
+        self.devices = {name: Device(name, rule.law, rule.pairs) for name, rule in spec.devices.items()}
         for st in self.models:
             ms = st.spec
             for device in ms.instance_devices:
-                shares = spec.devices[device].shares
+                kinds = spec.devices[device].kinds
                 st.inst_device.append(self.devices[device])
                 st.inst_table.append(ms.tables[device])
-                st.inst_shares.append([None] + [shares[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
+                st.inst_kinds.append([None] + [kinds[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
                 st.inst_per_request.append(ms.per_request_s[device])
                 st.inst_gap.append(ms.batch_gap_s.get(device, 0.0))
                 st.inst_idle.append(ms.idle.get(device))
@@ -293,7 +306,7 @@ class Server:
             work += idle.service_extra(now - st.inst_free_at[instance])
         dev = st.inst_device[instance]
         self.job_seq += 1
-        dev.add(now, Job(work, st.inst_shares[instance][items], self.job_seq, p, (st.m, instance), now))
+        dev.add(now, Job(work, st.inst_kinds[instance][items], self.job_seq, p, (st.m, instance), now))
         self.clock.device_changed(dev)
 
     def complete(self, dev: Device, now: float) -> None:
@@ -302,6 +315,9 @@ class Server:
         done = dev.pop_finished(now)
         self.clock.device_changed(dev)
         for job in done:
+            if job.instance is None:  # a request's way in or out, not a batch
+                self.on_phase(job.payload, now)
+                continue
             m, instance = job.instance
             st = self.models[m]
             p = job.payload
@@ -314,13 +330,31 @@ class Server:
             st.busy_s += now - job.start
             st.executions += 1
             st.executed_items += p.items
-            if self.spec.ensembles:
-                self._ensemble_progress(st, p, now)
+            if self.on_done is not None:
+                self._report_done(st, p, now)
             gap = st.inst_gap[instance]
             if gap > 0.0:
                 self.clock.release(m, instance, now + gap)
             else:
                 self.release(m, instance, now)
+
+    def start_phase(self, device: str, kind, work: float, payload, now: float) -> None:
+        """Start ``work`` solo seconds of a request's way in or out on ``device``; ``on_phase(payload, t)`` when done."""
+        dev = self.devices[device]
+        self.job_seq += 1
+        dev.add(now, Job(work, kind, self.job_seq, payload, None, now))
+        self.clock.device_changed(dev)
+
+    def arrive(self, m: int, now: float, owner: int, items: int) -> None:
+        """A dynamically fed request reaches model ``m``'s queue at ``now`` (the engines call this)."""
+        st = self.models[m]
+        if st.append(now, owner, items):
+            if st.wake_predicate() if st.spec.dynamic else st.idle:
+                self.clock.notify(m)
+            elif st.spec.dynamic:
+                self.idle_arrival(st)
+        elif self.on_failed is not None and (owner < 0 or self.report_all):
+            self.on_failed(owner, now, "rejected")
 
     def release(self, m: int, instance: int, now: float) -> None:
         """Instance ``instance`` of model ``m`` is free again: it joins the idle ones (lowest index first)."""
@@ -430,6 +464,10 @@ class Server:
             j = bisect_right(t, limit, h, end)
             st.timed_out.append((h, j, now))
             st.head = j
+            if self.on_failed is not None:
+                for o in st.owner[h:j]:
+                    if o < 0 or self.report_all:
+                        self.on_failed(o, now, "timeout")
 
     def _get_dynamic_batch(self, st: ModelState, now: float) -> tuple[float, int, int]:
         """Triton's ``GetDynamicBatch``: (wait seconds or 0 to send, requests to move, their items)."""
@@ -518,14 +556,10 @@ class Server:
             return 0.0, pending_n, pending_items
         return wait, 0, 0
 
-    # -- ensembles ---------------------------------------------------------------------------------------------------
-    def _ensemble_progress(self, st: ModelState, p: Payload, now: float) -> None:
-        owner = st.owner
+    def _report_done(self, st: ModelState, p: Payload, now: float) -> None:
+        owner, report_all, on_done = st.owner, self.report_all, self.on_done
         for a, b in p.ranges:
             for i in range(a, b):
                 o = owner[i]
-                if o < 0:
-                    self.ensemble_step_done(o, now)
-
-    def ensemble_step_done(self, slot: int, now: float) -> None:  # set by the target when ensembles are used
-        raise NotImplementedError
+                if o < 0 or report_all:
+                    on_done(o, now)

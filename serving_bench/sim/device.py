@@ -1,180 +1,226 @@
-"""A device shared by every instance placed on it: processor sharing with a measured speed-up curve.
+"""A device shared by all work placed on it (the cores of a CPU host, or one GPU): processor sharing driven by the
+measured demand of each running job, with measured co-location curves as overrides.
 
-While k batches run on one device at once, batch j progresses at ``rate_j = S_j(k_j) / k_j`` of its solo speed, where
-``S_j`` is the co-location curve of its model on that device (measured, at the nearest measured batch size not above
-its own; see :mod:`serving_bench.sim.spec` for the defaults when none was measured) and ``k_j`` is the number of
-running batches *as seen by j*:
+**Jobs.** A job is work measured in solo seconds (how long it takes with the device to itself): an executed batch on
+its instance's device, or — on a CPU host — a request's way in (*dispatch*: client, network, Triton's threads, the
+hand-over to the stub) or way out (*return*). Every job has a :class:`Kind`: its **demand** ``d`` (cores — or the
+fraction of a GPU — it keeps busy running alone: CPU seconds over wall seconds of the solo measurement), its
+CPU-bound share ``phi = min(1, d / threads)``, and optionally its model's measured co-location curve.
 
-* all running batches of one model: ``k_j = k``, so the measured curve applies as it is;
-* exactly two models whose pair curve was measured at a batch size not below any running batch's: that curve (the
-  one measured at the smallest such batch size), ``rate = S_pair(k) / k``;
-* any other mix: ``k_j = n_j + sum_{i of other models} w_ij`` with ``w_ij = sqrt(rho_i / rho_j)``, where ``n_j``
-  counts the running batches of j's own model and ``rho`` is a model's interference coefficient fitted from its own
-  curve (``S(k)/k = 1 / (1 + (k - 1) rho)``). Written as stretch, batch j is slowed by ``sqrt(rho_i rho_j)`` per
-  batch of another model: the product of two *device-bound fractions* ``d = sqrt(rho)`` (a batch that needs the device
-  a fraction d of its time meets another one's device-bound phase a fraction d_i of that time). A model that does not
-  slow itself (``rho = 0``, like ``sleep``) neither slows others nor is slowed by them.
+**Rates.** With ``D`` the summed demand of the running jobs, the device's :class:`Law` gives a stretch ``s = law(D) >=
+1`` (processor sharing over ``C`` cores: ``s = max(1, D / C)``); a job's CPU-bound part runs ``s`` times slower, the
+rest of it (waits) does not, so it progresses at
 
-Work is measured in solo seconds. Each running batch keeps its planned end at its current rate; when the set of
-running batches changes, the batches whose rate changed are re-planned from their remaining work. The sums of
-``sqrt(rho)`` are kept as integers (fixed point, 2^-40), so they are exact and independent of the order batches came
-and went; both engines also add and remove batches in the same order, so they compute bit-identical times.
+    rate = 1 / (1 + phi (s - 1))          solo seconds of work per second.
+
+*Overrides* (measurements beat the model): while all running executions on the device are of one model with a
+measured curve ``S`` (at the nearest measured batch size), they run at ``S(k) / k`` (``k`` of them); while exactly two
+models' executions run and their pair curve was measured at a batch size not below any running batch's, at
+``S_pair(k) / k``. Request phases always follow the law.
+
+**Engine.** Jobs of one kind share their rate, so each kind keeps a *virtual clock* (solo seconds any one of its
+running jobs has received) and a heap of its jobs' finishing virtual times; a job finishes when its kind's clock
+reaches it. Rates change only when jobs come or go — once per instant (:meth:`Device.flush`, called by the engines at
+its end) — so an event costs O(kinds + log jobs). Both engines add and remove jobs in the same order and do the same
+float operations, so they compute bit-identical times.
 """
 
 from __future__ import annotations
 
 import math
+from heapq import heappop, heappush
+
+LAWS = ("pool", "pool_eff", "soft", "none")
 
 
-FIXED = float(1 << 40)  # sqrt(rho) in fixed point: integer sums are exact and order-independent
+class Law:
+    """How a device's speed is shared: ``stretch(D)`` for a total demand ``D``.
+
+    * ``pool``: processor sharing over ``capacity`` C (cores; 1 for a GPU): ``s = max(1, D / C)``;
+    * ``pool_eff``: the same over an effective capacity ``eta * C`` (memory bandwidth, caches, SMT and the
+      scheduler's own costs make fewer than C cores' worth): ``s = max(1, D / (eta C))``;
+    * ``soft``: contention that starts before the pool is full: ``s = (1 + (D / (eta C)) ** p) ** (1 / p)``
+      (``p`` large: ``pool_eff``; small: a smooth onset);
+    * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
+      baseline a co-location model has to beat.
+
+    Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
+
+    __slots__ = ("name", "capacity", "eta", "power", "scale")
+
+    def __init__(self, name: str = "pool", capacity: float = 1.0, eta: float = 1.0, power: float = 8.0):
+        if name not in LAWS:
+            raise ValueError(f"unknown law {name!r}; expected one of {', '.join(LAWS)}")
+        self.name = name
+        self.capacity = float(capacity)
+        self.eta = float(eta) if name != "pool" else 1.0
+        self.power = float(power)
+        self.scale = self.eta * self.capacity
+
+    def stretch(self, demand: float) -> float:
+        if self.name == "none":
+            return 1.0
+        x = demand / self.scale
+        if self.name == "soft":
+            return (1.0 + x ** self.power) ** (1.0 / self.power)
+        return x if x > 1.0 else 1.0
+
+    def speedup(self, k: float, demand: float) -> float:
+        """S(k) of k identical CPU-bound jobs of demand ``demand`` each (what a measured curve would show)."""
+        return k / self.stretch(k * demand) if demand > 0 else k
+
+    def to_json(self) -> dict:
+        out = {"name": self.name}
+        if self.name != "pool":
+            out["eta"] = self.eta
+        if self.name == "soft":
+            out["power"] = self.power
+        return out
+
+    def __repr__(self) -> str:
+        return f"Law({self.name!r}, capacity={self.capacity:g}, eta={self.eta:g}, power={self.power:g})"
 
 
-class Share:
-    """How one job kind (model, executed batch size) shares a device: its model, ``root = sqrt(rho)`` (and
-    ``iroot``, the same in fixed point) and its curve as ``rate(k) = min(S(k) / k, 1)``, which is exactly 1 while the
-    curve is still linear (``k <= linear_to``); beyond, the curve's points are kept as plain tuples for a quick
-    evaluation (:class:`serving_bench.profiles.schema.Curve` semantics)."""
+class Kind:
+    """What a job is, for sharing: ``model`` index (-1: none), ``batch`` (executions; 0 for request phases),
+    ``demand`` d, ``phi`` (its CPU-bound share) and the model's co-location ``curve`` (None: none measured)."""
 
-    __slots__ = ("model", "batch", "root", "iroot", "curve", "linear_to", "ks", "ss", "tail")
+    __slots__ = ("key", "model", "batch", "demand", "phi", "curve")
 
-    def __init__(self, model: int, curve, batch: int = 1):
+    def __init__(self, key, model: int, batch: int, demand: float, threads: int = 1, curve=None):
+        self.key = key
         self.model = model
         self.batch = batch
+        self.demand = float(demand)
+        self.phi = min(1.0, self.demand / max(threads, 1))
         self.curve = curve
-        self.root = math.sqrt(curve.interference)
-        self.iroot = int(round(self.root * FIXED))
-        linear_to = 1.0
-        for k, s in zip(curve.k, curve.speedup):
-            if s < k:
-                break
-            linear_to = k
-        self.linear_to = linear_to
-        self.ks, self.ss = curve.k, curve.speedup
-        ks, ss = self.ks, self.ss
-        slope = (ss[-1] - ss[-2]) / (ks[-1] - ks[-2]) if len(ks) > 1 else 0.0
-        self.tail = min(max(slope, 0.0), 1.0)
 
-    def rate(self, k: float) -> float:
-        """``min(S(k) / k, 1)``, the same numbers as ``min(curve(k) / k, 1)``."""
-        if k <= self.linear_to:
-            return 1.0
-        ks, ss = self.ks, self.ss
-        last = len(ks) - 1
-        if k >= ks[last]:
-            s = ss[last] + self.tail * (k - ks[last])
-        else:
-            i = 1
-            while ks[i] <= k:
-                i += 1
-            k0, s0 = ks[i - 1], ss[i - 1]
-            s = s0 + (k - k0) / (ks[i] - k0) * (ss[i] - s0)
-        r = s / k
-        return r if r < 1.0 else 1.0
+    def __repr__(self) -> str:
+        return f"Kind({self.key!r}, demand={self.demand:.3g}, phi={self.phi:.3g})"
 
 
 class Job:
-    """One executing batch: ``work`` solo seconds; at its current ``rate`` it ends at ``finish`` (absolute seconds,
-    recomputed only when its rate changes); ``share`` is its sharing rule."""
+    """One piece of work: ``work`` solo seconds of kind ``kind``; ``payload`` and ``instance`` are the engine's."""
 
-    __slots__ = ("work", "finish", "rate", "share", "seq", "payload", "instance", "start")
+    __slots__ = ("work", "kind", "seq", "payload", "instance", "start", "finish_v")
 
-    def __init__(self, work: float, share: Share, seq: int, payload, instance, start: float):
+    def __init__(self, work: float, kind: Kind, seq: int, payload, instance, start: float):
         self.work = work
-        self.finish = math.inf
-        self.rate = 0.0  # not placed yet
-        self.share = share
+        self.kind = kind
         self.seq = seq
         self.payload = payload
         self.instance = instance
         self.start = start
+        self.finish_v = 0.0
 
 
-# A batch whose planned end is this close to now counts as finished (absorbs rounding of rescaled end times).
+class _Running:
+    """A kind's running jobs on one device: virtual clock, rate, heap of (finishing virtual time, seq, job)."""
+
+    __slots__ = ("kind", "virtual", "rate", "heap")
+
+    def __init__(self, kind: Kind):
+        self.kind = kind
+        self.virtual = 0.0
+        self.rate = 1.0
+        self.heap: list = []
+
+
+# A job whose planned end is this close to now counts as finished (absorbs rounding of virtual clocks).
 DONE_TOLERANCE_S = 1e-12
 
 
 class Device:
-    """Processor sharing among the running jobs, per the rule in the module docstring. ``pairs`` maps a frozenset of
-    two model indices to the measured pair curves' :class:`Share` objects (``rate(k)`` is ``S_pair(k) / k``; ``batch``
-    the batch size it was measured at), by increasing batch size.
+    """Processor sharing per the module docstring. ``law``: the :class:`Law`; ``pairs`` maps a frozenset of two model
+    indices to their measured pair curves, by increasing batch size (each with ``batch`` and ``__call__(k)``)."""
 
-    A job keeps its planned end ``finish``; when the set of running jobs changes, only the jobs whose rate changed
-    are re-planned (remaining work ``(finish - now) * old_rate`` at the new rate), once per instant (:meth:`flush`,
-    called by the engines at its end: a batch ending and the next one starting at the same instant cost one
-    re-planning). Per model the count of running jobs and their fixed-point root sum are kept up to date as jobs come
-    and go."""
+    __slots__ = ("name", "law", "pairs", "running", "active", "last", "busy_s", "version", "next", "demand",
+                 "executions", "dirty", "jobs")
 
-    __slots__ = ("name", "jobs", "last", "pairs", "busy_s", "version", "next", "counts", "roots", "total", "dirty")
-
-    def __init__(self, name: str, pairs: dict | None = None):
+    def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None):
         self.name = name
-        self.jobs: list[Job] = []
-        self.last = 0.0
+        self.law = law or Law()
         self.pairs = pairs or {}
+        self.running: dict = {}  # kind key -> _Running
+        self.active: list[_Running] = []  # kinds with running jobs, in the order they became active
+        self.last = 0.0  # virtual clocks are current at this time
         self.busy_s = 0.0  # time with at least one job running
         self.version = 0
         self.next = math.inf  # the earliest planned end
-        self.counts: dict[int, int] = {}  # model -> running jobs
-        self.roots: dict[int, int] = {}  # model -> fixed-point sum of their roots
-        self.total = 0
+        self.demand = 0.0  # summed demand of the running jobs
+        self.executions: dict[int, int] = {}  # model -> running executions (batch jobs)
         self.dirty = False  # jobs came or went since the rates were last set (see flush)
+        self.jobs = 0
+
+    # -- time --------------------------------------------------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        """Bring every running kind's virtual clock to ``now``."""
+        dt = now - self.last
+        if dt > 0.0:
+            if self.jobs:
+                self.busy_s += dt
+                for r in self.active:
+                    r.virtual += r.rate * dt
+            self.last = now
 
     def _rerate(self, now: float) -> None:
-        """Set every running job's rate for the current set, re-plan the jobs whose rate changed, update ``next``."""
-        jobs = self.jobs
-        n = len(jobs)
-        if n == 1:
-            job = jobs[0]
-            if job.rate != 1.0:
-                job.finish = now + job.work if job.rate == 0.0 else now + (job.finish - now) * job.rate
-                job.rate = 1.0
-            self.next = job.finish
-            return
-        if not n:
-            self.next = math.inf
-            return
-        counts = self.counts
-        pair = None
-        if len(counts) == 2 and self.pairs:
-            curves = self.pairs.get(frozenset(counts))
-            if curves is not None:
-                biggest = max(job.share.batch for job in jobs)
-                for candidate in curves:
-                    if candidate.batch >= biggest:
-                        pair = candidate
-                        break
-        pair_rate = pair.rate(float(n)) if pair is not None else 0.0
-        roots = self.roots
-        total = self.total
+        """Set each running kind's rate for the current set of jobs and plan the next completion."""
+        stretch = self.law.stretch(self.demand) if self.demand > 0.0 else 1.0
+        override = self._override()
         nxt = math.inf
-        for job in jobs:
-            if pair is None:
-                share = job.share
-                m = share.model
-                k = counts[m]
-                if share.iroot:
-                    k += (total - roots[m]) / share.iroot
-                rate = 1.0 if k <= share.linear_to else share.rate(k)
-            else:
-                rate = pair_rate
-            old = job.rate
-            if rate != old:
-                job.finish = now + job.work / rate if old == 0.0 else now + (job.finish - now) * old / rate
-                job.rate = rate
-            if job.finish < nxt:
-                nxt = job.finish
+        for r in self.active:
+            kind = r.kind
+            rate = override.get(kind.key) if override else None
+            if rate is None:
+                rate = 1.0 / (1.0 + kind.phi * (stretch - 1.0)) if stretch > 1.0 else 1.0
+            r.rate = rate
+            t = now + (r.heap[0][0] - r.virtual) / rate
+            if t < nxt:
+                nxt = t
         self.next = nxt
 
+    def _override(self) -> dict | None:
+        """Rates of the running executions set by a measured curve, when one applies (see the module docstring)."""
+        models = self.executions
+        if len(models) == 1:
+            (m, k), = models.items()
+            rates = {}
+            for r in self.active:
+                curve = r.kind.curve
+                if r.kind.model != m or r.kind.batch == 0:
+                    continue
+                if curve is None:
+                    return None
+                s = curve(float(k))
+                rates[r.kind.key] = s / k if s < k else 1.0
+            return rates
+        if len(models) == 2 and self.pairs:
+            curves = self.pairs.get(frozenset(models))
+            if curves is not None:
+                biggest = max(r.kind.batch for r in self.active if r.kind.batch)
+                k = float(sum(models.values()))
+                for curve in curves:
+                    if curve.batch >= biggest:
+                        s = curve(k)
+                        rate = s / k if s < k else 1.0
+                        return {r.kind.key: rate for r in self.active if r.kind.batch}
+        return None
+
+    # -- the engines' interface --------------------------------------------------------------------------------------
     def add(self, now: float, job: Job) -> None:
-        if self.jobs:
-            self.busy_s += now - self.last
-        self.last = now
-        self.jobs.append(job)
-        share = job.share
-        m = share.model
-        self.counts[m] = self.counts.get(m, 0) + 1
-        self.roots[m] = self.roots.get(m, 0) + share.iroot
-        self.total += share.iroot
+        self._advance(now)
+        kind = job.kind
+        r = self.running.get(kind.key)
+        if r is None:
+            r = self.running[kind.key] = _Running(kind)
+        if not r.heap:
+            self.active.append(r)
+        job.finish_v = r.virtual + job.work
+        heappush(r.heap, (job.finish_v, job.seq, job))
+        self.jobs += 1
+        self.demand += kind.demand
+        if kind.batch:
+            self.executions[kind.model] = self.executions.get(kind.model, 0) + 1
         self.dirty = True
         self.version += 1
 
@@ -182,6 +228,7 @@ class Device:
         """Set the rates for the jobs running now (once per instant, however many came and went in it: the engines
         call it at the end of the instant)."""
         if self.dirty:
+            self._advance(now)
             self._rerate(now)
             self.dirty = False
 
@@ -194,27 +241,30 @@ class Device:
     def pop_finished(self, now: float) -> list[Job]:
         """Remove the jobs whose planned end has come (in start order); the others are re-planned at the flush."""
         self.flush(now)
-        jobs = self.jobs
-        if jobs:
-            self.busy_s += now - self.last
-        self.last = now
-        limit = now + DONE_TOLERANCE_S
-        if self.next > limit:
+        self._advance(now)
+        if self.next > now + DONE_TOLERANCE_S:
             return []
-        done = [job for job in jobs if job.finish <= limit]
-        counts, roots = self.counts, self.roots
+        done = []
+        for r in self.active:
+            limit = r.virtual + DONE_TOLERANCE_S * r.rate
+            heap = r.heap
+            while heap and heap[0][0] <= limit:
+                done.append(heappop(heap)[2])
+        if not done:
+            return done
         for job in done:
-            share = job.share
-            m = share.model
-            c = counts[m] - 1
-            if c:
-                counts[m] = c
-                roots[m] -= share.iroot
-            else:
-                del counts[m]
-                del roots[m]
-            self.total -= share.iroot
-        self.jobs = [job for job in jobs if job.finish > limit] if len(done) < len(jobs) else []
+            kind = job.kind
+            self.jobs -= 1
+            self.demand -= kind.demand
+            if kind.batch:
+                c = self.executions[kind.model] - 1
+                if c:
+                    self.executions[kind.model] = c
+                else:
+                    del self.executions[kind.model]
+        if self.jobs == 0:
+            self.demand = 0.0  # no rounding left behind
+        self.active = [r for r in self.active if r.heap]
         self.dirty = True
         self.version += 1
         if len(done) > 1:

@@ -17,7 +17,7 @@ import math
 
 from serving_bench.sim.core import Server
 
-DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE = 0, 1, 2, 3, 4, 5
+DEVICE, TIMER, WAKE, ARRIVE, FEED, RELEASE, CALL = 0, 1, 2, 3, 4, 5, 6
 
 
 class FastClock:
@@ -59,11 +59,15 @@ class FastClock:
     def release(self, m: int, instance: int, t: float) -> None:
         self.push(t, RELEASE, m, instance)
 
+    def call(self, t: float, fn) -> None:
+        self.push(t, CALL, fn, None)
 
-def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> Server:
+
+def run_fast(server_factory, n_models: int, feeds=()) -> Server:
     """Run to completion; ``server_factory(clock)`` builds the :class:`Server` on this clock. ``feeds`` are arrival
-    streams delivered one event per request (ensembles, models with ``max_queue_size``): tuples
-    ``(times, record ids, items, ("model", m) | ("ensemble", e))``."""
+    streams delivered one event per request (ensembles, models with ``max_queue_size``, requests whose way in is
+    simulated): tuples ``(times, record ids, items, handler)``, ``handler(record id, t, items)`` called at each
+    time."""
     clock = FastClock()
     clock.timer_version = [0] * n_models
     clock.wake_at = [math.inf] * n_models
@@ -94,14 +98,7 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
         if len(feed[0]):
             clock.push(float(feed[0][0]), FEED, f, 0)
 
-    def arrive(m: int, t: float, owner: int, items: int) -> None:
-        st = models[m]
-        if st.append(t, owner, items):
-            if st.wake_predicate() if st.spec.dynamic else st.idle:
-                clock.notify(m)
-            elif st.spec.dynamic:
-                server.idle_arrival(st)
-
+    arrive = server.arrive
     dirty = clock.dirty
     while True:
         if late and (not heap or heap[0][0] > clock.now):
@@ -132,15 +129,14 @@ def run_fast(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> 
                 clock.notify(target)
         elif kind == RELEASE:
             server.release(target, version, t)
-        elif kind == ARRIVE:  # a dynamic arrival (an ensemble step)
+        elif kind == ARRIVE:  # a dynamic arrival (an ensemble step, a closed-loop request)
             arrive(target, t, version[0], version[1])
+        elif kind == CALL:
+            target(t)
         else:  # FEED: the next request of an arrival stream delivered one by one
-            times, ids, items, (what, index) = feeds[target]
+            times, ids, items, handler = feeds[target]
             pos = version
-            if what == "model":
-                arrive(index, t, int(ids[pos]), int(items[pos]))
-            else:
-                ensemble_arrival(index, int(ids[pos]), t, int(items[pos]))
+            handler(int(ids[pos]), t, int(items[pos]))
             if pos + 1 < len(times):
                 clock.push(float(times[pos + 1]), FEED, target, pos + 1)
     return server

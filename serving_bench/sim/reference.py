@@ -1,113 +1,102 @@
 """The reference engine: the model as SimPy entities, one event per request (slow, plain, the ground truth).
 
-Entities (all on one :class:`SimEnv`):
+Entities (all on one SimPy ``Environment``, through its public API only):
 
 * an **arrival process** per request stream: waits until each request's time, hands it to its model's queue and,
-  when Triton's wake rule says so, wakes that model's batcher;
-* a **batcher** per model: a process that sleeps on a *late* event (priority after every ordinary event of the same
-  instant) and, when woken, takes one step of :mod:`serving_bench.sim.core` (instances take payloads; Triton's
-  batcher loop runs until it waits); its timer is an ordinary timeout;
-* a **device** per device name: its next planned completion is a timeout; when it fires the finished batches are
-  taken off the device and their instances freed.
+  when Triton's wake rule says so, asks for that model's batcher to step;
+* a **batcher** step per model at the end of an instant (after every state change of that instant: the run loop
+  below looks at ``Environment.peek()``), taking one step of :mod:`serving_bench.sim.core` (instances take
+  payloads; Triton's batcher loop runs until it waits); its timer is a timeout;
+* a **device** per device name: its next planned completion is a timeout, re-planned at the end of an instant in
+  which it changed; when it fires the finished batches are taken off the device and their instances freed.
 
 The fast engine (:mod:`serving_bench.sim.fast`) runs the same core with arrivals as arrays and must return identical
-records (tested). SimPy schedules by relative delay (``now + delay``); both engines need the same absolute float
-times, so :class:`SimEnv` adds ``at(t)``, which pushes an event at absolute time ``t`` onto SimPy's queue exactly as
-``Environment.schedule`` does.
+records (tested). SimPy schedules by relative delay (``now + delay``), and ``t - now`` added back to ``now`` can miss
+``t`` by an ulp, while both engines must agree on times bit for bit (ties between simultaneous events decide the
+order of the instant's work). So SimPy's clock here counts in :func:`ticks`: the IEEE-754 bit pattern of the time as
+an integer, which orders non-negative floats exactly as their values, so integer delays land exactly.
 """
 
 from __future__ import annotations
 
 import math
-from heapq import heappush
+import struct
 
 import simpy
-from simpy.events import NORMAL
 
 from serving_bench.sim.core import Server
 
-LATE = NORMAL + 1  # end-of-instant steps run after every ordinary event of the same time
-REPLAN = NORMAL + 2  # devices changed in the instant are re-planned after its steps
+
+_DOUBLE, _INT = struct.Struct("<d"), struct.Struct("<q")
 
 
-class SimEnv(simpy.Environment):
-    """A SimPy environment that can schedule at an absolute time (bit-exact clocks across engines)."""
+def ticks(t: float) -> int:
+    """SimPy's clock value for time ``t >= 0`` seconds: the bits of the float, as an integer (same order)."""
+    return _INT.unpack(_DOUBLE.pack(t + 0.0))[0]  # + 0.0: -0.0 becomes 0.0
 
-    def at(self, t: float, priority: int = NORMAL) -> simpy.Event:
-        event = simpy.Event(self)
-        event._ok = True  # a triggered event, as Timeout makes one
-        event._value = None
-        heappush(self._queue, (t, priority, next(self._eid), event))
-        return event
+
+def seconds(ticks_: int) -> float:
+    return _DOUBLE.unpack(_INT.pack(ticks_))[0]
+
+
+def delay_to(env: simpy.Environment, t: float) -> int:
+    """The integer delay that makes SimPy fire at exactly ``t`` seconds (never in the past)."""
+    return max(ticks(t) - env.now, 0)
 
 
 class SimPyClock:
-    """:class:`serving_bench.sim.core.Clock` on SimPy events."""
+    """:class:`serving_bench.sim.core.Clock` on SimPy timeouts; the end-of-instant work (model steps, device
+    re-plans, each in the order asked for) is run by :func:`run_simpy`'s loop."""
 
-    def __init__(self, env: SimEnv, n_models: int):
+    def __init__(self, env: simpy.Environment, n_models: int):
         self.env = env
         self.server: Server | None = None
-        self.wake_events: list[simpy.Event | None] = [None] * n_models
+        self.late: list[int] = []  # models to step at the end of this instant, in order
+        self.late_set: set[int] = set()
+        self.dirty: list = []  # devices to re-plan at the end of this instant, in order
         self.timer_version = [0] * n_models
-        self.device_version: dict = {}
-        self.replan: set = set()
 
     @property
     def now(self) -> float:
-        return self.env.now
+        return seconds(self.env.now)
+
+    def at(self, t: float, fn) -> simpy.Event:
+        """Run ``fn()`` at absolute time ``t`` seconds (an ordinary event of that instant)."""
+        event = self.env.timeout(delay_to(self.env, t))
+        event.callbacks.append(lambda _ev: fn())
+        return event
 
     def notify(self, m: int) -> None:
-        """Wake model ``m``'s batcher at the end of this instant (once, however many things notify it)."""
-        if self.wake_events[m] is None:
-            event = self.env.at(self.env.now, LATE)
-            self.wake_events[m] = event
-            event.callbacks.append(lambda _ev, m=m: self._step(m))
-
-    def _step(self, m: int) -> None:
-        self.wake_events[m] = None
-        self.server.step(m, self.env.now)
+        """Step model ``m``'s batcher at the end of this instant (once, however many things notify it)."""
+        if m not in self.late_set:
+            self.late_set.add(m)
+            self.late.append(m)
 
     def timer(self, m: int, t: float) -> None:
         self.timer_version[m] += 1
         if t < math.inf:
             version = self.timer_version[m]
-            event = self.env.at(t)
-            event.callbacks.append(lambda _ev, m=m, v=version: self.timer_version[m] == v and self.notify(m))
+            self.at(t, lambda: self.timer_version[m] == version and self.notify(m))
 
     def device_changed(self, device) -> None:
         """Re-plan ``device`` at the end of this instant (once, however often it changes in it)."""
-        if device not in self.replan:
-            self.replan.add(device)
-            self.env.at(self.env.now, REPLAN).callbacks.append(lambda _ev, d=device: self._replan(d))
+        if device not in self.dirty:
+            self.dirty.append(device)
 
-    def _replan(self, device) -> None:
-        self.replan.discard(device)
-        t = device.next_completion(self.env.now)
+    def replan(self, device) -> None:
+        t = device.next_completion(self.now)
         if t < math.inf:
             version = device.version
-            event = self.env.at(t)
-            event.callbacks.append(
-                lambda _ev, d=device, v=version: d.version == v and self.server.complete(d, self.env.now))
+            self.at(t, lambda: device.version == version and self.server.complete(device, self.now))
 
     def release(self, m: int, instance: int, t: float) -> None:
-        event = self.env.at(t)
-        event.callbacks.append(lambda _ev, m=m, i=instance: self.server.release(m, i, self.env.now))
+        self.at(t, lambda: self.server.release(m, instance, self.now))
 
     def arrive(self, m: int, t: float, owner: int, items: int) -> None:
-        self.env.process(self._one_arrival(m, t, owner, items))
+        self.at(t, lambda: self.server.arrive(m, self.now, owner, items))
 
-    def _one_arrival(self, m: int, t: float, owner: int, items: int):
-        yield self.env.at(t)
-        self.deliver(m, owner, items)
-
-    def deliver(self, m: int, owner: int, items: int) -> None:
-        """A dynamically fed request reaches model ``m``'s queue."""
-        st = self.server.models[m]
-        if st.append(self.env.now, owner, items):
-            if st.wake_predicate() if st.spec.dynamic else st.idle:
-                self.notify(m)
-            elif st.spec.dynamic:
-                self.server.idle_arrival(st)
+    def call(self, t: float, fn) -> None:
+        self.at(t, lambda: fn(self.now))
 
 
 def _static_arrivals(clock: SimPyClock, m: int):
@@ -115,26 +104,25 @@ def _static_arrivals(clock: SimPyClock, m: int):
     env = clock.env
     st = clock.server.models[m]
     for t in list(st.t):
-        yield env.at(t)
-        st.admit_until(env.now)
+        yield env.timeout(delay_to(env, t))
+        st.admit_until(clock.now)
         if st.wake_predicate() if st.spec.dynamic else st.idle:
             clock.notify(m)
 
 
-def _feed(clock: SimPyClock, feed, ensemble_arrival):
+def _feed(clock: SimPyClock, feed):
     env = clock.env
-    times, ids, items, (what, index) = feed
+    times, ids, items, handler = feed
     for pos in range(len(times)):
-        yield env.at(float(times[pos]))
-        if what == "model":
-            clock.deliver(index, int(ids[pos]), int(items[pos]))
-        else:
-            ensemble_arrival(index, int(ids[pos]), env.now, int(items[pos]))
+        yield env.timeout(delay_to(env, float(times[pos])))
+        handler(int(ids[pos]), clock.now, int(items[pos]))
 
 
-def run_simpy(server_factory, n_models: int, feeds=(), ensemble_arrival=None) -> Server:
-    """Run to completion on SimPy; same contract as :func:`serving_bench.sim.fast.run_fast`."""
-    env = SimEnv()
+def run_simpy(server_factory, n_models: int, feeds=()) -> Server:
+    """Run to completion on SimPy; same contract as :func:`serving_bench.sim.fast.run_fast`. The loop steps SimPy
+    while events of the current instant remain, then does the instant's end work: each notified model's step (in
+    the order notified), then each changed device's re-plan (in the order changed) — the fast engine's order."""
+    env = simpy.Environment()
     clock = SimPyClock(env, n_models)
     server = server_factory(clock)
     server.lazy = False
@@ -144,6 +132,17 @@ def run_simpy(server_factory, n_models: int, feeds=(), ensemble_arrival=None) ->
             env.process(_static_arrivals(clock, st.m))
     for feed in feeds:
         if len(feed[0]):
-            env.process(_feed(clock, feed, ensemble_arrival))
-    env.run()
+            env.process(_feed(clock, feed))
+    while True:
+        upcoming = env.peek()
+        if clock.late and upcoming > env.now:
+            m = clock.late.pop(0)
+            clock.late_set.discard(m)
+            server.step(m, clock.now)
+        elif clock.dirty and upcoming > env.now:
+            clock.replan(clock.dirty.pop(0))
+        elif upcoming == math.inf:
+            break
+        else:
+            env.step()
     return server

@@ -4,28 +4,40 @@
 model it lacks, more instances than a device allows -> :class:`InputError` naming the profile file and field) and
 returns a :class:`SimSpec`: for every served model its Triton batching knobs in seconds, its instances (device per
 instance), a service-time table per executed batch size (quantile grid, solo seconds), and per device the sharing
-rule of :mod:`serving_bench.sim.device`.
+rule of :mod:`serving_bench.sim.device`: its law and the :class:`~serving_bench.sim.device.Kind` of every
+execution (model, batch size) it can run.
 
-Default co-location curves when the profile has none for a model on a device:
+Where the profile names a ``request_device`` (the host's cores) and a model's ``request_demand``, that model's
+requests' ways in (dispatch) and out (return) are work on those cores too (:mod:`serving_bench.sim.workload`), of
+that demand.
 
-* cpu with ``cores`` C, model using ``threads`` t per instance: ``S(k) = min(k, C / t)`` (compute-bound threads);
-* gpu: ``S(k) = min(k, 1 / f_b)`` with ``f_b`` the fraction of the device a batch of ``b`` keeps busy, estimated from
-  the batch scaling of the profile itself: ``f_b = min(1, (b / B) * t(B) / t(b))`` with ``B`` the largest measured
-  batch and ``t`` the median service time (the largest batch is assumed to saturate the device). For eager,
-  launch-bound small batches this predicts near-linear co-location; for large batches it predicts time slicing.
+The **demand** of a batch of ``b`` items of a model on a device, in this order:
+
+1. measured (the profile's ``demand``, at the size the batch runs at, padded or not);
+2. from the model's own measured co-location curve where it saturates: ``S(k) < k`` at its largest ``k`` means ``k``
+   batches wanted more than the device has, and under processor sharing ``S(k) = C / d``, so ``d = C / S(k)``;
+3. otherwise an estimate: on a CPU the instance's ``threads`` (each a busy core); on a GPU the fraction of the
+   device the batch keeps busy judged from the profile's own batch scaling, ``f_b = min(1, (b / B) t(B) / t(b))``
+   (``B`` the largest measured batch, assumed to fill the device; ``t`` the median service time): eager,
+   launch-bound small batches leave most of a GPU idle, large ones fill it.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim.device import Share
+from serving_bench.sim.device import Kind, Law
 
 GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
 DEFAULT_WAIT_S = 0.5  # Triton's batcher thread sleeps this long when its queue is empty and nothing wakes it
+
+
+class QueuePolicyNotModelledWarning(UserWarning):
+    """A simulated config uses a queue policy: the simulator's batcher prefetches as Triton does without one."""
 
 
 @dataclass
@@ -49,6 +61,7 @@ class ModelSpec:
     overhead_grid: list[float] = field(default_factory=list)
     dispatch_grid: list[float] = field(default_factory=list)  # empty: no measured dispatch time
     max_preferred_size: int = 0  # the largest preferred batch size (0: none)
+    request_kind: Kind | None = None  # a request's way in and out as work on the host's cores (None: pure delays)
 
     def __post_init__(self):
         self.max_preferred_size = max(self.preferred) if self.preferred else 0
@@ -72,6 +85,7 @@ class SimSpec:
     devices: dict[str, "DeviceRule"]
     step_s: float  # ensemble scheduler cost per step
     source: str
+    request_device: str | None = None  # where requests' ways in and out run (see ModelSpec.request_kind)
 
     def served_index(self, name: str) -> tuple[str, int] | None:
         for m in self.models:
@@ -83,35 +97,39 @@ class SimSpec:
         return None
 
 
+@dataclass
 class DeviceRule:
-    """The sharing rule of one device (see :mod:`serving_bench.sim.device`): a :class:`Share` per job kind
-    ``(model index, executed batch size)`` and the measured pair curves (frozenset of two model indices -> their
-    :class:`Share` objects by increasing measured batch size; ``rate(k)`` is ``S_pair(k) / k``)."""
+    """The sharing rule of one device (see :mod:`serving_bench.sim.device`): its law, the :class:`Kind` of every job
+    it can run (key ``(model index, executed batch size)``), and the measured pair curves (frozenset of two model
+    indices -> curves by increasing measured batch size)."""
 
-    def __init__(self, name: str, pair_curves: dict[frozenset, list[Curve]]):
-        self.name = name
-        self.shares: dict[tuple[int, int], Share] = {}
-        self.pairs: dict[frozenset, list[Share]] = {
-            key: [Share(-1, c, c.batch) for c in sorted(curves, key=lambda c: c.batch)]
-            for key, curves in pair_curves.items()}
-
-    def add_kind(self, kind: tuple[int, int], curve: Curve) -> None:
-        self.shares[kind] = Share(kind[0], curve, kind[1])
+    name: str
+    law: Law
+    kinds: dict[tuple[int, int], Kind] = field(default_factory=dict)
+    pairs: dict[frozenset, list[Curve]] = field(default_factory=dict)
 
 
-def _default_curve(info_kind: str, cores: int | None, md: ModelOnDevice, batch: int) -> Curve:
-    if info_kind == "cpu":
-        cap = max((cores or 1) / md.threads, 1.0)
-    else:
-        sizes = md.batch_sizes
-        big = sizes[-1]
-        t_big = md.batches[big].median
-        t_b = md.service(min(max(batch, sizes[0]), big)).median
-        f = 1.0 if t_b <= 0 or t_big <= 0 else min(1.0, (batch / big) * t_big / t_b)
-        cap = 1.0 / max(f, 1e-6)
-    if cap <= 1.0:
-        return Curve(batch, (1.0, 2.0), (1.0, 1.0))
-    return Curve(batch, (1.0, cap, cap + 1.0), (1.0, cap, cap))
+def device_law(info) -> Law:
+    """The device's sharing law from the profile (default: processor sharing over its capacity)."""
+    law = dict(info.law or {"name": "pool"})
+    return Law(law.pop("name"), info.capacity, **law)
+
+
+def batch_demand(info, md: ModelOnDevice, batch: int, curve: Curve | None) -> float:
+    """The demand of a batch of ``batch`` items (the order of the module docstring)."""
+    runs_at = md.executed_size(batch)
+    measured = md.demand_at(runs_at)
+    if measured is not None:
+        return measured
+    if curve is not None and curve.speedup[-1] < curve.k[-1] - 1e-9:
+        return info.capacity / curve.speedup[-1]
+    if info.kind == "cpu":
+        return float(md.threads)
+    sizes = md.batch_sizes
+    big = sizes[-1]
+    t_big = md.batches[big].median
+    t_b = md.service(min(max(runs_at, sizes[0]), big)).median
+    return 1.0 if t_b <= 0 or t_big <= 0 else min(1.0, (runs_at / big) * t_big / t_b)
 
 
 def _curve_for(curves: tuple[Curve, ...], batch: int) -> Curve | None:
@@ -160,6 +178,10 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             if md.memory_bytes:
                 per_device_memory[device] = per_device_memory.get(device, 0) + count * md.memory_bytes
         dynamic = ms.dynamic_batching and ms.max_batch_size > 0
+        if ms.queue_policy:
+            warnings.warn(f"{ms.name}: queue policy ({', '.join(ms.queue_policy)}) simulated as Triton batches "
+                          "without one; the bundled Triton 2.51 then stalls up to 0.5 s per batch, which is not "
+                          "modelled (docs/sim.md)", QueuePolicyNotModelledWarning, stacklevel=2)
         preferred = tuple(sorted(set(ms.preferred_batch_sizes))) if dynamic else ()
         if dynamic and not preferred:
             preferred = (ms.max_batch_size,)  # Triton's normalisation: preferred defaults to max_batch_size
@@ -173,13 +195,15 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             md = profile.on_device(ms.name, device)
             table: list[list[float] | None] = [None]
             for b in needed_batch_sizes(ms):
+                runs_at = md.executed_size(b)  # padded to a captured size, where the runtime has them
                 try:
-                    table.append(_grid(md.service(b)))
+                    table.append(_grid(md.service(runs_at)))
                 except KeyError:
+                    padded = f" (padded to {runs_at})" if runs_at != b else ""
                     raise InputError(src, f"models.{ms.name}.devices.{device}.batches",
-                                     f"the config needs batch size {b} (max_batch_size {ms.max_batch_size}) but the "
-                                     f"profile measured {list(md.batch_sizes)}; sizes outside the measured range are "
-                                     "not extrapolated") from None
+                                     f"the config needs batch size {b}{padded} (max_batch_size {ms.max_batch_size}) "
+                                     f"but the profile measured {list(md.batch_sizes)}; sizes outside the measured "
+                                     "range are not extrapolated") from None
             spec.tables[device] = table
             spec.per_request_s[device] = md.per_request_s
             spec.batch_gap_s[device] = md.batch_gap_s
@@ -202,19 +226,21 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
     rules: dict[str, DeviceRule] = {}
     for device in per_device_count:
         names = {m.name: m.index for m in models}
-        pair_index: dict[frozenset, list[Curve]] = {}
+        info = profile.devices[device]
+        rule = DeviceRule(device, device_law(info))
         for p in profile.pairs:
             if p.device == device and all(n in names for n in p.models):
-                pair_index.setdefault(frozenset(names[n] for n in p.models), []).append(p.curve)
-        rule = DeviceRule(device, pair_index)
-        info = profile.devices[device]
+                rule.pairs.setdefault(frozenset(names[n] for n in p.models), []).append(p.curve)
+        for curves in rule.pairs.values():
+            curves.sort(key=lambda c: c.batch)
         for m in models:
             if device not in m.tables:
                 continue
             md = profile.on_device(m.name, device)
             for b in range(1, max(m.max_batch, 1) + 1):
-                curve = _curve_for(md.colocation, b) or _default_curve(info.kind, info.cores, md, b)
-                rule.add_kind((m.index, b), curve)
+                curve = _curve_for(md.colocation, b)
+                rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b, batch_demand(info, md, b, curve),
+                                                md.threads, curve)
         rules[device] = rule
 
     ensembles: list[EnsembleSpec] = []
@@ -228,4 +254,14 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             deps = tuple(() if i == 0 else (i - 1,) for i in range(len(members)))
         overhead = profile.overhead_for(name) if name in profile.models else profile.overhead
         ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps), _grid(overhead)))
-    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src)
+    host = profile.request_device
+    if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
+        if host not in rules:
+            rules[host] = DeviceRule(host, device_law(profile.devices[host]))
+        for m in models:
+            demand = profile.models[m.name].request_demand
+            if demand is not None:
+                m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, demand)
+    else:
+        host = None
+    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host)

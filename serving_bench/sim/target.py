@@ -1,15 +1,15 @@
-"""``SimTarget(profile, serving_config, seed=0).run(schedule) -> Records``: the simulator as a Target.
+"""``SimTarget(profile, serving_config, seed=0).run(schedule, mode=None) -> Records``: the simulator as a Target.
 
 It returns the :class:`~serving_bench.run.records.Records` of every target (``sent_s = intended_s``: the simulated
 client is never late), so :func:`serving_bench.run.metrics.summarize` works unchanged on simulated and replayed runs.
 Same schedule, profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"``
-(the SimPy reference, slower) give identical records too. Open loop only, for now (a :class:`ClosedLoop` raises
-``NotImplementedError``).
+(the SimPy reference, slower) give identical records too.
 
 Besides the table, ``records.info.sim`` (:class:`~serving_bench.run.records.SimFacts`) holds what only a simulator
 knows: per-model busy time, executed batches and items per executed batch (Triton's ``inference_count /
-execution_count``), mean time inside the server per answered request (Triton's ``success`` time: no client/network
-overhead), utilisation (busy instance-seconds over instances x makespan), per-device busy time, the engine and the seed.
+execution_count``), mean time inside the server per answered request (queued and computed: no client/network
+overhead), utilisation (busy instance-seconds over instances x makespan), per-device busy time, the engine and the
+seed.
 
     from serving_bench.profiles import Profile
     from serving_bench.serving_config import ServingConfig
@@ -26,7 +26,7 @@ import pandas as pd
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Profile
-from serving_bench.run.records import STATUSES, Records, SimFacts, new_records
+from serving_bench.run.records import STATUSES, Records, SimFacts, new_records, new_table
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serving_config import ServingConfig
@@ -34,6 +34,7 @@ from serving_bench.sim.core import Server
 from serving_bench.sim.fast import run_fast
 from serving_bench.sim.reference import run_simpy
 from serving_bench.sim.spec import SimSpec, build_spec
+from serving_bench.sim.workload import EXCEEDS_BATCH, FAILURE_TEXT, Workload
 
 ENGINES = ("fast", "simpy")
 
@@ -56,9 +57,9 @@ class SimTarget:
 
     # -- the Target interface ----------------------------------------------------------------------------------------
     def run(self, schedule: Schedule, mode: OpenLoop | ClosedLoop | None = None) -> Records:
-        """Simulate ``schedule`` open loop (``mode`` None or :class:`OpenLoop`; its cap is not modelled)."""
-        if isinstance(mode, ClosedLoop):
-            raise NotImplementedError("the simulator's closed loop: issue 10")
+        """Records of ``schedule`` in open loop (``mode`` None or open) or closed loop (``mode.name == "closed"``:
+        ``mode.per_model(models)`` clients per model or ensemble for ``mode.duration_s`` or the schedule's
+        duration; requests never reached are not in the records, and ``intended_s = sent_s`` is the send time)."""
         spec = self.spec
         kinds = []
         for name in schedule.models:
@@ -68,146 +69,139 @@ class SimTarget:
                                  f"the schedule sends requests to {name!r}, which the serving config/profile lack; "
                                  f"served: {', '.join(m.name for m in spec.models) or 'none'}")
             kinds.append(kind)
-        records = new_records(schedule, target="sim")
-        n = len(schedule)
-        arrival = schedule.arrival_s
-        batch = schedule.batch.astype(np.int64)
-        code = schedule.model
-        run = _Run(spec, self.seed, n)
-        order = np.argsort(arrival, kind="stable")
-        since = np.empty(n)  # time since the previous request reached the server (any model): cold-start extras
-        since[order] = np.diff(arrival[order], prepend=-np.inf)
-        run.since = since
-        dispatch_rng = np.random.default_rng((self.seed, 3))
-
-        # requests per served model / ensemble, in arrival order; over-large batches fail at validation
-        for s_index, (kind, index) in enumerate(kinds):
-            ids = np.flatnonzero(code == s_index)
-            if kind == "model":
-                ms = spec.models[index]
-                items = batch[ids] if ms.max_batch > 0 else np.ones(len(ids), dtype=np.int64)
-                bad = items > ms.max_batch if ms.max_batch > 0 else np.zeros(len(ids), dtype=bool)
-                run.error_ids.append(ids[bad])
-                ids, items = ids[~bad], items[~bad]
-                times = arrival[ids]
-                if ms.dispatch_grid:  # the measured time before the batcher has the request (plus its cold extra)
-                    grid = np.asarray(ms.dispatch_grid)
-                    times = times + np.interp(dispatch_rng.random(len(ids)), np.linspace(0.0, 1.0, len(grid)), grid)
-                    idle = ms.idle.get(ms.instance_devices[0]) if ms.instance_devices else None
-                    if idle is not None and idle.dispatch_extra_s:
-                        times = times + np.interp(since[ids], idle.overhead_gap_s, idle.dispatch_extra_s)
-                    by_time = np.argsort(times, kind="stable")
-                    ids, items, times = ids[by_time], items[by_time], times[by_time]
-                run.add_source(index, ids, times, items)
-            else:
-                run.add_ensemble_source(index, ids, arrival[ids], batch[ids])
+        closed = None
+        if isinstance(mode, ClosedLoop):
+            per = mode.per_model(schedule.models)
+            closed = ({i: per[name] for i, name in enumerate(schedule.models)},
+                      float(mode.duration_s or schedule.duration_s))
+        workload = Workload(spec, self.seed, kinds, schedule.model, schedule.batch.astype(np.int64),
+                            schedule.arrival_s, closed)
         collect = gc.isenabled()
         gc.disable()  # millions of short-lived acyclic objects: the cyclic collector would only cost time
         try:
-            server = run.execute(self.engine)
+            server = self._execute(workload)
         finally:
             if collect:
                 gc.enable()
-        facts = self._fill(records.table, run, server, schedule)
-        return Records(records.table, dataclasses.replace(records.info, mode=OpenLoop.name, sim=facts))
+        table, facts = self._records(schedule, workload, server)
+        info = new_records(schedule, target=self.name).info
+        return Records(table, dataclasses.replace(
+            info, mode=(mode or OpenLoop()).name, sim=facts,
+            concurrency=dict(mode.per_model(schedule.models)) if closed is not None else None))
+
+    def _execute(self, workload: Workload) -> Server:
+        spec = self.spec
+        report_all = workload.closed is not None or bool(workload.hosted)
+        hooks = spec.ensembles or report_all
+
+        def factory(clock):
+            server = Server(spec, clock, [workload.static_lists(m.index) for m in spec.models], self.seed,
+                            on_done=workload.on_done if hooks else None,
+                            on_failed=workload.on_failed if hooks else None,
+                            on_phase=workload.on_phase, report_all=report_all)
+            for st in server.models:
+                st.static = st.m not in workload.dynamic
+            workload.start(clock, server)
+            return server
+
+        run = run_fast if self.engine == "fast" else run_simpy
+        return run(factory, len(spec.models), workload.feeds)
 
     # -- records ------------------------------------------------------------------------------------------------------
-    def _fill(self, records: pd.DataFrame, run: "_Run", server: Server, schedule: Schedule) -> SimFacts:
+    def _records(self, schedule: Schedule, workload: Workload, server: Server) -> tuple[pd.DataFrame, SimFacts]:
         spec = self.spec
+        records = new_table(schedule)
         n = len(schedule)
         done = np.full(n, np.nan)
         status = np.full(n, STATUSES.index("error"), dtype=np.int8)
         exec_batch = np.full(n, -1, dtype=np.int32)
         instance = np.full(n, -1, dtype=np.int32)
         error = np.full(n, "", dtype=object)
-        overhead_grid_of = np.zeros(n, dtype=np.int32)  # which overhead grid each request uses (index into grids)
-        grids = [m.overhead_grid for m in spec.models] + [e.overhead_grid for e in spec.ensembles]
-        idles = [m.idle.get(m.instance_devices[0]) if m.instance_devices else None for m in spec.models] + \
-            [None] * len(spec.ensembles)
         seen = np.zeros(n, dtype=bool)
+        sent = workload.sent_s
 
         for st in server.models:
             owners = np.asarray(st.owner, dtype=np.int64)
-            m = st.m
             if st.out_a:
                 a = np.asarray(st.out_a, dtype=np.int64)
                 lengths = np.asarray(st.out_b, dtype=np.int64) - a
-                local = _expand(a, lengths)
-                who = owners[local]
+                who = owners[_expand(a, lengths)]
                 direct = who >= 0
                 ids = who[direct]
                 done[ids] = np.repeat(np.asarray(st.out_t), lengths)[direct]
                 status[ids] = STATUSES.index("ok")
                 exec_batch[ids] = np.repeat(np.asarray(st.out_items, dtype=np.int32), lengths)[direct]
                 instance[ids] = np.repeat(np.asarray(st.out_inst, dtype=np.int32), lengths)[direct]
-                overhead_grid_of[ids] = m
                 seen[ids] = True
-            for a, b, t in st.timed_out:
+            for a, b, _t in st.timed_out:
                 who = owners[a:b]
                 ids = who[who >= 0]
-                # the server answers "Request timeout expired" at t; like a client deadline, a timeout has no
-                # done_s in the records contract (tests/conformance.py)
+                # the server answers "Request timeout expired"; like a client deadline, a timeout has no done_s in
+                # the records contract (tests/conformance.py)
                 status[ids] = STATUSES.index("timeout")
-                error[ids] = "Request timeout expired"
-                overhead_grid_of[ids] = m
+                error[ids] = FAILURE_TEXT["timeout"]
                 seen[ids] = True
-                for o in who[who < 0]:
-                    run.ensemble_failed(int(o), "timeout", t)
             for owner, t in st.rejected:
                 if owner >= 0:
                     done[owner] = t
                     status[owner] = STATUSES.index("rejected")
-                    error[owner] = "Exceeds maximum queue size"
-                    overhead_grid_of[owner] = m
+                    error[owner] = FAILURE_TEXT["rejected"]
                     seen[owner] = True
-                else:
-                    run.ensemble_failed(owner, "rejected", t)
-        for ids in run.error_ids:
-            done[ids] = records["intended_s"].to_numpy()[ids]
-            error[ids] = "inference request batch-size exceeds the model's max_batch_size"
-            seen[ids] = True
-        for e_index, rid, t_done, outcome in run.ensemble_outcomes():
-            done[rid] = t_done if outcome != "timeout" else np.nan
-            status[rid] = STATUSES.index(outcome)
-            if outcome != "ok":
-                error[rid] = "Request timeout expired" if outcome == "timeout" else "Exceeds maximum queue size"
-            overhead_grid_of[rid] = len(spec.models) + e_index
-            seen[rid] = True
-        unseen = ~seen
+        errors = np.asarray(workload.errors, dtype=np.int64)
+        done[errors] = sent[errors]
+        error[errors] = EXCEEDS_BATCH
+        seen[errors] = True
+        for entry in workload.ensembles:
+            if entry.failure is not None:
+                outcome, t = entry.failure
+                done[entry.rid] = t if outcome != "timeout" else np.nan
+                status[entry.rid] = STATUSES.index(outcome)
+                error[entry.rid] = FAILURE_TEXT[outcome]
+                seen[entry.rid] = True
+            elif entry.answered_s is not None:
+                done[entry.rid] = entry.answered_s
+                status[entry.rid] = STATUSES.index("ok")
+                seen[entry.rid] = True
+        reached = ~np.isnan(sent)
+        unseen = ~seen & reached
         if unseen.any():  # cannot happen with a well-formed model; reported, never hidden
             error[unseen] = "simulation ended before this request finished"
             done[unseen] = np.nan
 
-        # client/network overhead (all of it added on the return path: the server sees the request at its send time
-        # plus the model's dispatch time), one draw per request, plus the model's cold-start extra for the time since
-        # the previous request reached the server (any model)
-        rng = np.random.default_rng((self.seed, 2))
-        u = rng.random(n)
-        extra = np.zeros(n)
-        intended = records["intended_s"].to_numpy()
-        since = run.since
-        for g_index, grid in enumerate(grids):
-            sel = overhead_grid_of == g_index
-            if sel.any():
-                xs = np.linspace(0.0, 1.0, len(grid))
-                extra[sel] = np.interp(u[sel], xs, np.asarray(grid))
-                idle = idles[g_index]
-                if idle is not None:
-                    extra[sel] += np.interp(since[sel], idle.overhead_gap_s, idle.overhead_extra_s)
-        ok = status == STATUSES.index("ok")
-        server_mean = {}
-        for st in server.models:  # time inside the server (arrival to answer, no client/network overhead)
-            sel = ok & (overhead_grid_of == st.m)
-            server_mean[st.spec.name] = float(np.mean(done[sel] - intended[sel])) if sel.any() else None
-        records["sent_s"] = records["intended_s"].to_numpy().copy()
-        records["done_s"] = done + extra
+        # client/network overhead, all of it on the return path (the server sees a request its dispatch time after
+        # the send): one draw per request, plus the cold-start extra for the time since the previous request
+        overhead = workload.overhead_s.copy()
+        if workload.closed is None:
+            for stream in range(len(workload.kinds)):
+                rids = np.flatnonzero(schedule.model == stream)
+                overhead[rids] = workload.overhead_of(stream, rids)
+        server_mean = {}  # queued and computed: from reaching the batcher to the answer (Triton's queue + compute)
+        for st in server.models:
+            if st.out_a:
+                a = np.asarray(st.out_a, dtype=np.int64)
+                lengths = np.asarray(st.out_b, dtype=np.int64) - a
+                local = _expand(a, lengths)
+                inside = np.repeat(np.asarray(st.out_t), lengths) - np.asarray(st.t)[local]
+                server_mean[st.spec.name] = float(inside.mean())
+            else:
+                server_mean[st.spec.name] = None
+        records["intended_s"] = sent if workload.closed is not None else records["intended_s"]
+        records["sent_s"] = sent.copy()
+        finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))
+        at_client = ~np.isnan(done) & ~np.isnan(workload.client_done_s)  # the way out was simulated
+        finished[at_client] = workload.client_done_s[at_client]
+        records["done_s"] = finished
         records["status"] = pd.Categorical.from_codes(status, categories=list(STATUSES))
         records["error"] = error
         records["exec_batch"] = exec_batch
         records["instance"] = instance
-        makespan = float(np.nanmax(records["done_s"].to_numpy())) if n and not np.isnan(done).all() else 0.0
-        duration = max(schedule.duration_s, makespan, 1e-12)
-        return SimFacts(
+        if workload.closed is not None:  # requests never reached are not part of a closed loop's run
+            records = records[reached].reset_index(drop=True)
+            records["request_id"] = np.arange(len(records), dtype=np.int64)
+        finished = records["done_s"].to_numpy()
+        makespan = float(np.nanmax(finished)) if len(records) and not np.isnan(finished).all() else 0.0
+        duration = max(schedule.duration_s if workload.closed is None else workload.duration_s, makespan, 1e-12)
+        return records, SimFacts(
             engine=self.engine, seed=self.seed, profile=self.profile.path, duration_s=duration,
             busy_s={st.spec.name: st.busy_s for st in server.models},
             executions={st.spec.name: st.executions for st in server.models},
@@ -226,100 +220,3 @@ def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     offsets = np.repeat(np.cumsum(lengths) - lengths, lengths)
     return np.repeat(starts, lengths) + (np.arange(total) - offsets)
-
-
-class _Run:
-    """One run's inputs and ensemble bookkeeping, shared by both engines."""
-
-    def __init__(self, spec: SimSpec, seed: int, n: int):
-        self.spec = spec
-        self.seed = seed
-        self.sources: dict[int, tuple] = {}
-        self.error_ids: list[np.ndarray] = []
-        self.ens_sources: dict[int, tuple] = {}
-        self.ens: list = []  # slot -> [rid, e_index, done_steps(set), issued(set), fail(outcome, t) | None, t_done]
-        self.n = n
-        self.since: np.ndarray | None = None  # per request: time since the previous request (cold starts)
-        members = {m for e in spec.ensembles for m in e.steps}
-        self.dynamic_models = members
-
-    def add_source(self, m: int, ids, times, items) -> None:
-        self.sources[m] = (np.asarray(times, dtype=np.float64), np.asarray(ids, dtype=np.int64),
-                           np.asarray(items, dtype=np.int64))
-
-    def add_ensemble_source(self, e: int, ids, times, items) -> None:
-        self.ens_sources[e] = (np.asarray(times, dtype=np.float64), np.asarray(ids, dtype=np.int64),
-                               np.asarray(items, dtype=np.int64))
-
-    def static_lists(self, m: int) -> tuple[list, list, list]:
-        if m in self.dynamic_models or self.spec.models[m].max_queue_size:
-            return [], [], []
-        times, ids, items = self.sources.get(m, (np.zeros(0), np.zeros(0, dtype=np.int64),
-                                                 np.zeros(0, dtype=np.int64)))
-        return times.tolist(), ids.tolist(), items.tolist()
-
-    def execute(self, engine: str) -> Server:
-        spec = self.spec
-
-        def factory(clock):
-            server = Server(spec, clock, [self.static_lists(m.index) for m in spec.models], self.seed)
-            for st in server.models:
-                if st.m in self.dynamic_models or st.spec.max_queue_size:
-                    st.static = False
-            server.ensemble_step_done = lambda code, now: self._step_done(clock, code, now)
-            self.clock = clock
-            return server
-
-        feeds = []  # (time, kind, payload) external arrivals the engine must deliver one by one
-        for m, (times, ids, items) in self.sources.items():
-            if m in self.dynamic_models or spec.models[m].max_queue_size:
-                feeds.append((times, ids, items, ("model", m)))
-        for e, (times, ids, items) in self.ens_sources.items():
-            feeds.append((times, ids, items, ("ensemble", e)))
-        if engine == "fast":
-            return run_fast(factory, len(spec.models), feeds, self.ensemble_arrival)
-        return run_simpy(factory, len(spec.models), feeds, self.ensemble_arrival)
-
-    # -- ensembles ---------------------------------------------------------------------------------------------------
-    def ensemble_arrival(self, e: int, rid: int, t: float, items: int) -> None:
-        """An ensemble request reaches the server: issue the steps that need nothing."""
-        slot = len(self.ens)
-        ens = self.spec.ensembles[e]
-        self.ens.append([rid, e, set(), set(), None, None, items])
-        for step, deps in enumerate(ens.deps):
-            if not deps:
-                self._issue(slot, step, t)
-
-    def _code(self, slot: int, step: int) -> int:
-        return -1 - (slot * 64 + step)
-
-    def _issue(self, slot: int, step: int, t: float) -> None:
-        entry = self.ens[slot]
-        entry[3].add(step)
-        ens = self.spec.ensembles[entry[1]]
-        self.clock.arrive(ens.steps[step], t + self.spec.step_s, self._code(slot, step), entry[6])
-
-    def _step_done(self, clock, code: int, now: float) -> None:
-        slot, step = divmod(-1 - code, 64)
-        entry = self.ens[slot]
-        entry[2].add(step)
-        ens = self.spec.ensembles[entry[1]]
-        if len(entry[2]) == len(ens.steps):
-            entry[5] = now
-            return
-        for nxt, deps in enumerate(ens.deps):
-            if nxt not in entry[3] and all(d in entry[2] for d in deps):
-                self._issue(slot, nxt, now)
-
-    def ensemble_failed(self, code: int, outcome: str, t: float) -> None:
-        slot, _ = divmod(-1 - code, 64)
-        entry = self.ens[slot]
-        if entry[4] is None or t < entry[4][1]:
-            entry[4] = (outcome, t)
-
-    def ensemble_outcomes(self):
-        for rid, e, _done, _issued, fail, t_done, _items in self.ens:
-            if fail is not None:
-                yield e, rid, fail[1], fail[0]
-            elif t_done is not None:
-                yield e, rid, t_done, "ok"

@@ -51,10 +51,10 @@ class BatchingRunner:
         raise NotImplementedError
 
     def execute(self, requests):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         responses, rows = self._execute(requests)
         if self.execution_log is not None:
-            self.execution_log.write(start, time.perf_counter(), rows, len(requests))
+            self.execution_log.write(start, time.perf_counter(), time.process_time() - cpu, rows, len(requests))
         return responses
 
     def finalize(self) -> None:

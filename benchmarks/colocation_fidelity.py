@@ -1,0 +1,275 @@
+"""Co-location fidelity: the simulator's predictions of co-located models and an ensemble against the embedded Triton
+(CPU), on measurements it was not fitted to, beside a baseline in the same run.
+
+Entries: tiny_cnn on ONNX Runtime and TVM, tiny_mlp on TorchScript, the python sleep model (a model that uses no
+core), resnet50 on ONNX Runtime, and the ensemble tiny_ensemble = tiny_cnn (ONNX Runtime) + tiny_cnn (TorchScript).
+A solo profile is measured first (no co-located run: per batch size service times and demands, per request its way
+in and out); then, on the real server:
+
+(a) instances: tiny_cnn_onnxruntime with k = 1, 2, 4, 8 instances and k clients (closed loop): the sharing law is
+    fitted on k <= 4 and k = 8 is predicted;
+(b) co-location: every entry alone, every pair, then all together (one instance and one client each): the law is
+    fitted on the solo runs and pairs and "all together" is predicted;
+(c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
+    "all together" reached), simulated with the law fitted in (b).
+
+Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
+default, ``serving_bench.profiles.measure.DEFAULT_LAW``) and of the baseline — the same solo profile with no
+interference (law ``none``: every job runs at its solo speed). The held-out throughput error of every law is printed
+too: the form is chosen by it, not by goodness of fit. Targets (quiet 2-core machine): |p50| <= 5 %, |p99| <= 10 %,
+|throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 % throughput. The last line is the worst error
+of each metric over every entry and scenario.
+
+    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--data SAVED_DATA.json]
+
+The measurements are saved first (``colocation_fidelity_data[_quick]_<date>_<host>.json``: the solo profile, every
+closed-loop run, the replays' figures); ``--data`` evaluates saved measurements again without a server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from serving_bench.export.api import export_models  # noqa: E402
+from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
+from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.peers.report import write_result  # noqa: E402
+from serving_bench.profiles.measure import DEFAULT_LAW, calibration_serving, measure_profile  # noqa: E402
+from serving_bench.profiles.schema import Profile  # noqa: E402
+from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.run.metrics import summarize  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
+from serving_bench.serve.server import TritonServer  # noqa: E402
+from serving_bench.serving_config import ServingConfig  # noqa: E402
+from serving_bench.sim.interference import (Observation, fit, serving_from_json, simulate, throughput,  # noqa: E402
+                                             with_law)
+from serving_bench.sim.target import SimTarget  # noqa: E402
+
+ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
+STREAMS = ("tiny_cnn_onnxruntime", "tiny_cnn_tvm", "tiny_mlp_torchscript", "sleep_python", "resnet50_onnxruntime",
+           ENSEMBLE[0])
+SCALED = "tiny_cnn_onnxruntime"
+INSTANCES = (1, 2, 4, 8)
+LOADS = (0.3, 0.6, 0.9)
+LAWS_COMPARED = ("pool", "pool_eff", "soft")
+TARGETS = {"p50": 0.05, "p99": 0.10, "throughput": 0.03}
+
+
+def export(repo: Path) -> list[str]:
+    """The entries (members of the ensemble included) exported into ``repo``; returns the served model names."""
+    export_models(["tiny_cnn"], ["onnxruntime", "torchscript", "tvm"], repo, max_batch_size=8,
+                  ensembles=[f"{ENSEMBLE[0]}={','.join(ENSEMBLE[1])}"])
+    export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=8)
+    export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
+    export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=2)
+    return ["tiny_cnn_onnxruntime", "tiny_cnn_torchscript", "tiny_cnn_tvm", "tiny_mlp_torchscript", "sleep_python",
+            "resnet50_onnxruntime", "tiny_ensemble_combiner"]
+
+
+def figures(latency: np.ndarray, rps: float) -> dict:
+    return {"p50": float(np.percentile(latency, 50)), "p99": float(np.percentile(latency, 99)), "throughput": rps}
+
+
+def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dict[str, dict]:
+    """Measured p50, p99 (send to answer) and answered requests per second per stream of one closed loop."""
+    run = session.run({m: (1, c) for m, c in clients.items()}, seconds)
+    return {m: figures(run.latency[m], len(run.latency[m]) / seconds) for m in clients}
+
+
+def simulated(profile: Profile, obs: Observation, seconds: float) -> dict[str, dict]:
+    records = simulate(profile, obs, seconds)
+    rps = throughput(records, seconds)
+    table = records.table
+    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+    out = {}
+    for m in obs.clients:
+        rows = ok[ok["model"].astype(str) == m]
+        latency = (rows["done_s"] - rows["sent_s"]).to_numpy()
+        out[m] = figures(latency, rps[m]) if len(latency) else {"p50": math.nan, "p99": math.nan, "throughput": 0.0}
+    return out
+
+
+def errors(sim: dict[str, dict], real: dict[str, dict]) -> dict[str, dict]:
+    return {m: {k: (sim[m][k] - real[m][k]) / real[m][k] if real[m][k] else math.nan for k in TARGETS}
+            for m in real}
+
+
+def observation(serving: dict, clients: dict[str, int], real: dict[str, dict]) -> Observation:
+    members = {m: serving[m] for m in serving if m in clients or (ENSEMBLE[0] in clients and
+                                                                   m in ENSEMBLE[1] + ("tiny_ensemble_combiner",))}
+    return Observation("cpu", members, clients, {m: real[m]["throughput"] for m in clients},
+                       ensembles={ENSEMBLE[0]: ENSEMBLE[1] + ("tiny_ensemble_combiner",)}
+                       if ENSEMBLE[0] in clients else {})
+
+
+def tput_error(profile: Profile, obs: Observation, seconds: float) -> float:
+    """Mean |log error| of the simulated throughput of the observation's streams."""
+    pred = throughput(simulate(profile, obs, seconds), seconds)
+    return float(np.mean([abs(math.log(max(pred[m], 1e-9) / r)) for m, r in obs.measured_rps.items() if r > 0]))
+
+
+def poisson_schedule(capacity: dict[str, float], load: float, seconds: float, seed: int) -> Schedule:
+    """Poisson arrivals of every stream at ``load`` times its co-located capacity, for ``seconds``."""
+    rng = np.random.default_rng(seed)
+    names = tuple(capacity)
+    times, which = [], []
+    for i, m in enumerate(names):
+        t = np.cumsum(rng.exponential(1 / (load * capacity[m]), int(load * capacity[m] * seconds * 1.3) + 10))
+        t = t[t < seconds]
+        times.append(t)
+        which.append(np.full(len(t), i))
+    t, w = np.concatenate(times), np.concatenate(which)
+    order = np.argsort(t, kind="stable")
+    n = len(t)
+    return Schedule(t[order], w[order], names, np.zeros(n), np.ones(n),
+                    {"duration_s": seconds, "warmup_s": 1.0, "seed": seed})
+
+
+def serving_config(serving: dict, streams) -> ServingConfig:
+    members = [m for m in serving if m in streams or m in ENSEMBLE[1] or m == "tiny_ensemble_combiner"]
+    return ServingConfig(tuple(serving[m] for m in members),
+                         ((ENSEMBLE[0], ENSEMBLE[1] + ("tiny_ensemble_combiner",)),) if ENSEMBLE[0] in streams else ())
+
+
+def line(label: str, case: str, entry: str, full: dict, base: dict) -> str:
+    return (f"  {label:<4} {case:<14} {entry:<22} " +
+            " ".join(f"{full[k] * 100:+7.1f}{'*' if abs(full[k]) > TARGETS[k] else ' '}" for k in TARGETS) +
+            "  | " + " ".join(f"{base[k] * 100:+7.1f}" for k in TARGETS))
+
+
+def held_out_case(label: str, case: str, profile: Profile, law: dict, obs: Observation, real: dict,
+                  seconds: float, rows: list) -> None:
+    """Simulate a held-out closed-loop case with the fitted law and the baseline; print and collect the errors."""
+    full = errors(simulated(with_law(profile, "cpu", law), obs, seconds), real)
+    base = errors(simulated(with_law(profile, "cpu", {"name": "none"}), obs, seconds), real)
+    for m in real:
+        rows.append({"scenario": label, "case": case, "entry": m, "full": full[m], "baseline": base[m],
+                     "measured": real[m]})
+        print(line(label, case, m, full[m], base[m]))
+
+
+def measure(quick: bool) -> dict:
+    """Every measurement of the benchmark on the real server, as plain data (see :func:`evaluate`)."""
+    seconds = 2.0 if quick else 5.0
+    replay_s = 10.0 if quick else 30.0
+    with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
+        repo = Path(tmp) / "repo"
+        served = export(repo)
+        print("== solo profile (no co-located run)", flush=True)
+        profile = measure_profile(repo, served, Path(tmp) / "solo.json", seconds=1.0 if quick else 2.0, rounds=1,
+                                  calibrate=0, pairs=False)
+        configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in served}
+        largest = {m: max(profile.models[m].devices["cpu"].batch_sizes) for m in served}
+
+        print(f"== (a) {SCALED} with k instances and k clients", flush=True)
+        scaled = {}
+        with TritonServer(repo, models=[SCALED], instances={SCALED: max(INSTANCES)}) as server:
+            session = Session(server.endpoints)
+            for k in INSTANCES:
+                real = closed_run(session, {SCALED: k}, seconds)
+                serving_k = {SCALED: calibration_serving(configs[SCALED], "cpu", k, largest[SCALED])}
+                scaled[k] = {"obs": observation(serving_k, {SCALED: k}, real).to_json(), "real": real}
+                print(f"  k = {k}: {real[SCALED]['throughput']:.0f} req/s, p99 {real[SCALED]['p99'] * 1e3:.2f} ms")
+
+        print("== (b) every entry alone, every pair, all together (one instance, one client each)", flush=True)
+        serving = {m: calibration_serving(configs[m], "cpu", 1, largest[m]) for m in served}
+        cases = {}
+        with TritonServer(repo, models=list(STREAMS)) as server:
+            session = Session(server.endpoints)
+            groups = [(s,) for s in STREAMS] + [(a, b) for i, a in enumerate(STREAMS) for b in STREAMS[i + 1:]]
+            for group in groups + [STREAMS]:
+                clients = {m: 1 for m in group}
+                real = closed_run(session, clients, seconds)
+                cases["all together" if group == STREAMS else " + ".join(group)] = \
+                    {"obs": observation(serving, clients, real).to_json(), "real": real}
+            capacity = {m: cases["all together"]["real"][m]["throughput"] for m in STREAMS}
+            print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()))
+
+            print("== (c) open-loop replays of all entries together", flush=True)
+            replays = {}
+            for load in LOADS:
+                seed = int(load * 10)
+                summary = summarize(TritonTarget(server).run(poisson_schedule(capacity, load, replay_s, seed)))
+                replays[str(load)] = {"seed": seed, "real": {
+                    m: {"p50": summary["models"][m]["p50_s"], "p99": summary["models"][m]["p99_s"],
+                        "throughput": summary["models"][m]["throughput_rps"]} for m in STREAMS}}
+    return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
+            "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
+            "replays": replays, "seconds": seconds, "replay_s": replay_s}
+
+
+def evaluate(data: dict) -> tuple[list[dict], dict, dict]:
+    """Fit the laws on the training runs, predict the held-out ones and the replays; (rows, held-out error of each
+    law, fitted laws)."""
+    profile = Profile.from_json(data["profile"], "solo profile")
+    seconds = data["seconds"]
+    scaled = {int(k): (Observation.from_json(v["obs"]), v["real"]) for k, v in data["scaled"].items()}
+    cases = {name: (Observation.from_json(v["obs"]), v["real"]) for name, v in data["cases"].items()}
+    serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
+    k_max = max(scaled)
+    train = {"a": [obs for k, (obs, _) in scaled.items() if k != k_max],
+             "b": [obs for name, (obs, _) in cases.items() if name != "all together"]}
+    fitted = {case: {law: fit(profile, "cpu", runs, law)[0] for law in LAWS_COMPARED} for case, runs in train.items()}
+    held_out = {f"(a) k = {k_max}": {law: tput_error(with_law(profile, "cpu", fitted["a"][law]), scaled[k_max][0],
+                                                     seconds) for law in LAWS_COMPARED},
+                "(b) all together": {law: tput_error(with_law(profile, "cpu", fitted["b"][law]),
+                                                     cases["all together"][0], seconds) for law in LAWS_COMPARED}}
+    rows: list[dict] = []
+    print(f"\n== relative errors in %: full model (law {DEFAULT_LAW}) p50 p99 throughput | baseline (solo profile, "
+          "no interference) p50 p99 throughput   (* outside the target)")
+    held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][DEFAULT_LAW], *scaled[k_max], seconds, rows)
+    held_out_case("(b)", "all together", profile, fitted["b"][DEFAULT_LAW], *cases["all together"], seconds, rows)
+    config = serving_config(serving, STREAMS)
+    for load, replay in data["replays"].items():
+        schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
+        sims = {side: summarize(SimTarget(with_law(profile, "cpu", law), config, seed=0).run(schedule))["models"]
+                for side, law in (("full", fitted["b"][DEFAULT_LAW]), ("baseline", {"name": "none"}))}
+        for m in STREAMS:
+            real = replay["real"][m]
+            entry = {side: {k: (s[m][f"{k}_s" if k != "throughput" else "throughput_rps"] - real[k]) / real[k]
+                            for k in TARGETS} for side, s in sims.items()}
+            rows.append({"scenario": "(c)", "case": f"load {load}", "entry": m, **entry, "measured": real})
+            print(line("(c)", f"load {load}", m, entry["full"], entry["baseline"]))
+    print("\n== held-out throughput error of each law (mean |log error|): the form is chosen by this")
+    for case, by_law in held_out.items():
+        print(f"  {case:<18} " + "  ".join(f"{law} {err * 100:.1f} %" for law, err in by_law.items()))
+    return rows, held_out, fitted
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (under 5 minutes)")
+    parser.add_argument("--out", help="results folder (default benchmarks/results)")
+    parser.add_argument("--data", help="evaluate the measurements saved by an earlier run (its _data JSON) instead "
+                                       "of measuring again")
+    args = parser.parse_args()
+    if args.data:
+        data = json.loads(Path(args.data).read_text())
+    else:
+        data = measure(args.quick)
+        print(f"measurements: {write_result('colocation_fidelity_data', data, quick=args.quick, out_dir=args.out)}")
+    rows, held_out, fitted = evaluate(data)
+    worst = {side: {k: max(abs(r[side][k]) for r in rows if not math.isnan(r[side][k])) for k in TARGETS}
+             for side in ("full", "baseline")}
+    path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": DEFAULT_LAW,
+                                                "fitted": fitted, "worst": worst, "data": args.data},
+                        quick=args.quick, out_dir=args.out)
+    print(f"results: {path}")
+    print(f"worst error: p50 {worst['full']['p50'] * 100:.1f} %, p99 {worst['full']['p99'] * 100:.1f} %, "
+          f"throughput {worst['full']['throughput'] * 100:.1f} % (baseline: p50 {worst['baseline']['p50'] * 100:.1f} "
+          f"%, p99 {worst['baseline']['p99'] * 100:.1f} %, throughput {worst['baseline']['throughput'] * 100:.1f} %)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

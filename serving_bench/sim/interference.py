@@ -1,0 +1,160 @@
+"""Fitting and choosing a device's sharing law (:class:`serving_bench.sim.device.Law`) from co-located runs.
+
+A profile's solo runs give each batch's and each request's demand; how the device shares itself when the demand
+exceeds it is the law, with at most two parameters. They are fitted from a few co-located closed-loop runs
+(*observations*: which models, how many instances and clients each, the measured throughput of each) by running the
+same configurations through the simulator and minimising the mean absolute log error of the throughputs. Which law
+to use is chosen by held-out error (:func:`leave_one_out`), never by goodness of fit: a law with more parameters
+always fits its own data at least as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from serving_bench.profiles.schema import Profile
+from serving_bench.run.records import Records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop
+from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.target import SimTarget
+
+ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
+POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
+SIM_SECONDS = 0.5  # simulated closed-loop seconds per observation
+MAX_RATE_RPS = 10_000  # per stream: the schedule a simulated closed loop draws its requests from holds this many/s
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One co-located closed-loop run on ``device``: per model how it was served (a :class:`ModelServing`, its
+    instances included), its clients (requests of ``rows`` rows) and the measured answered requests per second."""
+
+    device: str
+    serving: Mapping[str, ModelServing]
+    clients: Mapping[str, int]
+    measured_rps: Mapping[str, float]
+    rows: int = 1
+    ensembles: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # clients may call them
+
+    @property
+    def instances(self) -> dict[str, int]:
+        return {m: s.instance_count for m, s in self.serving.items()}
+
+    def to_json(self) -> dict:
+        out = {"device": self.device, "clients": dict(self.clients), "measured_rps": dict(self.measured_rps),
+               "rows": self.rows, "serving": {m: dataclasses.asdict(s) for m, s in self.serving.items()}}
+        if self.ensembles:
+            out["ensembles"] = {e: list(members) for e, members in self.ensembles.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Observation":
+        serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
+        return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
+                   int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()})
+
+    def label(self) -> str:
+        return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
+
+
+def serving_from_json(data: Mapping) -> ModelServing:
+    """A :class:`ModelServing` from ``dataclasses.asdict`` of one (lists back to tuples)."""
+    return ModelServing(**{**data, "preferred_batch_sizes": tuple(data.get("preferred_batch_sizes", ())),
+                           "instances": tuple(tuple(i) for i in data["instances"])})
+
+
+def with_law(profile: Profile, device: str, law: Mapping) -> Profile:
+    """The profile with ``device`` shared by ``law`` (``{"name": ..., params}``)."""
+    devices = dict(profile.devices)
+    devices[device] = dataclasses.replace(devices[device], law=dict(law))
+    return dataclasses.replace(profile, devices=devices)
+
+
+def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
+    """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
+    names = tuple(sorted(obs.clients))
+    config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()))
+    per = int(MAX_RATE_RPS * seconds) + 1
+    schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
+                        np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
+    return SimTarget(profile, config, seed=seed).run(schedule, ClosedLoop(dict(obs.clients), seconds))
+
+
+def throughput(records: Records, seconds: float) -> dict[str, float]:
+    """Answered requests per second per model over ``seconds`` (a closed loop's last answers trail its end: those
+    after it do not count, as in the measurement)."""
+    table = records.table
+    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+    counts = ok.groupby("model", observed=True).size()
+    return {str(m): float(counts.get(m, 0)) / seconds for m in table["model"].cat.categories}
+
+
+def predict(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> dict[str, float]:
+    """Simulated answered requests per second of each model (or ensemble) in the observation's configuration."""
+    return throughput(simulate(profile, obs, seconds, seed), seconds)
+
+
+def error(profile: Profile, observations: Sequence[Observation]) -> float:
+    """Mean absolute log error of simulated against measured throughput over every model of every observation."""
+    errs = []
+    for obs in observations:
+        pred = predict(profile, obs)
+        for m, measured in obs.measured_rps.items():
+            if measured > 0:
+                errs.append(abs(math.log(max(pred.get(m, 0.0), 1e-9) / measured)))
+    return float(np.mean(errs)) if errs else 0.0
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) -> tuple[float, float]:
+    """Minimise ``f`` on [lo, hi] by golden-section search (``steps`` evaluations after two); (argmin, min)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(steps):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return (c, fc) if fc <= fd else (d, fd)
+
+
+def fit(profile: Profile, device: str, observations: Sequence[Observation], name: str) -> tuple[dict, float]:
+    """The law ``name``'s parameters that fit ``observations`` best; (law, mean absolute log error on them)."""
+    if name == "pool":
+        law = {"name": "pool"}
+        return law, error(with_law(profile, device, law), observations)
+    if name == "pool_eff":
+        eta, err = _golden(lambda e: error(with_law(profile, device, {"name": name, "eta": e}), observations),
+                           *ETA_RANGE)
+        return {"name": name, "eta": eta}, err
+    best: tuple[dict, float] | None = None
+    for power in POWERS:
+        eta, err = _golden(lambda e: error(with_law(profile, device, {"name": name, "eta": e, "power": power}),
+                                           observations), *ETA_RANGE, steps=10)
+        if best is None or err < best[1]:
+            best = ({"name": name, "eta": eta, "power": power}, err)
+    return best
+
+
+def leave_one_out(profile: Profile, device: str, observations: Sequence[Observation],
+                  names: Sequence[str] = ("pool", "pool_eff", "soft")) -> dict[str, float]:
+    """Per law, the mean absolute log error on each observation of the law fitted on the others."""
+    out = {}
+    for name in names:
+        errs = []
+        for i, held in enumerate(observations):
+            law, _ = fit(profile, device, [o for j, o in enumerate(observations) if j != i], name)
+            errs.append(error(with_law(profile, device, law), [held]))
+        out[name] = float(np.mean(errs)) if errs else math.nan
+    return out

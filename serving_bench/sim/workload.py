@@ -1,0 +1,286 @@
+"""What the simulated clients send, and what became of it: one run's requests, per served model and ensemble.
+
+* **Open loop**: every request at its scheduled time. It reaches its model's batcher a *dispatch* time later (one
+  draw per request from the model's measured distribution, plus the cold-start extra for the time since the previous
+  request reached the server); requests of models whose arrivals need no event each (no ensemble member, no queue
+  limit) are handed to the engine as sorted lists, the others are fed one event per request.
+* **Closed loop** (perf_analyzer's concurrency mode, as :class:`~serving_bench.load.driver.TritonTarget` runs it):
+  ``concurrency`` clients per stream (a served model or ensemble the schedule calls), all sending at 0; each sends
+  the stream's next request of the schedule when its previous one is answered at the client (the server's answer
+  plus the request's return *overhead*), until ``duration_s``; requests never reached are not part of the run.
+* **The host's cores** (where the profile says): a request's way in (the dispatch draw) and way out (the overhead
+  draw) are work on the cores it shares with the batches (:meth:`Server.start_phase`), so they stretch when the
+  cores are busy; otherwise they are plain delays.
+* **Ensembles**: a request's steps are issued when their inputs are ready (``ensemble_step_s`` later), each as a
+  request to the member model with a negative owner naming (slot, step); the ensemble is answered when every step is,
+  and fails with its first failed step.
+
+Per request ``rid`` (its schedule row): two uniforms fixed by the seed, one for the dispatch draw and one for the
+overhead draw, so a request's draws do not depend on the order events happen in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from serving_bench.sim.spec import SimSpec
+
+EXCEEDS_BATCH = "inference request batch-size exceeds the model's max_batch_size"
+FAILURE_TEXT = {"timeout": "Request timeout expired", "rejected": "Exceeds maximum queue size"}
+
+
+@dataclass
+class EnsembleRequest:
+    """One ensemble request in flight: its record, ensemble, rows, the steps issued and done, its first failure
+    (outcome, time) and when it was answered (server time)."""
+
+    rid: int
+    ensemble: int
+    items: int
+    issued: set[int] = field(default_factory=set)
+    done: set[int] = field(default_factory=set)
+    failure: tuple[str, float] | None = None
+    answered_s: float | None = None
+
+
+@dataclass
+class Stream:
+    """A closed loop's requests to one served model (``kind`` "model") or ensemble: the schedule rows still to
+    send, in order."""
+
+    kind: str
+    index: int
+    queue: deque
+
+
+def interp_grid(u, grid) -> np.ndarray:
+    """The quantile grid's value at probability ``u`` (scalar or array)."""
+    grid = np.asarray(grid)
+    return np.interp(u, np.linspace(0.0, 1.0, len(grid)), grid)
+
+
+class Workload:
+    """One run's requests (``n`` schedule rows) and their fate, shared by both engines. ``closed``: ``(concurrency
+    per stream index, duration_s)`` for a closed loop, None for open loop."""
+
+    def __init__(self, spec: SimSpec, seed: int, kinds: list[tuple[str, int]], model: np.ndarray,
+                 items: np.ndarray, intended_s: np.ndarray, closed: tuple[dict[int, int], float] | None = None):
+        self.spec = spec
+        self.kinds = kinds  # schedule stream index -> ("model" | "ensemble", index)
+        self.model = model
+        self.items = items
+        self.n = n = len(model)
+        self.closed = closed
+        rng = np.random.default_rng((seed, 3))
+        self.u_dispatch = rng.random(n)
+        self.u_overhead = np.random.default_rng((seed, 2)).random(n)
+        self.sent_s = np.full(n, np.nan) if closed else intended_s.astype(np.float64)
+        self.since_s = np.full(n, np.inf)  # time since the previous request reached the server (cold starts)
+        self.overhead_s = np.full(n, np.nan)  # closed loop: drawn when answered
+        self.client_done_s = np.full(n, np.nan)  # answered at the client, where the way out is simulated
+        self.errors: list[int] = []  # rows whose batch exceeds the model's max_batch_size
+        self.ensembles: list[EnsembleRequest] = []
+        self.step_of: list[tuple[int, int]] = []  # owner -1 - k -> (ensemble slot, step)
+        self.sources: dict[int, tuple] = {}  # open loop, models with sorted arrival lists: (times, rids, items)
+        self.feeds: list[tuple] = []  # open loop, arrivals one event each: (times, rids, items, handler)
+        members = {m for e in spec.ensembles for m in e.steps}
+        self.hosted = {m.index for m in spec.models if m.request_kind is not None}  # ways in and out on the cores
+        self.dynamic = members | self.hosted | {m.index for m in spec.models if m.max_queue_size}
+        self.clock = None
+        self.server = None
+        self.streams: list[Stream] = []
+        self.stream_of = np.full(n, -1, dtype=np.int64)
+        self.last_send_s = -np.inf
+        if closed is None:
+            self._open_loop(intended_s)
+        else:
+            self.dynamic |= {m.index for m in spec.models}
+            self._closed_loop(*closed)
+
+    # -- per-request draws ----------------------------------------------------------------------------------------
+    def dispatch_s(self, m: int, rids, since) -> np.ndarray:
+        """Time from send to the batcher for requests ``rids`` of model ``m`` (0 where nothing was measured)."""
+        ms = self.spec.models[m]
+        if not ms.dispatch_grid:
+            return np.zeros(np.shape(rids))
+        out = interp_grid(self.u_dispatch[rids], ms.dispatch_grid)
+        idle = ms.idle.get(ms.instance_devices[0]) if ms.instance_devices else None
+        if idle is not None and idle.dispatch_extra_s:
+            out = out + np.interp(since, idle.overhead_gap_s, idle.dispatch_extra_s)
+        return out
+
+    def overhead_of(self, stream: int, rids) -> np.ndarray:
+        """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream``, plus the model's
+        cold-start extra for the time since the previous request reached the server."""
+        kind, index = self.kinds[stream]
+        owner = self.spec.models[index] if kind == "model" else self.spec.ensembles[index]
+        out = interp_grid(self.u_overhead[rids], owner.overhead_grid)
+        idle = owner.idle.get(owner.instance_devices[0]) if kind == "model" and owner.instance_devices else None
+        if idle is not None:
+            out = out + np.interp(self.since_s[rids], idle.overhead_gap_s, idle.overhead_extra_s)
+        return out
+
+    # -- open loop ------------------------------------------------------------------------------------------------
+    def _open_loop(self, intended_s: np.ndarray) -> None:
+        order = np.argsort(intended_s, kind="stable")
+        self.since_s[order] = np.diff(intended_s[order], prepend=-np.inf)
+        for stream, (kind, index) in enumerate(self.kinds):
+            rids = np.flatnonzero(self.model == stream)
+            if kind == "ensemble":
+                self.feeds.append((intended_s[rids], rids, self.items[rids], partial(self._ensemble_feed, index)))
+                continue
+            rids, items = self._servable(index, rids)
+            if index in self.hosted:  # sent at its time; the way in is simulated
+                self.feeds.append((intended_s[rids], rids, items, partial(self._way_in, index)))
+                continue
+            times = intended_s[rids] + self.dispatch_s(index, rids, self.since_s[rids])
+            by_time = np.argsort(times, kind="stable")
+            rids, items, times = rids[by_time], items[by_time], times[by_time]
+            if index in self.dynamic:
+                self.feeds.append((times, rids, items, partial(self._model_feed, index)))
+            else:
+                self.sources[index] = (times, rids, items)
+
+    def _servable(self, m: int, rids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Requests of model ``m`` it can run and their items (batch rows; 1 without batching); the others fail."""
+        ms = self.spec.models[m]
+        if ms.max_batch <= 0:
+            return rids, np.ones(len(rids), dtype=np.int64)
+        items = self.items[rids]
+        bad = items > ms.max_batch
+        self.errors += rids[bad].tolist()
+        return rids[~bad], items[~bad]
+
+    def static_lists(self, m: int) -> tuple[list, list, list]:
+        times, rids, items = self.sources.get(m, ((), (), ()))
+        return list(map(float, times)), list(map(int, rids)), list(map(int, items))
+
+    # -- closed loop ----------------------------------------------------------------------------------------------
+    def _closed_loop(self, concurrency: dict[int, int], duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.concurrency = concurrency
+        for stream, (kind, index) in enumerate(self.kinds):
+            rids = np.flatnonzero(self.model == stream)
+            if kind == "model":
+                rids, _ = self._servable(index, rids)
+            self.stream_of[rids] = len(self.streams)
+            self.streams.append(Stream(kind, index, deque(rids.tolist())))
+
+    def start(self, clock, server) -> None:
+        """Bind to the engine's clock and server; a closed loop's clients send their first requests at 0."""
+        self.clock, self.server = clock, server
+        if self.closed is None:
+            return
+        for s, stream in enumerate(self.streams):
+            for _ in range(self.concurrency.get(s, 0)):
+                clock.call(0.0, lambda t, s=s: self._send(s, t))
+
+    def _send(self, s: int, t: float) -> None:
+        """A closed-loop client of stream ``s`` sends its next request at ``t`` (none after the run's end)."""
+        stream = self.streams[s]
+        if not stream.queue or t >= self.duration_s:
+            return
+        rid = stream.queue.popleft()
+        self.sent_s[rid] = t
+        self.since_s[rid] = t - self.last_send_s
+        self.last_send_s = t
+        items = int(self.items[rid])
+        if stream.kind == "ensemble":
+            self.ensemble_arrival(stream.index, rid, t, items)
+        else:
+            m = stream.index
+            items = items if self.spec.models[m].max_batch > 0 else 1
+            if m in self.hosted:
+                self._way_in(m, rid, t, items)
+            else:
+                self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_s[rid])), rid, items)
+
+    def _way_in(self, m: int, rid: int, t: float, items: int) -> None:
+        """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
+        work = float(self.dispatch_s(m, rid, self.since_s[rid]))
+        if work > 0.0:
+            self.server.start_phase(self.spec.request_device, self.spec.models[m].request_kind, work,
+                                    ("in", m, rid, items), t)
+        else:
+            self.server.arrive(m, t, rid, items)
+
+    def _answered(self, rid: int, now: float) -> None:
+        """Request ``rid`` is answered by the server at ``now``: its way out starts (on the host's cores where that is
+        simulated); in a closed loop its client sends the next request once the answer has come back."""
+        stream = int(self.model[rid])
+        kind, index = self.kinds[stream]
+        overhead = float(self.overhead_of(stream, rid))
+        if kind == "model" and index in self.hosted:
+            self.server.start_phase(self.spec.request_device, self.spec.models[index].request_kind, overhead,
+                                    ("out", rid), now)
+            return
+        if self.closed is None:
+            return
+        s = int(self.stream_of[rid])
+        self.overhead_s[rid] = overhead
+        self.clock.call(now + overhead, lambda t, s=s: self._send(s, t))
+
+    def on_phase(self, payload: tuple, now: float) -> None:
+        """A request's way in (it reaches its model's batcher) or way out (its client has the answer) is done."""
+        if payload[0] == "in":
+            _, m, rid, items = payload
+            self.server.arrive(m, now, rid, items)
+            return
+        rid = payload[1]
+        self.client_done_s[rid] = now
+        if self.closed is not None:
+            self._send(int(self.stream_of[rid]), now)
+
+    # -- the engine's hooks ---------------------------------------------------------------------------------------
+    def on_done(self, owner: int, now: float) -> None:
+        if owner >= 0:
+            self._answered(owner, now)
+            return
+        slot, step = self.step_of[-1 - owner]
+        entry = self.ensembles[slot]
+        entry.done.add(step)
+        ens = self.spec.ensembles[entry.ensemble]
+        if len(entry.done) == len(ens.steps):
+            if entry.failure is None:
+                entry.answered_s = now
+                self._answered(entry.rid, now)
+            return
+        for nxt, deps in enumerate(ens.deps):
+            if nxt not in entry.issued and all(d in entry.done for d in deps):
+                self._issue(slot, nxt, now)
+
+    def on_failed(self, owner: int, now: float, outcome: str) -> None:
+        """A request the server refused (``"rejected"``: queue full) or dropped (``"timeout"``) at ``now``."""
+        if owner >= 0:
+            self._answered(owner, now)
+            return
+        slot, _ = self.step_of[-1 - owner]
+        entry = self.ensembles[slot]
+        if entry.failure is None:
+            entry.failure = (outcome, now)
+            self._answered(entry.rid, now)
+
+    def _model_feed(self, m: int, rid: int, t: float, items: int) -> None:
+        self.server.arrive(m, t, rid, items)
+
+    def _ensemble_feed(self, e: int, rid: int, t: float, items: int) -> None:
+        self.ensemble_arrival(e, rid, t, items)
+
+    def ensemble_arrival(self, e: int, rid: int, t: float, items: int) -> None:
+        """An ensemble request reaches the server: issue the steps that need nothing."""
+        slot = len(self.ensembles)
+        self.ensembles.append(EnsembleRequest(rid, e, items))
+        for step, deps in enumerate(self.spec.ensembles[e].deps):
+            if not deps:
+                self._issue(slot, step, t)
+
+    def _issue(self, slot: int, step: int, t: float) -> None:
+        entry = self.ensembles[slot]
+        entry.issued.add(step)
+        self.step_of.append((slot, step))
+        owner = -len(self.step_of)
+        self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], t + self.spec.step_s, owner, entry.items)
