@@ -15,9 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from serving_bench.errors import InputError
 from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
+from serving_bench.serve.runners import cpu_cores
 from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
@@ -50,6 +53,7 @@ class TuneOptions:
     preferred: tuple[str, ...] = ("none",)
     generator: str = "auto"
     executor: str = "local"
+    workers: int = 1
     ray_address: str | None = None
     ray_cpus: int | None = None
     budget_minutes: float | None = None
@@ -81,6 +85,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preferred", default="none", help=f"preferred batch rules among {', '.join(PREFERRED_RULES)}")
     parser.add_argument("--generator", choices=("auto", *GENERATORS), default="auto")
     parser.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="local executor: worker processes (default 1: this process; 0: one per core); the "
+                             "result does not depend on it")
     parser.add_argument("--ray-address", help="existing Ray cluster (default: start a local Ray)")
     parser.add_argument("--ray-cpus", type=int, help="CPUs for a local Ray (default: all)")
     parser.add_argument("--budget-minutes", type=float, help="stop proposing after this long")
@@ -104,7 +111,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         max_batch_sizes=parse_values(args.max_batch_sizes, "--max-batch-sizes", "values"),
         queue_delays_us=parse_values(args.queue_delays_us, "--queue-delays-us", "values"),
         preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
-        executor=args.executor, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
+        executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
         max_scale=args.max_scale, duration_s=args.duration, verify_top=args.verify_top, url=args.url,
         restart=args.restart)
@@ -162,19 +169,30 @@ def run_tune(opts: TuneOptions) -> dict:
     _log(opts, f"tune: {len(load.base)} requests over {load.duration_s:.1f} s ({ctx.offered_rps:,.1f} req/s), "
                f"{len(tuned)} models, {choice.space_points} configurations ({choice.name}: {choice.reason}), "
                f"{opts.executor} executor")
-    best_so_far = [None]
+    best_so_far: list = [None]
+    planned = min(choice.space_points, opts.max_evals or choice.space_points)
+    bar = None if opts.quiet else tqdm(total=planned, unit="config", desc="tune", file=sys.stderr,
+                                       dynamic_ncols=True)
 
     def progress(obs: dict, total: int) -> None:
         r = obs["result"]
-        if best_so_far[0] is None or obs["value"] > best_so_far[0]:
-            best_so_far[0] = obs["value"]
-        status = f"capacity {r['capacity_rps']:,.1f} req/s ({r['capacity_scale']:.2f}×)" if r["feasible"] else \
-            f"misses SLOs (worst {r['violation']:.2f}× bound)"
-        _log(opts, f"  [{total}/{choice.space_points}] {status}; {r['eval_s'] * 1e3:.0f} ms")
+        if best_so_far[0] is None or obs["value"] > best_so_far[0]["value"]:
+            best_so_far[0] = obs
+        best = best_so_far[0]["result"]
+        if bar is not None:
+            bar.n = min(total, planned)
+            bar.set_postfix_str(f"best {best['capacity_rps']:,.1f} req/s" if best["feasible"] else
+                                f"best misses SLOs ({best['violation']:.2f}x bound)", refresh=True)
 
-    with make_executor(opts.executor, address=opts.ray_address, num_cpus=opts.ray_cpus) as executor:
-        result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart, choice=choice,
-                            on_observation=progress)
+    workers = opts.workers if opts.workers > 0 else cpu_cores()
+    try:
+        with make_executor(opts.executor, workers=workers, address=opts.ray_address,
+                           num_cpus=opts.ray_cpus) as executor:
+            result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart, choice=choice,
+                                on_observation=progress)
+    finally:
+        if bar is not None:
+            bar.close()
     if result.resumed:
         _log(opts, f"resumed {result.resumed} observations from {checkpoint.path}")
     _log(opts, f"search: {result.evaluated} evaluated, stopped: {result.stopped}, {result.wall_s:.1f} s")
