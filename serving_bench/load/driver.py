@@ -27,7 +27,6 @@ every N-th request, all use the same ``t0``, outcomes meet in shared memory.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import multiprocessing as mp
 import queue
 import threading
@@ -44,7 +43,7 @@ from serving_bench.load.collapse import flag_queue_policy_collapse
 from serving_bench.load.payloads import Payloads, fetch_specs, prepare_payloads
 from serving_bench.load.sender import (ERROR, IN_FLIGHT, INSTANCE_DIED, NOT_SENT, OK, REJECTED, TIMEOUT, Arrays,
                                        LocalValue, Share, sender_main)
-from serving_bench.run.records import STATUSES, Records, new_records, new_table
+from serving_bench.run.records import STATUSES, Records, RunInfo, new_table
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serve.control import Control, stats_delta
@@ -177,9 +176,8 @@ class TritonTarget:
             server_stats = stats_delta(stats_before, self._stats(list(self.specs))) if stats_before else {}
         except Exception:  # the server may be gone (that is recorded already)
             server_stats = {}
-        records = new_records(schedule, self.name)
-        records = Records(table, dataclasses.replace(
-            records.info, meta={**records.info.meta, **prepared.facts}, partial=partial, stop_reason=stop_reason,
+        records = Records(table, RunInfo(
+            target=self.name, meta={**schedule.meta, **prepared.facts}, partial=partial, stop_reason=stop_reason,
             dropped=dropped, server_stats=server_stats, mode=mode.name, senders=processes, url=self.url,
             elapsed_s=elapsed, timeout_s=self.timeout_s, t0_unix=self.t0_unix, t0_s=self.t0_s,
             sender_cpu_s=self.sender_cpu_s, concurrency=concurrency if closed else None))

@@ -18,7 +18,6 @@ seed.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 
 import numpy as np
@@ -26,7 +25,7 @@ import pandas as pd
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Profile
-from serving_bench.run.records import STATUSES, Records, SimFacts, new_records, new_table
+from serving_bench.run.records import STATUSES, Records, RunInfo, SimFacts, new_table
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serving_config import ServingConfig
@@ -84,10 +83,9 @@ class SimTarget:
             if collect:
                 gc.enable()
         table, facts = self._records(schedule, workload, server)
-        info = new_records(schedule, target=self.name).info
-        return Records(table, dataclasses.replace(
-            info, mode=(mode or OpenLoop()).name, sim=facts,
-            concurrency=dict(mode.per_model(schedule.models)) if closed is not None else None))
+        return Records(table, RunInfo(target=self.name, meta=dict(schedule.meta), mode=(mode or OpenLoop()).name,
+                                      sim=facts, concurrency=dict(mode.per_model(schedule.models))
+                                      if closed is not None else None))
 
     def _execute(self, workload: Workload) -> Server:
         spec = self.spec
