@@ -28,7 +28,8 @@ that received the fatal signal (``gdb.txt``). ``--log-verbose`` adds Triton's ``
 
 The bundled server's python backend names its shared-memory regions with a prefix of this run
 (``--backend-config=python,shm-region-prefix-name=...``) so the regions a dead server leaves in ``/dev/shm`` are
-removed after each try (only those no live process maps).
+removed after each try (only those no live process maps); so is the trace file (Triton writes every trace of a
+surviving server at its exit: ~200 MB after two minutes).
 
 Exit status 0 whatever the servers did ("reproduced" or "not reproduced" is printed); 2 for bad arguments, 1 when
 the entries cannot be exported. Every wait is bounded (a hung server is killed); nothing is left running.
@@ -358,6 +359,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
         server.stop()
         stop_process(debugger)
         remove_regions(shm_prefix)
+        trace_file.unlink(missing_ok=True)  # nothing reads it; ~200 MB after a try that survives
     if result.crashed:
         try:
             result.site = crash_site(result.log.read_text(errors="replace"), symbols=symbols)
