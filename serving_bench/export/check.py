@@ -316,6 +316,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if not Path(args.repo).is_dir():  # bad input, not a repository with problems
+        raise InputError(args.repo, None, "model repository folder does not exist")
     problems, names = check_repo(args.repo)
     for problem in problems:
         print(problem.line())

@@ -28,10 +28,14 @@ from serving_bench.serve.server import MAX_RESTARTS, TritonServer, connect
 TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response (only with trace=True)
 
 
+# tritonserver arguments that trace every request (its trace file comes with trace_args)
+TRACE_ARGS = ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
+              "triton,log-frequency=0")
+
+
 def trace_args(trace_file: Path) -> tuple[str, ...]:
     """tritonserver arguments that trace every request into ``trace_file``."""
-    return ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
-            "triton,log-frequency=0", "--trace-config", f"triton,file={trace_file}")
+    return TRACE_ARGS + ("--trace-config", f"triton,file={trace_file}")
 
 
 class Session:

@@ -65,6 +65,8 @@ class Endpoints:
         return cls(f"{host}:{port}", http_url or f"{host}:{port - 1}", metrics_url or f"{host}:{port + 1}")
 
 
+_CRASH_MARK = "Signal (11) received."
+_CRASH = re.compile(r"Signal \((\d+)\) received\.")  # Triton's crash handler, before its stack dump
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
 
 
@@ -105,6 +107,8 @@ class TritonServer:
         self.shm_prefix = next_shm_prefix()
         self._failed = False
         self._stopped = False  # stop() was called: the process ended because we asked
+        self._log_seen = 0  # bytes of the log already searched for a crash (_fatal_signal)
+        self._crash_signal: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def __enter__(self) -> "TritonServer":
@@ -171,6 +175,7 @@ class TritonServer:
             args += [f"--load-model={name}" for name in self.served_models]
         args += self.extra_args
         log = open(self.log_path, "ab")
+        self._log_seen, self._crash_signal = log.tell(), None  # a crash logged by an earlier launch is not this one's
         try:
             self.process = subprocess.Popen(die_with_parent_prefix() + args, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=dict(install.env), cwd=self.workdir,
@@ -216,12 +221,19 @@ class TritonServer:
     def check_alive(self) -> None:
         """Raise :class:`ServerError` naming the log if the server process has died. Cheap (one ``poll``): call it
         from any loop that waits on the server, so a crash ends the wait instead of hanging it."""
-        if self.process is None or self.process.poll() is not None:
-            code = None if self.process is None else self.process.returncode
-            if self.process is None or self._stopped:
-                raise ServerError(self._failure_message("tritonserver is not running (not started, or stopped)"))
-            self._failed = True
-            raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(code)})"))
+        if self.process is not None and self.process.poll() is None and not self._stopped:
+            fatal = self._fatal_signal()
+            if fatal is None:
+                return
+            self._failed = True  # Triton's handler caught a crash and can hang on the corrupted heap: end it
+            self._kill()
+            raise ServerDied(self._failure_message(f"tritonserver died (signal {fatal} in its log; its crash handler "
+                                                   "did not exit, so it was killed)"))
+        code = None if self.process is None else self.process.returncode
+        if self.process is None or self._stopped:
+            raise ServerError(self._failure_message("tritonserver is not running (not started, or stopped)"))
+        self._failed = True
+        raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(code)})"))
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -233,6 +245,11 @@ class TritonServer:
         except Exception as err:
             deadline = time.monotonic() + 0.5  # the process may still be exiting when its sockets close
             while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
+                if self._fatal_signal() is not None:  # crashed, its handler hanging: check_alive ends and says so
+                    try:
+                        self.check_alive()
+                    except ServerDied as dead:
+                        raise dead from err
                 time.sleep(0.02)
             if self.process is not None and self.process.poll() is not None and not self._stopped:
                 self._failed = True
@@ -278,6 +295,22 @@ class TritonServer:
         remove_shm_regions(self.shm_prefix)  # a killed server or stub leaves its regions behind
 
     # -- diagnostics -----------------------------------------------------------------------------------------------
+    def _fatal_signal(self) -> int | None:
+        """The signal Triton's crash handler logged (``Signal (11) received.``), or None; reads only what the log
+        gained since the last look."""
+        try:
+            size = self.log_path.stat().st_size
+        except (OSError, AttributeError):
+            return None
+        if size != self._log_seen:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(self._log_seen - len(_CRASH_MARK), 0))
+                found = _CRASH.search(log.read().decode(errors="replace"))
+            self._log_seen = size
+            if found:
+                self._crash_signal = int(found.group(1))
+        return self._crash_signal
+
     def _log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
