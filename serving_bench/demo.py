@@ -157,7 +157,8 @@ class Demo:
         doc = run_tune(TuneOptions(load=str(self.load_profile), profile=str(self.profile_path),
                                    out=str(self.out / "tune"), repo=str(self.repo), models=models, instances=(1, 2),
                                    max_batch_sizes=(1, 2, 4, 8), queue_delays_us=(0, 2000),
-                                   max_evals=self.tune_evals, verify_top=1, report=False))
+                                   max_evals=self.tune_evals, verify_top=1, report=False,
+                                   restart=True))  # a new demo measured a new profile: an old search is not resumed
         return "SLOs met" if doc["satisfiable"] else "SLOs not met (see the report)"
 
     def report(self) -> str:

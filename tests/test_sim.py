@@ -558,3 +558,23 @@ def test_both_targets_implement_the_target_protocol():
     assert target.run(sched, OpenLoop()).table.equals(target.run(sched).table)
     closed = target.run(sched, ClosedLoop(concurrency=1, duration_s=0.05))
     assert closed.info.mode == "closed" and closed.info.concurrency == {"sleep_python": 1}
+
+
+def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
+    """``simulate --concurrency N``: N clients per model, as ``replay --concurrency N`` on Triton."""
+    from serving_bench.cli import main as cli
+    from serving_bench.run.records import load_records
+
+    profile = tmp_path / "p.json"
+    sleep_profile().save(profile)
+    load = tmp_path / "l.yaml"
+    # a closed loop takes the schedule's requests in order, whatever their times: the load must hold enough of them
+    load.write_text("name: c\nduration: 2s\nseed: 1\nmodels:\n  sleep_python: {rate: 1000}\n")
+    assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "out"),
+                "--concurrency", "3"]) == 0
+    records = load_records(tmp_path / "out")
+    assert records.info.mode == "closed" and records.info.concurrency == {"sleep_python": 3}
+    # three clients on one 6 ms instance: the instance never idles, 2 s / 6 ms answers
+    assert len(records.table) == pytest.approx(2.0 / 0.006, abs=4)
+    assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
+                "--concurrency", "0"]) == 2

@@ -1,10 +1,13 @@
-"""``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR``.
+"""``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR
+[--concurrency N]``.
 
 Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
 through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
 ``schedule.npz``, ``records.parquet/.csv/.json``, ``summary.json`` (its ``sim`` section: utilisation, busy time,
 executions, items per execution, time inside the server, device busy time) and ``perf_analyzer.csv``. Everything is
-checked before anything is written.
+checked before anything is written. ``--concurrency N`` runs a closed loop instead (``N`` clients per model or
+ensemble, each sending its next request when the previous one is answered, for the load's duration: what
+``replay --concurrency N`` does on Triton, and what a perf_analyzer or Model Analyzer concurrency sweep reads).
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
 or, with neither, from the profile's models with one instance each on their first device and no batching.
@@ -29,6 +32,7 @@ from serving_bench.files import read_yaml
 from serving_bench.load.profile import LoadProfile, build_schedule
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.results import write_results
+from serving_bench.run.target import ClosedLoop
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.graph import ensemble_graphs
 from serving_bench.sim.target import SimTarget
@@ -45,6 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--repo", help="model repository whose config.pbtxt files give the serving config")
     parser.add_argument("--out", required=True, help="results folder to write")
     parser.add_argument("--seed", type=int, default=0, help="simulator seed (service times, overheads)")
+    parser.add_argument("--concurrency", type=int, help="closed loop: requests in flight per model or ensemble")
     parser.add_argument("--engine", choices=("fast", "simpy"), default="fast",
                         help="fast (default) or the SimPy reference (same records, slower)")
 
@@ -110,11 +115,13 @@ def serving_config_for(args_config: str | None, args_repo: str | None, profile, 
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.concurrency is not None and args.concurrency < 1:
+        raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
     schedule = build_schedule(LoadProfile.load(args.load_profile))
     profile = Profile.load(args.profile)
     config, graphs = serving_config_for(args.config, args.repo, profile, schedule)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine, ensemble_deps=graphs)
-    records = target.run(schedule)
+    records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
     summary = write_results(Path(args.out), records, schedule)
     print_summary(summary)
     print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, perf_analyzer.csv)")
