@@ -202,9 +202,12 @@ class TritonTarget:
         else:
             ctx = mp.get_context("spawn")
             messages, go, stop, t0_value = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+            # a share (every payload) goes through a queue after the start, not with the process: a child that dies
+            # before reading its start-up data would otherwise block Process.start() on a full pipe for ever
+            inboxes = [ctx.Queue() for _ in shares]
             workers = [ctx.Process(target=sender_main, name="serving-bench-sender",
-                                   args=(s, None, shm.name, n, messages, go, t0_value, stop), daemon=True)
-                       for s in shares]
+                                   args=(box, None, shm.name, n, messages, go, t0_value, stop), daemon=True)
+                       for box in inboxes]
         errors: dict[int, str] = {}
         reasons: list[str] = []
         failures: list[str] = []
@@ -212,8 +215,10 @@ class TritonTarget:
         stats_before: dict = {}
         sender_cpu = 0.0
         try:
-            for w in workers:
+            for k, w in enumerate(workers):
                 w.start()
+                if not threaded:
+                    inboxes[k].put(shares[k])
             ready = 0
             deadline = time.monotonic() + 120.0
             while ready < len(workers) and not failures and not self._stop.is_set():

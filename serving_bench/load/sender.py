@@ -384,14 +384,16 @@ def _describe(err: BaseException) -> str:
     return type(err).__name__
 
 
-def sender_main(share: Share, arrays: Arrays | None, shm_name: str | None, n: int, messages, go, t0_value,
+def sender_main(share, arrays: Arrays | None, shm_name: str | None, n: int, messages, go, t0_value,
                  stop) -> None:
     """Entry point of one sender (a thread, or a spawned process): connect and warm up, report ready, wait for the
-    common ``t0``, run, report the error texts."""
+    common ``t0``, run, report the error texts. ``share``: its :class:`Share`, or — a process — the queue it comes
+    through."""
     shm = None
-    if arrays is None:  # a sender process: attach to the parent's shared arrays
+    if arrays is None:  # a sender process: its share from the parent, then the parent's shared arrays
         for sig in (signal.SIGINT, signal.SIGTERM):  # the parent handles them and tells us through ``stop``
             signal.signal(sig, signal.SIG_IGN)
+        share = share.get()
         shm = shared_memory.SharedMemory(name=shm_name)
         arrays = Arrays.attach(shm.buf, n)
     _tight_timer_slack()
