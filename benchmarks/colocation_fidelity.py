@@ -20,12 +20,17 @@ too: the form is chosen by it, not by goodness of fit. Targets (quiet 2-core mac
 |throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 % throughput. The last line is the worst error
 of each metric over every entry and scenario.
 
-    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR]
+    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--data SAVED_DATA.json]
+
+The measurements are saved first (``colocation_fidelity_data[_quick]_<date>_<host>.json``: the solo profile, every
+closed-loop run, the replays' figures); ``--data`` evaluates saved measurements again without a server.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import sys
 import tempfile
@@ -36,16 +41,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models  # noqa: E402
-from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.load.schedule import Schedule  # noqa: E402
-from serving_bench.metrics import summarize  # noqa: E402
-from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
-from serving_bench.profiles.measure import DEFAULT_LAW, Session, calibration_serving, measure_profile  # noqa: E402
+from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.peers.report import write_result  # noqa: E402
+from serving_bench.profiles.measure import DEFAULT_LAW, calibration_serving, measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
+from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.run.metrics import summarize  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
-from serving_bench.sim.interference import Observation, fit, simulate, throughput, with_law  # noqa: E402
+from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json, simulate, throughput,  # noqa: E402
+                                             with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
 ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
@@ -54,7 +61,7 @@ STREAMS = ("tiny_cnn_onnxruntime", "tiny_cnn_tvm", "tiny_mlp_torchscript", "slee
 SCALED = "tiny_cnn_onnxruntime"
 INSTANCES = (1, 2, 4, 8)
 LOADS = (0.3, 0.6, 0.9)
-LAWS_COMPARED = ("pool", "pool_eff", "soft")
+LAWS_COMPARED = FORMS
 TARGETS = {"p50": 0.05, "p99": 0.10, "throughput": 0.03}
 
 
@@ -82,7 +89,8 @@ def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dic
 def simulated(profile: Profile, obs: Observation, seconds: float) -> dict[str, dict]:
     records = simulate(profile, obs, seconds)
     rps = throughput(records, seconds)
-    ok = records[(records["status"].astype(str) == "ok") & (records["done_s"] <= seconds)]
+    table = records.table
+    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
     out = {}
     for m in obs.clients:
         rows = ok[ok["model"].astype(str) == m]
@@ -150,36 +158,32 @@ def held_out_case(label: str, case: str, profile: Profile, law: dict, obs: Obser
         print(line(label, case, m, full[m], base[m]))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short runs (under 5 minutes)")
-    parser.add_argument("--out", help="results folder (default benchmarks/results)")
-    args = parser.parse_args()
-    seconds = 2.0 if args.quick else 5.0
-    replay_s = 10.0 if args.quick else 30.0
-    rows: list[dict] = []
+def measure(quick: bool) -> dict:
+    """Every measurement of the benchmark on the real server, as plain data (see :func:`evaluate`)."""
+    seconds = 2.0 if quick else 5.0
+    replay_s = 10.0 if quick else 30.0
     with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
         repo = Path(tmp) / "repo"
         served = export(repo)
         print("== solo profile (no co-located run)", flush=True)
-        profile = measure_profile(repo, served, Path(tmp) / "solo.json", seconds=1.0 if args.quick else 2.0,
-                                  rounds=1, calibrate=0, pairs=False)
+        profile = measure_profile(repo, served, Path(tmp) / "solo.json", seconds=1.0 if quick else 2.0, rounds=1,
+                                  calibrate=0, pairs=False)
         configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in served}
         largest = {m: max(profile.models[m].devices["cpu"].batch_sizes) for m in served}
 
         print(f"== (a) {SCALED} with k instances and k clients", flush=True)
-        scaled: dict[int, tuple[Observation, dict]] = {}
+        scaled = {}
         with TritonServer(repo, models=[SCALED], instances={SCALED: max(INSTANCES)}) as server:
             session = Session(server.endpoints)
             for k in INSTANCES:
                 real = closed_run(session, {SCALED: k}, seconds)
                 serving_k = {SCALED: calibration_serving(configs[SCALED], "cpu", k, largest[SCALED])}
-                scaled[k] = (observation(serving_k, {SCALED: k}, real), real)
+                scaled[k] = {"obs": observation(serving_k, {SCALED: k}, real).to_json(), "real": real}
                 print(f"  k = {k}: {real[SCALED]['throughput']:.0f} req/s, p99 {real[SCALED]['p99'] * 1e3:.2f} ms")
 
         print("== (b) every entry alone, every pair, all together (one instance, one client each)", flush=True)
         serving = {m: calibration_serving(configs[m], "cpu", 1, largest[m]) for m in served}
-        cases: dict[str, tuple[Observation, dict]] = {}
+        cases = {}
         with TritonServer(repo, models=list(STREAMS)) as server:
             session = Session(server.endpoints)
             groups = [(s,) for s in STREAMS] + [(a, b) for i, a in enumerate(STREAMS) for b in STREAMS[i + 1:]]
@@ -187,51 +191,79 @@ def main() -> int:
                 clients = {m: 1 for m in group}
                 real = closed_run(session, clients, seconds)
                 cases["all together" if group == STREAMS else " + ".join(group)] = \
-                    (observation(serving, clients, real), real)
-            capacity = {m: cases["all together"][1][m]["throughput"] for m in STREAMS}
+                    {"obs": observation(serving, clients, real).to_json(), "real": real}
+            capacity = {m: cases["all together"]["real"][m]["throughput"] for m in STREAMS}
             print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()))
 
             print("== (c) open-loop replays of all entries together", flush=True)
             replays = {}
             for load in LOADS:
-                schedule = poisson_schedule(capacity, load, replay_s, seed=int(load * 10))
-                replays[load] = (schedule, summarize(TritonTarget(server).run(schedule)))
+                seed = int(load * 10)
+                summary = summarize(TritonTarget(server).run(poisson_schedule(capacity, load, replay_s, seed)))
+                replays[str(load)] = {"seed": seed, "real": {
+                    m: {"p50": summary["models"][m]["p50_s"], "p99": summary["models"][m]["p99_s"],
+                        "throughput": summary["models"][m]["throughput_rps"]} for m in STREAMS}}
+    return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
+            "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
+            "replays": replays, "seconds": seconds, "replay_s": replay_s}
 
-    # the law of each leave-out fitted on its training runs only; the held-out error of every law
-    train_a = [scaled[k][0] for k in INSTANCES[:-1]]
-    train_b = [obs for name, (obs, _) in cases.items() if name != "all together"]
-    fitted = {case: {law: fit(profile, "cpu", train, law)[0] for law in LAWS_COMPARED}
-              for case, train in (("a", train_a), ("b", train_b))}
-    held_out = {"(a) k = 8": {law: tput_error(with_law(profile, "cpu", fitted["a"][law]), scaled[INSTANCES[-1]][0],
-                                              seconds) for law in LAWS_COMPARED},
+
+def evaluate(data: dict) -> tuple[list[dict], dict, dict]:
+    """Fit the laws on the training runs, predict the held-out ones and the replays; (rows, held-out error of each
+    law, fitted laws)."""
+    profile = Profile.from_json(data["profile"], "solo profile")
+    seconds = data["seconds"]
+    scaled = {int(k): (Observation.from_json(v["obs"]), v["real"]) for k, v in data["scaled"].items()}
+    cases = {name: (Observation.from_json(v["obs"]), v["real"]) for name, v in data["cases"].items()}
+    serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
+    k_max = max(scaled)
+    train = {"a": [obs for k, (obs, _) in scaled.items() if k != k_max],
+             "b": [obs for name, (obs, _) in cases.items() if name != "all together"]}
+    fitted = {case: {law: fit(profile, "cpu", runs, law)[0] for law in LAWS_COMPARED} for case, runs in train.items()}
+    held_out = {f"(a) k = {k_max}": {law: tput_error(with_law(profile, "cpu", fitted["a"][law]), scaled[k_max][0],
+                                                     seconds) for law in LAWS_COMPARED},
                 "(b) all together": {law: tput_error(with_law(profile, "cpu", fitted["b"][law]),
                                                      cases["all together"][0], seconds) for law in LAWS_COMPARED}}
-
+    rows: list[dict] = []
     print(f"\n== relative errors in %: full model (law {DEFAULT_LAW}) p50 p99 throughput | baseline (solo profile, "
           "no interference) p50 p99 throughput   (* outside the target)")
-    held_out_case("(a)", f"k = {INSTANCES[-1]}", profile, fitted["a"][DEFAULT_LAW], *scaled[INSTANCES[-1]], seconds,
-                  rows)
+    held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][DEFAULT_LAW], *scaled[k_max], seconds, rows)
     held_out_case("(b)", "all together", profile, fitted["b"][DEFAULT_LAW], *cases["all together"], seconds, rows)
     config = serving_config(serving, STREAMS)
-    for load, (schedule, real_summary) in replays.items():
+    for load, replay in data["replays"].items():
+        schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
         sims = {side: summarize(SimTarget(with_law(profile, "cpu", law), config, seed=0).run(schedule))["models"]
                 for side, law in (("full", fitted["b"][DEFAULT_LAW]), ("baseline", {"name": "none"}))}
         for m in STREAMS:
-            real = {"p50": real_summary["models"][m]["p50_s"], "p99": real_summary["models"][m]["p99_s"],
-                    "throughput": real_summary["models"][m]["throughput_rps"]}
+            real = replay["real"][m]
             entry = {side: {k: (s[m][f"{k}_s" if k != "throughput" else "throughput_rps"] - real[k]) / real[k]
                             for k in TARGETS} for side, s in sims.items()}
             rows.append({"scenario": "(c)", "case": f"load {load}", "entry": m, **entry, "measured": real})
             print(line("(c)", f"load {load}", m, entry["full"], entry["baseline"]))
-
     print("\n== held-out throughput error of each law (mean |log error|): the form is chosen by this")
     for case, by_law in held_out.items():
         print(f"  {case:<18} " + "  ".join(f"{law} {err * 100:.1f} %" for law, err in by_law.items()))
+    return rows, held_out, fitted
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (under 5 minutes)")
+    parser.add_argument("--out", help="results folder (default benchmarks/results)")
+    parser.add_argument("--data", help="evaluate the measurements saved by an earlier run (its _data JSON) instead "
+                                       "of measuring again")
+    args = parser.parse_args()
+    if args.data:
+        data = json.loads(Path(args.data).read_text())
+    else:
+        data = measure(args.quick)
+        print(f"measurements: {write_result('colocation_fidelity_data', data, quick=args.quick, out_dir=args.out)}")
+    rows, held_out, fitted = evaluate(data)
     worst = {side: {k: max(abs(r[side][k]) for r in rows if not math.isnan(r[side][k])) for k in TARGETS}
              for side in ("full", "baseline")}
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": DEFAULT_LAW,
-                                                "fitted": fitted, "worst": worst, "seconds": seconds,
-                                                "replay_s": replay_s}, quick=args.quick, out_dir=args.out)
+                                                "fitted": fitted, "worst": worst, "data": args.data},
+                        quick=args.quick, out_dir=args.out)
     print(f"results: {path}")
     print(f"worst error: p50 {worst['full']['p50'] * 100:.1f} %, p99 {worst['full']['p99'] * 100:.1f} %, "
           f"throughput {worst['full']['throughput'] * 100:.1f} % (baseline: p50 {worst['baseline']['p50'] * 100:.1f} "

@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT))
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.load.schedule import Schedule  # noqa: E402
 from serving_bench.peers.perf_analyzer import (DELAY_TOLERANCE_S, STABILITY_WINDOWS,  # noqa: E402
                                                PeerMissing, Unstable, find_perf_analyzer, span_s)
 from serving_bench.peers.sustain import Delivery, judge, max_sustained  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 
 MODEL = "sleep_zero"
@@ -77,16 +77,17 @@ def ours(url: str, rate: float, senders: int) -> dict:
     seed = next(SEEDS)
     schedule = poisson(rate, SPAN_S, seed)
     records = TritonTarget(url, senders=senders).run(schedule)
-    ok = (records["status"].astype(str) == "ok").to_numpy()
-    done = records["done_s"].to_numpy()
+    table = records.table
+    ok = (table["status"].astype(str) == "ok").to_numpy()
+    done = table["done_s"].to_numpy()
     inside = ok & (done >= 0) & (done < SPAN_S)
-    late = (records["sent_s"] - records["intended_s"]).to_numpy()[inside]
+    late = (table["sent_s"] - table["intended_s"]).to_numpy()[inside]
     delivery = Delivery(rate, SPAN_S, int(inside.sum()),
                         100.0 * float(np.mean(late > DELAY_TOLERANCE_S)) if late.size else None, int((~ok).sum()))
     row = {"side": "serving_bench", "rate": rate, "senders": senders, "seed": seed, "requests": len(schedule),
            "delivered": delivery.delivered, "span_s": SPAN_S, "failed": delivery.failed,
            "delayed_pct": delivery.delayed_pct,
-           "sender_cpu_us_per_request": 1e6 * records.attrs["sender_cpu_s"] / max(1, len(schedule))}
+           "sender_cpu_us_per_request": 1e6 * records.info.sender_cpu_s / max(1, len(schedule))}
     if late.size:
         row.update(lateness_p50_s=float(np.percentile(late, 50)), lateness_p99_s=float(np.percentile(late, 99)),
                    lateness_max_s=float(late.max()))

@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.profile import LoadProfile, build_schedule  # noqa: E402
-from serving_bench.metrics import summarize  # noqa: E402
 from serving_bench.profiles.measure import measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Dist, Profile  # noqa: E402
+from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.target import SimTarget  # noqa: E402
-from serving_bench.sim.validate import format_table, run_validation  # noqa: E402
+from serving_bench.validate import format_table, run_validation  # noqa: E402
 
 # (name, entries: name -> (max_batch_size, queue delay us, instances))
 SCENARIOS = [

@@ -37,11 +37,12 @@ import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving_bench.load.schedule import Schedule  # noqa: E402
 from serving_bench.profiles import Profile  # noqa: E402
 from serving_bench.profiles.importers import import_h200_eager  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serving_config import ModelServing, ServingConfig  # noqa: E402
-from serving_bench.sim import ENGINE_BUILD, SimTarget  # noqa: E402
+from serving_bench.sim import ENGINE_BUILD  # noqa: E402
+from serving_bench.sim.target import SimTarget  # noqa: E402
 
 MODELS = ("resnet50_fp16", "mobilenet_v3_large_fp16", "efficientnet_b0_fp16", "bert_base_fp16")
 LOADS = (0.1, 0.3, 0.6, 0.9)
@@ -116,13 +117,13 @@ def measure(kind: str, load: float, n: int, repeats: int, baseline: float) -> di
         t0 = time.process_time()
         records = target.run(sched)
         best = min(best, time.process_time() - t0)
-    sim = records.attrs["sim"]
-    batches = sum(sim["executions"].values())
-    per_model = [v for v in sim["items_per_execution"].values() if v]
+    sim = records.info.sim
+    batches = sum(sim.executions.values())
+    per_model = [v for v in sim.items_per_execution.values() if v]
     return {"scenario": kind, "load": load, "rate_rps": rate, "requests": n, "batches": batches,
             "sim_requests_per_s": n / best, "sim_batches_per_s": batches / best, "cpu_s": best,
             "ratio_to_naive_simpy": n / best / baseline, "mean_exec_batch": float(np.mean(per_model)),
-            "gpu_busy": sim["device_busy_s"]["gpu0"] / sim["duration_s"]}
+            "gpu_busy": sim.device_busy_s["gpu0"] / sim.duration_s}
 
 
 def main() -> int:

@@ -103,7 +103,7 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
     import yaml
 
     from serving_bench.serve.ports import free_port
-    from serving_bench.serve.server import find_tritonserver
+    from serving_bench.serve.install import find_tritonserver
 
     install = find_tritonserver()
     http, grpc, metrics = free_port(), free_port(), free_port()

@@ -35,10 +35,11 @@ sys.path.insert(0, str(ROOT))
 from serving_bench.peers.report import (Figure, Spread, compare, figure, interleave, ratio_line,  # noqa: E402
                                         write_result)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
-from serving_bench.load.driver import ClosedLoop, TritonTarget  # noqa: E402
-from serving_bench.load.schedule import Schedule  # noqa: E402
-from serving_bench.metrics import summarize  # noqa: E402
+from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer, span_s  # noqa: E402
+from serving_bench.run.metrics import summarize  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
+from serving_bench.run.target import ClosedLoop  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 
 MODEL = "sleep_bench"

@@ -123,7 +123,7 @@ def export_repo(plan: Plan, repo: Path) -> list[str]:
 
 def closed_schedule(models: list[str], duration_s: float, seed: int = 0):
     """Enough batch-1 requests per model for ``duration_s`` of closed-loop load (arrival times unused)."""
-    from serving_bench.load.schedule import Schedule
+    from serving_bench.run.schedule import Schedule
 
     per_model = int(MAX_RATE_RPS * duration_s)
     n = per_model * len(models)
@@ -135,8 +135,9 @@ def closed_schedule(models: list[str], duration_s: float, seed: int = 0):
 
 def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, label: str, **facts) -> dict:
     """One closed-loop run against ``server``: per model throughput, p50/p99 (ms) and counts, plus telemetry."""
-    from serving_bench.load.driver import ClosedLoop, TritonTarget
-    from serving_bench.metrics import summarize
+    from serving_bench.load.driver import TritonTarget
+    from serving_bench.run.target import ClosedLoop
+    from serving_bench.run.metrics import summarize
     from serving_bench.telemetry import Telemetry
 
     total_s = plan.warmup_s + plan.duration_s
@@ -148,7 +149,7 @@ def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, 
     summary = summarize(records, warmup_s=plan.warmup_s, duration_s=total_s)
     tel = telemetry.summary(start_s=plan.warmup_s)
     run = {"label": label, **facts, "models": {}, "concurrency": concurrency, "duration_s": plan.duration_s,
-           "warmup_s": plan.warmup_s, "partial": summary["partial"], "stop_reason": records.attrs.get("stop_reason"),
+           "warmup_s": plan.warmup_s, "partial": summary["partial"], "stop_reason": records.info.stop_reason,
            "gpu": {k: tel.get("gpu", {}).get(k) for k in ("available", "reason", "util_mean_pct", "util_peak_pct",
                                                           "mem_used_peak_bytes", "power_peak_w")},
            "cpu": tel.get("cpu", {}), "wall_s": round(time.perf_counter() - start, 2)}

@@ -147,14 +147,15 @@ def schedule_for(entry: str, rate: float, duration_s: float, args: argparse.Name
 
 def measure_capacity(url: str, args: argparse.Namespace) -> float:
     """Answered req/s of ``sleep_nopolicy`` in a closed loop that keeps every instance busy with full batches."""
-    from serving_bench.load.driver import ClosedLoop, TritonTarget
+    from serving_bench.load.driver import TritonTarget
+    from serving_bench.run.target import ClosedLoop
 
     per_batch = max(1, args.max_batch_size // args.batch)
     concurrency = 2 * args.instances * per_batch
     schedule = schedule_for("sleep_nopolicy", 1e4, args.capacity_duration_s, args)
     records = TritonTarget(url, mode=ClosedLoop(concurrency=concurrency, duration_s=args.capacity_duration_s),
                            timeout_s=30.0).run(schedule)
-    return float((records["status"].astype(str) == "ok").sum()) / args.capacity_duration_s
+    return float((records.table["status"].astype(str) == "ok").sum()) / args.capacity_duration_s
 
 
 def _triton(stats: dict, instances: int, length_s: float) -> dict:
@@ -165,29 +166,31 @@ def _triton(stats: dict, instances: int, length_s: float) -> dict:
 def run_driver(url: str, entry: str, rate: float, capacity: float, args: argparse.Namespace) -> Result:
     import warnings
 
-    from serving_bench.load.driver import OpenLoop, TritonTarget
+    from serving_bench.load.driver import TritonTarget
+    from serving_bench.run.target import OpenLoop
 
     schedule = schedule_for(entry, rate, args.duration_s, args)
     mode = OpenLoop(max_in_flight=args.max_in_flight, on_cap="drop")
     with warnings.catch_warnings():  # the flag is reported in the table below
         warnings.simplefilter("ignore")
         records = TritonTarget(url, mode=mode, timeout_s=args.timeout_s).run(schedule)
-    status = records["status"].astype(str)
+    table = records.table
+    status = table["status"].astype(str)
     count = status.value_counts().to_dict()
-    ok = records[status == "ok"]
+    ok = table[status == "ok"]
     latency = (ok["done_s"] - ok["intended_s"]).to_numpy()
-    late = (records["sent_s"] - records["intended_s"]).dropna().to_numpy()
+    late = (table["sent_s"] - table["intended_s"]).dropna().to_numpy()
     gaps = np.diff(np.sort(ok["done_s"].to_numpy()))
     answered = len(ok) / args.duration_s
-    flag = (records.attrs.get("queue_policy_collapse") or {}).get(entry)
-    dropped = records.attrs.get("dropped", 0)
+    flag = (records.info.queue_policy_collapse or {}).get(entry)
+    dropped = records.info.dropped or 0
     return Result(entry, "driver", int((status != "not_sent").sum()), count.get("ok", 0), count.get("rejected", 0),
                   count.get("timeout", 0), count.get("error", 0), answered, answered / capacity,
                   float(np.percentile(latency, 50)) if len(latency) else None,
                   float(np.percentile(latency, 99)) if len(latency) else None,
                   float(np.percentile(late, 99)) if len(late) else None,
                   float(gaps.max()) if len(gaps) else None, int((gaps >= STALL_S).sum()),
-                  **_triton(records.attrs["server_stats"][entry], args.instances, args.duration_s),
+                  **_triton(records.info.server_stats[entry], args.instances, args.duration_s),
                   flag=flag["reason"] if flag else None,
                   note=f"{dropped} not sent (client bound --max-in-flight {args.max_in_flight})" if dropped else "")
 
@@ -198,8 +201,9 @@ def run_perf_analyzer(url: str, entry: str, rate: float, capacity: float, args: 
     whatever it sent."""
     import subprocess
 
-    from serving_bench.load.driver import TritonTarget, _stats_delta
+    from serving_bench.load.driver import TritonTarget
     from serving_bench.peers.perf_analyzer import find_perf_analyzer, parse_measurement
+    from serving_bench.serve.control import stats_delta
 
     pa = find_perf_analyzer()
     window_ms = int(args.duration_s * 1000 / 3)
@@ -222,7 +226,7 @@ def run_perf_analyzer(url: str, entry: str, rate: float, capacity: float, args: 
 
             rows = list(csv.DictReader(csv_path.read_text().splitlines()))
             measured = parse_measurement(rows[-1], text, "request_rate", rate, tuple(command))
-    stats = _stats_delta(before, after)[entry]
+    stats = stats_delta(before, after)[entry]
     errors = [line.strip() for line in text.splitlines() if "error" in line.lower()]
     note = "" if measured else f"perf_analyzer stopped (exit {out.returncode}): {errors[0] if errors else text[-200:]}"
     answered = measured.throughput_ips / args.batch if measured else stats["success_count"] / length

@@ -1,7 +1,8 @@
 """``serving-bench`` entry point: one subcommand per stage of the data flow.
 
 Each subcommand lives in the package that does the work, as a module with ``configure(parser)`` and
-``main(args) -> int``; modules keep heavy imports (torch, tvm, tritonclient) inside functions so ``--help`` is fast.
+``main(args) -> int``, imported only when that subcommand runs (or shows its help): ``serving-bench --help`` lists the
+commands from :data:`COMMANDS` without importing any of them, so it stays fast however much a command imports.
 Bad input (:class:`InputError`) prints one line and exits 2; a server failure exits 3; Ctrl-C exits 130.
 """
 
@@ -21,7 +22,7 @@ COMMANDS = {
     "replay": ("serving_bench.load.cli", "replay a load profile or trace against Triton"),
     "profile": ("serving_bench.profiles.cli", "measure a simulator profile on real Triton"),
     "simulate": ("serving_bench.sim.cli", "run a load profile through the calibrated simulator"),
-    "validate": ("serving_bench.sim.validate", "same schedule on Triton and in the simulator; error table"),
+    "validate": ("serving_bench.validate", "same schedule on Triton and in the simulator; error table"),
     "tune": ("serving_bench.tune.cli", "search instance counts and batching on the simulator; verify on Triton"),
     "plan": ("serving_bench.tune.plan", "fewest GPUs meeting the SLOs for forecast growth"),
     "report": ("serving_bench.report.cli", "write the HTML report for results folders"),
@@ -30,12 +31,13 @@ COMMANDS = {
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser; with ``only`` just that subcommand's module is imported."""
+    """The argument parser; only the module of subcommand ``only`` is imported (none when ``only`` is None: the
+    top-level help lists the commands)."""
     parser = argparse.ArgumentParser(prog="serving-bench", description="Export, serve, replay, measure and simulate DNN inference on real Triton.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
-        if only in (None, name):
+        if only == name:
             module = importlib.import_module(module_name)
             module.configure(cmd)
             cmd.set_defaults(_main=module.main)

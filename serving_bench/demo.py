@@ -27,6 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving_bench.errors import InputError, ServerError
+from serving_bench.export.api import export_models
+from serving_bench.export.repository import load_manifest
+from serving_bench.report.cli import write_report
+from serving_bench.run.results import write_results
+from serving_bench.serve.server import TritonServer
+from serving_bench.serving_config import ServingConfig
+from serving_bench.telemetry import Telemetry
+from serving_bench.tune import adapters
+from serving_bench.tune.cli import TuneOptions, run_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_PROFILE = ROOT / "load_profiles" / "demo.yaml"
@@ -90,13 +99,8 @@ class Demo:
 
     # -- stages ----------------------------------------------------------------------------------------------------
     def export(self) -> str:
-        from serving_bench.export.api import export_models
-        from serving_bench.export.repository import load_manifest
-
         wanted = [f"{m}_{f}" for m in EXPORT_MODELS for f in FRAMEWORKS] + [ENSEMBLE.split("=")[0]]
         if self.reuse_repo and self.repo.is_dir():
-            from serving_bench.serving_config import ServingConfig
-
             entries = load_manifest(self.repo)["entries"]
             present = ServingConfig.from_repo(self.repo, [n for n in wanted if n in entries]) if all(
                 n in entries for n in wanted) else None
@@ -116,11 +120,6 @@ class Demo:
         return f"{counts['exported']} entries exported, {counts['skipped']} skipped, in {self.repo}"
 
     def replay(self) -> str:
-        from serving_bench.records import save_records
-        from serving_bench.serve.server import TritonServer
-        from serving_bench.telemetry import Telemetry
-        from serving_bench.tune import adapters
-
         self.schedule = adapters.ScheduleBuilder(str(self.load_profile))()  # the profile's own seed
         out = self.out / "replay"
         self.say(f"  {len(self.schedule)} requests over {self.schedule.duration_s:.0f} s to "
@@ -129,21 +128,11 @@ class Demo:
             self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving {', '.join(server.served_models)}")
             with Telemetry(server.endpoints.metrics_url, interval_s=0.5) as telemetry:
                 records = adapters.replay(server, self.schedule, progress=self.show_progress)
-            frame = telemetry.frame()
-        save_records(records, out)
-        frame.to_csv(out / "telemetry.csv", index=False)
-        from serving_bench.metrics import summarize
-
-        summary = summarize(records)
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+        summary = write_results(out, records, self.schedule, telemetry=telemetry)
         return "; ".join(f"{m} p99 {s['p99_s'] * 1e3:.1f} ms" for m, s in summary["models"].items()
                          if s.get("p99_s") is not None)
 
     def profile(self) -> str:
-        from serving_bench.tune import adapters
-
-        from serving_bench.serving_config import ServingConfig
-
         if self.given_profile is not None:
             adapters.load_profile(self.given_profile)  # checked before later stages rely on it
             self.profile_path = self.given_profile
@@ -158,28 +147,21 @@ class Demo:
         return str(self.profile_path)
 
     def simulate_and_validate(self) -> str:
-        from serving_bench.tune import adapters
-
         rows = adapters.validate(self.load_profile, self.repo, self.profile_path, self.out / "validate",
                                  replay_dir=self.out / "replay")
         return f"{len(rows)} comparison rows in {self.out / 'validate'}"
 
     def tune(self) -> str:
-        from serving_bench.tune.cli import TuneOptions, run_tune
-
-        from serving_bench.serving_config import ServingConfig
-
         config = ServingConfig.from_repo(self.repo, list(self.schedule.models))
         models = tuple(m for m in self.schedule.models if m in config.names)  # the single models the load calls
         doc = run_tune(TuneOptions(load=str(self.load_profile), profile=str(self.profile_path),
                                    out=str(self.out / "tune"), repo=str(self.repo), models=models, instances=(1, 2),
                                    max_batch_sizes=(1, 2, 4, 8), queue_delays_us=(0, 2000),
-                                   max_evals=self.tune_evals, verify_top=1, report=False))
+                                   max_evals=self.tune_evals, verify_top=1, report=False,
+                                   restart=True))  # a new demo measured a new profile: an old search is not resumed
         return "SLOs met" if doc["satisfiable"] else "SLOs not met (see the report)"
 
     def report(self) -> str:
-        from serving_bench.report.cli import write_report
-
         return str(write_report(self.out, title="serving-bench demo"))
 
     def run(self) -> int:
@@ -229,6 +211,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from serving_bench.cli import main as cli_main
-
-    sys.exit(cli_main(["demo", *sys.argv[1:]]))
+    _parser = argparse.ArgumentParser(prog="serving-bench demo")
+    configure(_parser)
+    sys.exit(main(_parser.parse_args()))

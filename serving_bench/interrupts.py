@@ -21,7 +21,7 @@ class RunInterrupted(KeyboardInterrupt):
     (marked partial). Callers that keep partial results catch it; to the others it is the usual KeyboardInterrupt."""
 
     def __init__(self, records):
-        super().__init__(records.attrs.get("stop_reason"))
+        super().__init__(records.info.stop_reason)
         self.records = records
 
 

@@ -16,8 +16,8 @@ from typing import Mapping
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, entry_dir, list_entries, read_config,
-                                             write_config)
+from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, ensemble_members, entry_dir, list_entries,
+                                             read_config, resolve_models, write_config)
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,6 @@ class ServingConfig:
     @classmethod
     def from_repo(cls, repo: str | Path, models: list[str] | None = None) -> "ServingConfig":
         """Read every (or the named) entry's ``config.pbtxt``; ensembles pull in their members."""
-        from serving_bench.serve.runtime_view import ensemble_members, resolve_models
-
         repo = Path(repo)
         served, ensembles = [], []
         for name in resolve_models(repo, models or list_entries(repo)):

@@ -7,25 +7,28 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from serving_bench.load.schedule import Schedule
-from serving_bench.records import COLUMNS, STATUSES, check_accounting, counts
+from serving_bench.run.records import COLUMNS, STATUSES, Records, RunInfo, check_accounting, counts
+from serving_bench.run.schedule import Schedule
 
 
-def assert_target_contract(schedule: Schedule, records: pd.DataFrame, *, closed_loop: bool = False,
+def assert_target_contract(schedule: Schedule, records: Records, *, closed_loop: bool = False,
                            allow_not_sent: bool | None = None) -> dict:
     """Assert every rule a target's records must follow; return the status counts.
 
-    * the columns of :data:`serving_bench.records.COLUMNS`, one row per scheduled request (``request_id`` 0..n-1),
+    * the columns of :data:`serving_bench.run.records.COLUMNS`, one row per scheduled request (``request_id`` 0..n-1),
       each with exactly one status from :data:`STATUSES`, and ``sent = ok + failed + timed out``;
     * model, batch and intended time copied from the schedule (a closed loop sets ``intended_s`` to the send time
       and may end before using every request: then its rows are a subset, in schedule order per model);
     * times: nothing is sent before it was intended; nothing is done before it was sent; ``ok`` has a ``done_s``,
       ``timeout`` and ``not_sent`` have none; every non-ok status carries an error text, except plain ``not_sent``;
-    * ``attrs``: ``target`` (str), ``partial`` (bool), ``meta`` carrying the schedule's meta; a run that is not
-      partial leaves nothing ``not_sent`` except requests it dropped on purpose (error ``dropped: ...``).
+    * ``info`` (a :class:`RunInfo`): ``target`` (str), ``partial`` (bool), ``meta`` carrying the schedule's meta; a
+      run that is not partial leaves nothing ``not_sent`` except requests it dropped on purpose (error
+      ``dropped: ...``).
     """
+    info = records.info
+    assert isinstance(info, RunInfo)
+    records = records.table
     assert tuple(records.columns) == COLUMNS, f"columns {tuple(records.columns)} != {COLUMNS}"
     check_accounting(records)
     status = records["status"].astype(str).to_numpy()
@@ -53,14 +56,14 @@ def assert_target_contract(schedule: Schedule, records: pd.DataFrame, *, closed_
     failed = np.isin(status, ["error", "timeout", "rejected"])
     assert np.all(error[failed] != ""), "a failed request carries no error text"
     assert np.all(error[status == "ok"] == ""), "an ok request carries an error text"
-    assert isinstance(records.attrs.get("target"), str)
-    assert isinstance(records.attrs.get("partial"), bool)
-    meta = records.attrs.get("meta", {})
+    assert isinstance(info.target, str)
+    assert isinstance(info.partial, bool)
+    meta = info.meta
     for key, value in schedule.meta.items():
-        assert meta.get(key) == value, f"records.attrs['meta'][{key!r}] differs from the schedule's"
+        assert meta.get(key) == value, f"records.info.meta[{key!r}] differs from the schedule's"
     c = counts(records)
     dropped = int(np.sum((status == "not_sent") & np.char.startswith(error.astype(str), "dropped:")))
-    partial = records.attrs["partial"]
+    partial = info.partial
     if allow_not_sent is None:
         allow_not_sent = partial
     if not allow_not_sent:

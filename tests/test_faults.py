@@ -17,9 +17,9 @@ import pytest
 import yaml
 from conformance import assert_target_contract
 
-from serving_bench.load.schedule import Schedule
-from serving_bench.records import load_records
-from serving_bench.serve.server import SHM_DIR, SHM_PREFIX
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.records import load_records
+from serving_bench.serve.shm import SHM_DIR, SHM_PREFIX
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -88,8 +88,8 @@ def _our_shm_regions(pid: int) -> list[str]:
 def _check_results(out: Path, reason_prefix: str) -> dict:
     records = load_records(out)
     c = assert_target_contract(Schedule.load(out / "schedule.npz"), records)
-    assert records.attrs["partial"] is True and records.attrs["stop_reason"].startswith(reason_prefix), \
-        records.attrs["stop_reason"]
+    assert records.info.partial is True and records.info.stop_reason.startswith(reason_prefix), \
+        records.info.stop_reason
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False
     assert c["sent"] == c["ok"] + c["failed"] + c["timeout"]
@@ -176,3 +176,18 @@ def test_profile_resumes_on_a_new_server_when_the_server_dies(repo, tmp_path):
     profile = json.loads(out.read_text())
     assert any("the server died at step" in n for n in profile["notes"])
     assert set(profile["models"]["sleep_python"]["devices"]["cpu"]["batches"]) == {"1", "4"}
+
+
+def test_a_crash_whose_handler_hangs_is_a_death_not_a_hang(repo):
+    """Triton's crash handler can hang on a corrupted heap (the trace use-after-free, docs/serve.md): a server whose
+    log says ``Signal (11) received.`` is dead even while its process lingers — killed, and named as died."""
+    from serving_bench.errors import ServerDied
+    from serving_bench.serve.server import TritonServer
+
+    with TritonServer(repo) as server:
+        server.check_alive()
+        with open(server.log_path, "a") as log:
+            log.write("Signal (11) received.\n 0# 0x000056512B62A52D in tritonserver\n")
+        with pytest.raises(ServerDied, match=r"died \(signal 11 in its log"):
+            server.check_alive()
+        assert server.process.poll() is not None

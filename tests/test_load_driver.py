@@ -13,9 +13,10 @@ import pytest
 from conformance import assert_target_contract
 
 from serving_bench.errors import InputError
-from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
+from serving_bench.load.driver import TritonTarget
+from serving_bench.run.target import ClosedLoop, OpenLoop
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.metrics import summarize
 from serving_bench.serving_config import ServingConfig
 
 pytestmark = pytest.mark.server
@@ -69,10 +70,10 @@ def test_open_loop_answers_every_request_once(server):
     schedule = poisson_schedule(200, 2.0, batch=2)
     records = TritonTarget(server).run(schedule)
     c = assert_target_contract(schedule, records)
-    assert c["ok"] == len(schedule) and not records.attrs["partial"]
-    lateness = (records["sent_s"] - records["intended_s"]).to_numpy()
+    assert c["ok"] == len(schedule) and not records.info.partial
+    lateness = (records.table["sent_s"] - records.table["intended_s"]).to_numpy()
     assert np.median(lateness) < 0.005  # sent on time (loose: the CI machine is shared)
-    stats = records.attrs["server_stats"]["sleep_zero"]
+    stats = records.info.server_stats["sleep_zero"]
     assert stats["success_count"] == len(schedule)  # Triton saw exactly what we sent
 
 
@@ -106,7 +107,7 @@ def test_several_sender_processes_share_one_schedule(server):
     schedule = poisson_schedule(300, 1.5, seed=1)
     records = TritonTarget(server, senders=2).run(schedule)
     c = assert_target_contract(schedule, records)
-    assert c["ok"] == len(schedule) and records.attrs["senders"] == 2
+    assert c["ok"] == len(schedule) and records.info.senders == 2
 
 
 def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server):
@@ -114,8 +115,8 @@ def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server):
     records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0)).run(schedule)
     c = assert_target_contract(schedule, records, closed_loop=True)
     assert 20 < c["ok"] < 110  # ~20 ms each, one instance: about 50 in 1 s
-    sent = np.sort(records["sent_s"].to_numpy())
-    done = np.sort(records["done_s"].to_numpy())
+    sent = np.sort(records.table["sent_s"].to_numpy())
+    done = np.sort(records.table["done_s"].to_numpy())
     # never more than 2 outstanding: the k-th send happens after the (k-2)-th completion
     assert np.all(sent[2:] >= done[:-2] - 1e-6)
 
@@ -124,12 +125,12 @@ def test_cap_drop_and_wait_are_accounted(server):
     schedule = poisson_schedule(100, 1.0, model="sleep_slow", seed=2)
     dropped = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="drop")).run(schedule)
     c = assert_target_contract(schedule, dropped)
-    assert c["not_sent"] > 0 and dropped.attrs["dropped"] == c["not_sent"] and c["ok"] == c["sent"]
+    assert c["not_sent"] > 0 and dropped.info.dropped == c["not_sent"] and c["ok"] == c["sent"]
     short = schedule.select(np.arange(len(schedule)) < 12)
     waited = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="wait")).run(short)
     c = assert_target_contract(short, waited)
     assert c["ok"] == len(short)
-    late = (waited["sent_s"] - waited["intended_s"]).to_numpy()
+    late = (waited.table["sent_s"] - waited.table["intended_s"]).to_numpy()
     assert late.max() > 0.3  # the 5th request waited for a slot
 
 
@@ -137,16 +138,16 @@ def test_timeout_status(server):
     schedule = Schedule([0.0, 0.01], [0, 0], ("sleep_slow",), [0, 1], [1, 1], {"duration_s": 0.1})
     records = TritonTarget(server, timeout_s=0.1).run(schedule)
     c = assert_target_contract(schedule, records)
-    assert c["timeout"] == 2 and records["error"].str.startswith("timeout").all()
+    assert c["timeout"] == 2 and records.table["error"].str.startswith("timeout").all()
 
 
 def test_queue_policy_timeout_is_a_timeout_like_in_the_simulator(server):
     schedule = Schedule(np.zeros(4), np.zeros(4), ("sleep_qto",), np.zeros(4), np.ones(4), {"duration_s": 0.5})
     records = TritonTarget(server).run(schedule)
     assert_target_contract(schedule, records)
-    status = records["status"].astype(str).tolist()
+    status = records.table["status"].astype(str).tolist()
     assert status.count("ok") == 1 and status.count("timeout") == 3, status
-    timed_out = records[records["status"] == "timeout"]
+    timed_out = records.table[records.table["status"] == "timeout"]
     assert timed_out["error"].str.contains("Request timeout expired").all()
     assert timed_out["done_s"].isna().all()
 
@@ -211,10 +212,10 @@ def test_mean_latency_agrees_with_md1_at_load_half(server):
         pytest.skip(f"machine overloaded (load average {load:.1f} on {cpus} CPUs): queueing-theory check not meaningful")
     calibration = poisson_schedule(100, 3.0, model="sleep_md1", seed=9)
     saturated = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=3.0)).run(calibration)
-    done = np.sort(saturated["done_s"].dropna().to_numpy())
+    done = np.sort(saturated.table["done_s"].dropna().to_numpy())
     s = float(np.mean(np.diff(done[len(done) // 4:])))  # steady state: one completion every S seconds
     no_load = TritonTarget(server, mode=ClosedLoop(concurrency=1, duration_s=2.0)).run(calibration)
-    l0 = float((no_load["done_s"] - no_load["sent_s"]).mean())
+    l0 = float((no_load.table["done_s"] - no_load.table["sent_s"]).mean())
     assert 0.020 <= s < l0 + 0.005
     rate = 0.5 / s
     schedule = poisson_schedule(rate, 20.0, model="sleep_md1", seed=4, warmup_s=1.0)
@@ -242,8 +243,8 @@ def test_stop_ends_a_closed_loop_within_the_grace_period(server):
     records = target.run(schedule)
     assert time.monotonic() - started < 3.0 + 3.0  # warm-up request + at most a few tenths after the stop
     c = assert_target_contract(schedule, records, closed_loop=True)
-    assert records.attrs["partial"] and records.attrs["stop_reason"] == "stopped"
-    assert c["error"] >= 1 and records["error"].str.startswith("cancelled").any()
+    assert records.info.partial and records.info.stop_reason == "stopped"
+    assert c["error"] >= 1 and records.table["error"].str.startswith("cancelled").any()
 
 
 def test_infer_channel_answers_every_started_call_once_with_its_tag(server):
@@ -253,7 +254,7 @@ def test_infer_channel_answers_every_started_call_once_with_its_tag(server):
 
     def payloads(model):
         schedule = Schedule([0.0], [0], (model,), [0], [1], {"duration_s": 0.1})
-        return TritonTarget(server).prepare(schedule)[0]
+        return TritonTarget(server).prepare(schedule).payloads
 
     zero, slow = payloads("sleep_zero"), payloads("sleep_slow")
     channel = InferChannel(server.endpoints.grpc_url)

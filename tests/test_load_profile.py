@@ -10,7 +10,7 @@ import yaml
 
 from serving_bench.errors import InputError
 from serving_bench.load.profile import LoadProfile, build_schedule
-from serving_bench.load.schedule import Schedule
+from serving_bench.run.schedule import Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = [ROOT / "load_profiles" / name for name in ("smoke.yaml", "bursty.yaml", "diurnal_sleep.yaml",

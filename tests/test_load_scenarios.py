@@ -1,4 +1,6 @@
-"""MLPerf-style scenarios and the peak-QPS search against the real server (the M/D/1 sleep model)."""
+"""MLPerf-style scenarios and the peak-QPS search on both targets — the real server and the simulator — through the
+Target protocol (the M/D/1 sleep model: 8 ms per request; open loop for Server/Offline, closed loop for
+SingleStream)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,22 @@ from serving_bench.load.driver import TritonTarget
 from serving_bench.load.profile import LoadProfile
 from serving_bench.load.scenarios import Offline, Server, SingleStream, peak_qps
 
-pytestmark = pytest.mark.server
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
+@pytest.fixture(scope="module", params=[pytest.param("triton", marks=pytest.mark.server), "sim"])
+def target(request, tmp_path_factory):
     from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.profiles.schema import Profile
     from serving_bench.serve.server import TritonServer
+    from serving_bench.serving_config import ServingConfig
+    from serving_bench.sim.target import SimTarget
+    from tune_fixtures import profile_json
 
     repo = tmp_path_factory.mktemp("scenario_repo")
     write_sleep_entry(repo, "sleep_md1", base_ms=8.0, per_item_ms=0.0, max_batch_size=1)  # capacity ~110 req/s
     write_sleep_entry(repo, "sleep_zero", base_ms=0.0, per_item_ms=0.0)
+    if request.param == "sim":
+        profile = Profile.from_json(profile_json({"sleep_md1": (8.0, 0.0, 1), "sleep_zero": (0.1, 0.0, 32)}))
+        yield SimTarget(profile, ServingConfig.from_repo(repo))
+        return
     with TritonServer(repo) as server:
         yield TritonTarget(server)
 
@@ -48,12 +55,12 @@ def test_server_scenario_validity(target):
 def test_offline_and_single_stream(target):
     offline = Offline(queries=200).run(target, profile("sleep_zero"))
     assert offline.valid and offline.figure["throughput_rps"] > 50
-    assert (offline.records["intended_s"] == 0).all()
+    assert (offline.records.table["intended_s"] == 0).all()
     single = SingleStream(min_duration_s=1.0, min_queries=40).run(target, profile("sleep_md1"))
     assert single.valid, single.reasons
     assert 0.008 <= single.figure["p90_s"] < 0.05
-    sent = single.records["sent_s"].to_numpy()
-    done = single.records["done_s"].to_numpy()
+    sent = single.records.table["sent_s"].to_numpy()
+    done = single.records.table["done_s"].to_numpy()
     assert np.all(sent[1:] >= done[:-1])  # one at a time
 
 

@@ -16,10 +16,11 @@ import pytest
 from conformance import assert_target_contract
 
 from serving_bench.load.collapse import QueuePolicyCollapseWarning, queue_policy_collapse
-from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
-from serving_bench.records import counts
+from serving_bench.load.driver import TritonTarget
+from serving_bench.run.metrics import summarize
+from serving_bench.run.records import Records, counts, new_records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, OpenLoop
 
 pytestmark = pytest.mark.server
 
@@ -66,7 +67,7 @@ def capacity(server) -> float:
     seconds = 2.5
     records = TritonTarget(server, mode=ClosedLoop(concurrency=4, duration_s=seconds)).run(
         poisson("sleep_open", 1000, seconds, seed=0))
-    return counts(records)["ok"] / seconds
+    return counts(records.table)["ok"] / seconds
 
 
 @pytest.mark.parametrize("factor", [2, 4])
@@ -76,11 +77,11 @@ def test_overload_without_the_defect_answers_near_capacity(server, capacity, fac
     records = target.run(schedule)
 
     assert_target_contract(schedule, records)
-    c = counts(records)
+    c = counts(records.table)
     assert c["sent"] == c["ok"] + c["failed"] + c["timeout"]
     assert c["scheduled"] == c["sent"] + c["not_sent"] == len(schedule)
-    assert c["not_sent"] == records.attrs["dropped"] > 0  # the client-side bound shed the excess
-    stats = records.attrs["server_stats"]["sleep_open"]
+    assert c["not_sent"] == records.info.dropped > 0  # the client-side bound shed the excess
+    stats = records.info.server_stats["sleep_open"]
     assert stats["success_count"] >= c["ok"]  # Triton answered at least what the client counted as ok
 
     summary = summarize(records)
@@ -90,7 +91,7 @@ def test_overload_without_the_defect_answers_near_capacity(server, capacity, fac
           f"instance busy {busy:.0%}, {c}")
     assert answered >= MIN_FRACTION * capacity, (answered, capacity, c)
     assert busy >= MIN_BUSY, (busy, c)
-    assert summary["queue_policy_collapse"] is None and records.attrs["queue_policy_collapse"] is None
+    assert summary["queue_policy_collapse"] is None and records.info.queue_policy_collapse is None
 
 
 def test_queue_policy_collapse_is_flagged(server, capacity):
@@ -99,32 +100,31 @@ def test_queue_policy_collapse_is_flagged(server, capacity):
         records = TritonTarget(server, timeout_s=DEADLINE_S).run(schedule)
 
     assert_target_contract(schedule, records)
-    c = counts(records)
+    c = counts(records.table)
     assert c["sent"] == c["ok"] + c["failed"] + c["timeout"] == len(schedule)
-    flag = records.attrs["queue_policy_collapse"]["sleep_q16"]
+    flag = records.info.queue_policy_collapse["sleep_q16"]
     summary = summarize(records)
-    assert summary["queue_policy_collapse"] == records.attrs["queue_policy_collapse"]
+    assert summary["queue_policy_collapse"] == records.info.queue_policy_collapse
     print(f"capacity {capacity:.1f} req/s; {flag['reason']}")
     assert flag["settings"] == ["max_queue_size 16"] and flag["refused"] == c["rejected"] + c["timeout"]
     assert flag["utilisation"] < 0.5 and flag["answered_rps"] < 0.5 * capacity
 
 
 def _records(model: str, statuses: dict[str, int], busy_s: float, duration_s: float = 10.0,
-             policies: dict | None = None) -> pd.DataFrame:
+             policies: dict | None = None) -> Records:
     """A finished run's records as the driver leaves them (statuses, server statistics, served facts)."""
     status = [s for s, k in statuses.items() for _ in range(k)]
     n = len(status)
     schedule = Schedule(np.linspace(0, duration_s, n, endpoint=False), np.zeros(n), (model,), np.zeros(n),
                         np.ones(n), {"duration_s": duration_s})
-    from serving_bench.records import new_records
-
     records = new_records(schedule, "triton")
-    records["status"] = pd.Categorical(status, categories=records["status"].cat.categories)
-    records["sent_s"] = np.where(records["status"] == "not_sent", np.nan, records["intended_s"])
-    records.attrs["meta"].update(instances={model: 1}, queue_policies=policies if policies is not None
-                                 else {model: ["max_queue_size 16"]})
-    records.attrs["server_stats"] = {model: {"busy_s": busy_s, "execution_count": statuses.get("ok", 0)}}
-    return records
+    table = records.table
+    table["status"] = pd.Categorical(status, categories=table["status"].cat.categories)
+    table["sent_s"] = np.where(table["status"] == "not_sent", np.nan, table["intended_s"])
+    meta = {**records.info.meta, "instances": {model: 1},
+            "queue_policies": policies if policies is not None else {model: ["max_queue_size 16"]}}
+    return records.with_info(meta=meta, server_stats={model: {"busy_s": busy_s,
+                                                              "execution_count": statuses.get("ok", 0)}})
 
 
 def test_detection_needs_refusals_with_idle_instances_and_a_policy():

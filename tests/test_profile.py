@@ -248,7 +248,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     """Profile the sleep model on the real server, then validate the simulator against a real replay of it."""
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.profiles.measure import measure_profile
-    from serving_bench.sim.validate import run_validation
+    from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, "sleep_python", base_ms=5.0, per_item_ms=1.0, max_batch_size=8)
@@ -271,6 +271,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert abs(errors["p50"]) < 0.15 and abs(errors["p99"]) < 0.35  # a busy 2-core CI machine; figures in docs
     assert abs(errors["mean batch"]) < 0.15
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
+    assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
 
 
 def _runtime_only_service(model_file, rows: int, repeats: int = 200) -> float:
@@ -308,7 +309,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     from serving_bench.export.api import export_models
     from serving_bench.export.repository import entry_dir
     from serving_bench.profiles.measure import measure_profile
-    from serving_bench.sim.validate import run_validation
+    from serving_bench.validate import run_validation
 
     def ratio(row):
         return abs(math.log(row["simulated"] / row["measured"]))

@@ -17,8 +17,8 @@ from conformance import assert_target_contract
 
 from serving_bench.cli import main as cli
 from serving_bench.load.profile import LoadProfile, build_schedule
-from serving_bench.load.schedule import Schedule
-from serving_bench.records import load_records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.records import load_records
 
 pytestmark = pytest.mark.server
 
@@ -81,10 +81,10 @@ def test_replay_writes_results_and_a_saved_schedule_replays_exactly(repo, profil
                     "server", "--qps", "40", "--min-duration", "1s", "--min-queries", "20"]) == 0
     scenario = json.loads((out3 / "scenario.json").read_text())
     assert scenario["scenario"] == "server" and scenario["valid"] and scenario["qps"] == 40
-    assert load_records(out3)["status"].astype(str).eq("ok").all()
-    again = load_records(out2)
-    np.testing.assert_array_equal(again["intended_s"].to_numpy(), records["intended_s"].to_numpy())
-    np.testing.assert_array_equal(again["batch"].to_numpy(), records["batch"].to_numpy())
+    assert load_records(out3).table["status"].astype(str).eq("ok").all()
+    again = load_records(out2).table
+    np.testing.assert_array_equal(again["intended_s"].to_numpy(), records.table["intended_s"].to_numpy())
+    np.testing.assert_array_equal(again["batch"].to_numpy(), records.table["batch"].to_numpy())
 
 
 def test_unknown_model_lists_served_models_and_writes_nothing(repo, tmp_path, capsys):
@@ -131,7 +131,7 @@ def test_ctrl_c_saves_partial_results_and_accounting_holds_when_the_server_is_ki
         assert proc.returncode == 130, output
         records = load_records(interrupted)
         c = assert_target_contract(Schedule.load(interrupted / "schedule.npz"), records)
-        assert records.attrs["partial"] and records.attrs["stop_reason"] == "interrupted (Ctrl-C)"
+        assert records.info.partial and records.info.stop_reason == "interrupted (Ctrl-C)"
         assert c["ok"] > 50 and c["not_sent"] > 100
 
         # server death: SIGKILL of the server's process group mid-run
@@ -147,7 +147,7 @@ def test_ctrl_c_saves_partial_results_and_accounting_holds_when_the_server_is_ki
     records = load_records(out)
     schedule = Schedule.load(out / "schedule.npz")
     c = assert_target_contract(schedule, records)
-    assert records.attrs["partial"] is True and "server" in records.attrs["stop_reason"]
+    assert records.info.partial is True and "server" in records.info.stop_reason
     assert c["ok"] > 100 and c["not_sent"] > 100 and c["sent"] == c["ok"] + c["failed"] + c["timeout"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False

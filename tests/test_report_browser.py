@@ -20,7 +20,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, sleep_repo):
     """A results folder: tune with verification on Triton, a simulated run with CPU telemetry."""
-    from serving_bench.records import save_records
+    from serving_bench.run.records import save_records
     from serving_bench.serving_config import ServingConfig
     from serving_bench.telemetry import Telemetry
     from serving_bench.tune import adapters

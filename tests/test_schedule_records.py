@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
-from serving_bench.records import check_accounting, counts, load_records, new_records, save_records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.metrics import summarize
+from serving_bench.run.records import check_accounting, counts, load_records, new_records, save_records
 
 
 def _schedule(n=100):
@@ -34,18 +34,19 @@ def test_schedule_rejects_unsorted_arrivals():
 def test_records_accounting_and_latency_from_intended_time(tmp_path):
     schedule = _schedule()
     records = new_records(schedule, target="test")
+    table = records.table
     rows = np.arange(len(schedule))
     sent = rows < 90
-    records.loc[sent, "sent_s"] = records.loc[sent, "intended_s"] + 0.5  # a client that stalled 0.5 s
-    records.loc[sent, "done_s"] = records.loc[sent, "sent_s"] + 0.001
-    records.loc[sent, "status"] = "ok"
-    records.loc[rows == 0, "status"] = "error"
-    check_accounting(records)
-    c = counts(records)
+    table.loc[sent, "sent_s"] = table.loc[sent, "intended_s"] + 0.5  # a client that stalled 0.5 s
+    table.loc[sent, "done_s"] = table.loc[sent, "sent_s"] + 0.001
+    table.loc[sent, "status"] = "ok"
+    table.loc[rows == 0, "status"] = "error"
+    check_accounting(table)
+    c = counts(table)
     assert (c["scheduled"], c["sent"], c["ok"], c["error"], c["not_sent"]) == (100, 90, 89, 1, 10)
     summary = summarize(records, duration_s=2.0)
     assert summary["overall"]["p50_s"] == pytest.approx(0.501)       # intended -> done
     assert summary["overall"]["service_p50_s"] == pytest.approx(0.001)  # sent -> done hides the stall
     save_records(records, tmp_path)
     again = load_records(tmp_path)
-    assert counts(again) == c and again.attrs["target"] == "test"
+    assert counts(again.table) == c and again.info.target == "test"

@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
+from serving_bench.load.driver import TritonTarget
 from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
+from serving_bench.run.metrics import summarize
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, OpenLoop, Target
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim import SimTarget
 from serving_bench.sim.spec import QueuePolicyNotModelledWarning
+from serving_bench.sim.target import SimTarget
 
 from conformance import assert_target_contract
 
@@ -54,7 +56,7 @@ def test_md1_mean_wait_matches_theory(rho):
     """M/D/1 (Poisson arrivals, deterministic service, FIFO, one server): W = rho S / (2 (1 - rho))."""
     s = 0.006
     records = SimTarget(sleep_profile(), one(max_batch_size=1)).run(poisson(rho / s, 200_000, seed=1))
-    wait = (records["done_s"] - records["intended_s"]).to_numpy() - s
+    wait = (records.table["done_s"] - records.table["intended_s"]).to_numpy() - s
     theory = rho * s / (2 * (1 - rho))
     assert abs(wait.mean() - theory) / theory < 0.04
     assert abs(np.mean(wait > 1e-12) - rho) < 0.01  # P(wait) = rho
@@ -68,7 +70,7 @@ def test_mm1_sojourn_matches_theory():
     s = list(-np.log1p(-u) / mu) + [-np.log(1 / 4000) / mu]
     service = {1: Dist(tuple(q), tuple(s))}
     records = SimTarget(sleep_profile(service=service), one(max_batch_size=0)).run(poisson(lam, 200_000, seed=2))
-    sojourn = (records["done_s"] - records["intended_s"]).mean()
+    sojourn = (records.table["done_s"] - records.table["intended_s"]).mean()
     assert abs(sojourn - 1 / (mu - lam)) / (1 / (mu - lam)) < 0.05
 
 
@@ -78,7 +80,7 @@ def test_two_instances_on_two_cores_are_md2():
     s, c, rho = 0.006, 2, 0.8
     a = c * rho
     sched = poisson(a / s, 100_000, seed=3)
-    wait = (SimTarget(sleep_profile(), one(max_batch_size=1, instances=(("cpu", 2),))).run(sched)["done_s"]
+    wait = (SimTarget(sleep_profile(), one(max_batch_size=1, instances=(("cpu", 2),))).run(sched).table["done_s"]
             - sched.arrival_s).mean() - s
     erlang_c = (a ** c / 2 / (1 - rho)) / (1 + a + a ** c / 2 / (1 - rho))
     w_mmc = erlang_c * s / (c * (1 - rho))
@@ -96,14 +98,14 @@ def _single(times, **kw):
 
 
 def test_lone_request_waits_the_queue_delay():
-    r = _single([0.0], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=2000)
+    r = _single([0.0], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=2000).table
     assert r["done_s"][0] == pytest.approx(0.002 + 0.006)
 
 
 def test_preferred_size_sends_at_once_and_delay_collects_the_rest():
     # 4 requests within 0.1 ms with preferred [4]: sent as one batch of 4 when the 4th arrives
     r = _single([0.0, 0.00002, 0.00004, 0.0001], max_batch_size=8, dynamic_batching=True, max_queue_delay_us=5000,
-                preferred_batch_sizes=(4,))
+                preferred_batch_sizes=(4,)).table
     assert list(r["exec_batch"]) == [4, 4, 4, 4]
     assert r["done_s"][0] == pytest.approx(0.0001 + 0.005 + 0.004)
 
@@ -111,21 +113,22 @@ def test_preferred_size_sends_at_once_and_delay_collects_the_rest():
 def test_delay_zero_busy_instance_grows_one_payload():
     # the first request runs alone; the next five arrive while it runs and ride together in the next batch
     times = [0.0] + [0.001 * k for k in range(1, 6)]
-    r = _single(times, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0)
+    r = _single(times, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0).table
     assert list(r["exec_batch"]) == [1, 5, 5, 5, 5, 5]
     assert r["done_s"][5] == pytest.approx(0.006 + 0.010)
 
 
 def test_queue_full_rejects_and_queue_timeout_times_out():
     times = [0.0] + [0.0001 * k for k in range(1, 40)]
-    r = _single(times, max_batch_size=1, dynamic_batching=True, max_queue_size=3)
+    r = _single(times, max_batch_size=1, dynamic_batching=True, max_queue_size=3).table
     assert (r["status"] == "rejected").sum() > 20
     assert (r["error"][r["status"] == "rejected"] == "Exceeds maximum queue size").all()
-    r = _single(times, max_batch_size=1, dynamic_batching=True, queue_timeout_us=15000)
+    records = _single(times, max_batch_size=1, dynamic_batching=True, queue_timeout_us=15000)
+    r = records.table
     timed_out = r["status"] == "timeout"
     assert 20 < timed_out.sum() < 40 and r["done_s"][timed_out].isna().all()
     assert_target_contract(Schedule(np.asarray(times), np.zeros(40), ("sleep_python",), np.zeros(40), np.ones(40),
-                                    {"duration_s": float(max(times)) + 1}), r)
+                                    {"duration_s": float(max(times)) + 1}), records)
 
 
 def test_gap_between_batches_keeps_the_instance_busy_but_not_the_answer():
@@ -133,7 +136,7 @@ def test_gap_between_batches_keeps_the_instance_busy_but_not_the_answer():
     n = 3
     sched = Schedule(np.zeros(n), np.zeros(n), ("sleep_python",), np.zeros(n), np.ones(n), {"duration_s": 1.0})
     for dynamic in (False, True):
-        r = SimTarget(sleep_profile(gap=0.001), one(max_batch_size=1, dynamic_batching=dynamic)).run(sched)
+        r = SimTarget(sleep_profile(gap=0.001), one(max_batch_size=1, dynamic_batching=dynamic)).run(sched).table
         assert list(r["done_s"]) == pytest.approx([0.006, 0.013, 0.020])
 
 
@@ -141,7 +144,7 @@ def test_per_request_cost_inside_a_batch():
     """Four requests of one item batched together cost the 4-item service time plus 3 x per_request_s."""
     sched = Schedule(np.zeros(4), np.zeros(4), ("sleep_python",), np.zeros(4), np.ones(4), {"duration_s": 1.0})
     r = SimTarget(sleep_profile(per_request=0.0005), one(max_batch_size=8, dynamic_batching=True,
-                                                         preferred_batch_sizes=(4,))).run(sched)
+                                                         preferred_batch_sizes=(4,))).run(sched).table
     assert list(r["exec_batch"]) == [4] * 4 and r["done_s"][0] == pytest.approx(0.005 + 0.004 + 3 * 0.0005)
 
 
@@ -151,7 +154,7 @@ def test_cold_start_after_idle_time():
     idle = IdleEffect((0.001, 0.01), (0.0, 0.002), (0.002, 0.05), (0.0, 0.003))
     times = [0.0, 0.001, 0.0171, 0.0671]  # the second queues behind the first; the third comes 3.1 ms after it ends
     sched = Schedule(np.array(times), np.zeros(4), ("sleep_python",), np.zeros(4), np.ones(4), {"duration_s": 1.0})
-    r = SimTarget(sleep_profile(idle=idle), one(max_batch_size=1)).run(sched)
+    r = SimTarget(sleep_profile(idle=idle), one(max_batch_size=1)).run(sched).table
     # first: never busy before (last value: +2 ms service), first request ever (+3 ms overhead)
     # second: back to back, 1 ms after the first (no overhead extra); third: instance idle 3.1 ms,
     # 16.1 ms after the previous request (+ 0.003 * 14.1 / 48); fourth: idle and 50 ms gap
@@ -169,12 +172,12 @@ def test_dispatch_delays_the_arrival_at_the_batcher():
     data["models"]["sleep_python"]["dispatch"] = {"constant_s": 0.002}
     profile = Profile.from_json(data, "p.json")
     sched = Schedule(np.array([0.0, 0.0005]), np.zeros(2), ("sleep_python",), np.zeros(2), np.ones(2), {})
-    r = SimTarget(profile, one(max_batch_size=1)).run(sched)
+    r = SimTarget(profile, one(max_batch_size=1)).run(sched).table
     assert list(r["done_s"]) == pytest.approx([0.002 + 0.006, 0.008 + 0.006])
-    r = SimTarget(profile, one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=1000)).run(sched)
+    r = SimTarget(profile, one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=1000)).run(sched).table
     assert list(r["exec_batch"]) == [2, 2] and r["done_s"][0] == pytest.approx(0.002 + 0.001 + 0.005 + 0.002)
     records = SimTarget(profile, one(max_batch_size=8, dynamic_batching=True), engine="simpy").run(sched)
-    assert records.equals(SimTarget(profile, one(max_batch_size=8, dynamic_batching=True)).run(sched))
+    assert records.table.equals(SimTarget(profile, one(max_batch_size=8, dynamic_batching=True)).run(sched).table)
 
 
 def test_colocation_curve_between_measured_batch_sizes_is_interpolated():
@@ -199,12 +202,12 @@ def test_pair_curve_applies_up_to_its_batch_size():
     config = ServingConfig(tuple(ModelServing(n, max_batch_size=4, instances=(("gpu0", 1),)) for n in ("a", "b")))
     for rows, expected in ((1, 0.012), (4, 0.009)):
         sched = Schedule(np.zeros(2), np.array([0, 1]), ("a", "b"), np.zeros(2), np.full(2, rows), {})
-        assert list(SimTarget(profile, config).run(sched)["done_s"]) == pytest.approx([expected, expected])
+        assert list(SimTarget(profile, config).run(sched).table["done_s"]) == pytest.approx([expected, expected])
 
 
 def test_batch_larger_than_max_batch_size_is_an_error_response():
     sched = Schedule(np.array([0.0, 0.1]), np.zeros(2), ("sleep_python",), np.zeros(2), np.array([2, 64]), {})
-    r = SimTarget(sleep_profile(), one(max_batch_size=32, dynamic_batching=True)).run(sched)
+    r = SimTarget(sleep_profile(), one(max_batch_size=32, dynamic_batching=True)).run(sched).table
     assert list(r["status"].astype(str)) == ["ok", "error"]
 
 
@@ -214,7 +217,7 @@ def test_time_sliced_gpu_halves_each_batch_speed():
     curve = Curve(1, (1.0, 2.0), (1.0, 1.0))  # S(2) = 1: two batches at once each run at half speed
     profile = sleep_profile(colocation=[curve], device="gpu0", kind="gpu")
     sched = Schedule(np.array([0.0, 0.0]), np.zeros(2), ("sleep_python",), np.zeros(2), np.ones(2), {})
-    r = SimTarget(profile, one(max_batch_size=0, instances=(("gpu0", 2),))).run(sched)
+    r = SimTarget(profile, one(max_batch_size=0, instances=(("gpu0", 2),))).run(sched).table
     assert list(r["done_s"]) == pytest.approx([0.012, 0.012])
     assert sorted(r["instance"]) == [0, 1]
 
@@ -231,7 +234,7 @@ def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
     profile = Profile.from_json(base, "p.json")
     config = ServingConfig(tuple(ModelServing(n, instances=(("gpu0", 1),)) for n in ("heavy", "light")))
     sched = Schedule(np.array([0.0, 0.0]), np.array([0, 1]), ("heavy", "light"), np.zeros(2), np.ones(2), {})
-    r = SimTarget(profile, config).run(sched)
+    r = SimTarget(profile, config).run(sched).table
     assert list(r["done_s"]) == pytest.approx([0.006, 0.006])
 
 
@@ -259,8 +262,8 @@ def test_same_inputs_same_records_other_seed_other_records():
     first = SimTarget(_noisy_profile(), _mixed_config(), seed=7).run(sched)
     again = SimTarget(_noisy_profile(), _mixed_config(), seed=7).run(sched)
     other = SimTarget(_noisy_profile(), _mixed_config(), seed=8).run(sched)
-    assert first.equals(again) and first.attrs == again.attrs
-    assert not first["done_s"].equals(other["done_s"])
+    assert first.table.equals(again.table) and first.info == again.info
+    assert not first.table["done_s"].equals(other.table["done_s"])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -279,7 +282,7 @@ def test_fast_engine_equals_simpy_reference(seed):
     idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005)) if seed % 2 else None
     fast = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed).run(sched)
     ref = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed, engine="simpy").run(sched)
-    assert fast.equals(ref)
+    assert fast.table.equals(ref.table)
 
 
 def test_ensemble_fans_out_joins_and_matches_reference():
@@ -291,9 +294,9 @@ def test_ensemble_fans_out_joins_and_matches_reference():
     sched = poisson(150, 600, seed=5, models=("pipe", "left"))
     fast = SimTarget(profile, config, ensemble_deps=deps).run(sched)
     ref = SimTarget(profile, config, ensemble_deps=deps, engine="simpy").run(sched)
-    assert fast.equals(ref)
+    assert fast.table.equals(ref.table)
     assert_target_contract(sched, fast)
-    pipe = fast[fast["model"] == "pipe"]
+    pipe = fast.table[fast.table["model"] == "pipe"]
     assert (pipe["status"] == "ok").all() and ((pipe["done_s"] - pipe["intended_s"]) > 3 * 0.002).all()
 
 
@@ -304,9 +307,9 @@ def test_records_satisfy_target_contract_and_summarize():
     summary = summarize(records)
     assert summary["models"]["a"]["counts"]["scheduled"] + summary["models"]["b"]["counts"]["scheduled"] == 3000
     assert 1.0 <= summary["models"]["a"]["mean_exec_batch"] <= 8.0
-    util = records.attrs["sim"]["utilisation"]
+    util = records.info.sim.utilisation
     assert 0.0 < util["a"] < 1.0
-    json.dumps(records.attrs)
+    json.dumps(records.info.to_json())
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------
@@ -333,17 +336,7 @@ def test_more_instances_than_the_device_allows():
 
 # -- closed loop -------------------------------------------------------------------------------------------------
 
-class _Closed:
-    """The closed-loop mode as the targets take it (``name``, ``per_model``, ``duration_s``)."""
-
-    name = "closed"
-
-    def __init__(self, concurrency, duration_s=None):
-        self.concurrency, self.duration_s = concurrency, duration_s
-
-    def per_model(self, models):
-        return {m: self.concurrency.get(m, 0) if isinstance(self.concurrency, dict) else self.concurrency
-                for m in models}
+_Closed = ClosedLoop  # the closed-loop mode both targets take (serving_bench.run.target)
 
 
 def _exponential(mean):
@@ -359,10 +352,10 @@ def test_closed_loop_deterministic_cycle(clients):
     records = SimTarget(sleep_profile(overhead=z), one(max_batch_size=1)).run(poisson(1, 5000), _Closed(clients, 3.0))
     assert_target_contract(poisson(1, 5000), records, closed_loop=True)
     cycle = max(s + z, clients * s)
-    latency = (records["done_s"] - records["sent_s"]).to_numpy()
+    latency = (records.table["done_s"] - records.table["sent_s"]).to_numpy()
     assert latency[clients:-clients] == pytest.approx(cycle)
     assert len(records) == pytest.approx(clients * 3.0 / cycle, abs=clients)
-    assert (records["intended_s"] == records["sent_s"]).all() and records["sent_s"].max() < 3.0
+    assert (records.table["intended_s"] == records.table["sent_s"]).all() and records.table["sent_s"].max() < 3.0
 
 
 def test_closed_loop_matches_the_machine_repair_model():
@@ -379,7 +372,7 @@ def test_closed_loop_matches_the_machine_repair_model():
     p0 = 1 / sum(factorial(n_clients) / factorial(n_clients - k) * (s / z) ** k for k in range(n_clients + 1))
     x = (1 - p0) / s
     assert len(records) / 400.0 == pytest.approx(x, rel=0.02)
-    response = (records["done_s"] - records["sent_s"]).mean()  # includes the think (return) time
+    response = (records.table["done_s"] - records.table["sent_s"]).mean()  # includes the think (return) time
     assert response == pytest.approx(n_clients / x, rel=0.02)
 
 
@@ -394,10 +387,10 @@ def test_closed_loop_engines_agree_with_ensembles_and_queue_limits():
     mode = _Closed({"pipe": 3, "left": 2, "b": 5}, 0.5)
     fast = SimTarget(profile, config, ensemble_deps=deps, seed=3).run(sched, mode)
     ref = SimTarget(profile, config, ensemble_deps=deps, seed=3, engine="simpy").run(sched, mode)
-    assert fast.equals(ref)
+    assert fast.table.equals(ref.table)
     c = assert_target_contract(sched, fast, closed_loop=True)
     assert c["ok"] > 100 and c["rejected"] > 0  # 5 clients against a queue of 2: some are refused
-    per_model = fast.groupby("model", observed=True).size()
+    per_model = fast.table.groupby("model", observed=True).size()
     assert set(per_model.index) == {"pipe", "left", "b"}
 
 
@@ -416,7 +409,7 @@ def test_padded_batches_run_at_the_next_captured_size():
         sched = Schedule(np.zeros(size), np.zeros(size), ("sleep_python",), np.zeros(size), np.ones(size),
                          {"duration_s": 1.0})
         records = SimTarget(profile, config).run(sched)
-        assert (records["exec_batch"] == size).all() and records["done_s"].to_numpy() == pytest.approx(expected)
+        assert (records.table["exec_batch"] == size).all() and records.table["done_s"].to_numpy() == pytest.approx(expected)
     data["models"]["sleep_python"]["devices"]["cpu"]["padded_sizes"] = [4, 2]
     with pytest.raises(InputError, match=r"p.json: models.sleep_python.devices.cpu.padded_sizes: expected strictly"):
         Profile.from_json(data, "p.json")
@@ -426,7 +419,7 @@ def test_padded_batches_run_at_the_next_captured_size():
 def test_mean_batch_is_per_execution():
     """Two executions, one of 1 item and one of 3 (three requests): 2 items per execution, not the 2.5 a
     request-weighted mean would give."""
-    from serving_bench.metrics import per_execution_batch
+    from serving_bench.run.metrics import per_execution_batch
 
     assert per_execution_batch(np.array([1, 1, 1, 1]), np.array([1, 3, 3, 3])) == pytest.approx(2.0)
     assert per_execution_batch(np.array([2, 1]), np.array([3, 3])) == pytest.approx(3.0)
@@ -462,7 +455,7 @@ def _together(profile, names, device="cpu"):
     config = ServingConfig(tuple(ModelServing(n, max_batch_size=1, instances=((device, 1),)) for n in names))
     sched = Schedule(np.zeros(len(names)), np.arange(len(names)), tuple(names), np.zeros(len(names)),
                      np.ones(len(names)), {})
-    return SimTarget(profile, config).run(sched)["done_s"].to_numpy()
+    return SimTarget(profile, config).run(sched).table["done_s"].to_numpy()
 
 
 def test_two_identical_models_share_the_cores_by_demand():
@@ -516,9 +509,9 @@ def test_requests_ways_in_and_out_share_the_cores():
     second — more than the cores allow."""
     config = one(max_batch_size=1, instances=(("cpu", 4),))
     lone = SimTarget(_hosted_profile(), config).run(poisson(1, 1))
-    assert lone["done_s"][0] - lone["intended_s"][0] == pytest.approx(0.008)
+    assert lone.table["done_s"][0] - lone.table["intended_s"][0] == pytest.approx(0.008)
     records = SimTarget(_hosted_profile(), config).run(poisson(1, 2000), _Closed(4, 1.0))
-    latency = (records["done_s"] - records["sent_s"]).to_numpy()
+    latency = (records.table["done_s"] - records.table["sent_s"]).to_numpy()
     assert latency[8:-8] == pytest.approx(0.016) and len(records) == pytest.approx(250, abs=4)
     delays = _hosted_profile(request_demand=0.0)  # ways in and out that use no core: plain delays
     records = SimTarget(delays, config).run(poisson(1, 4000), _Closed(4, 1.0))
@@ -534,7 +527,7 @@ def test_hosted_requests_engines_agree_open_and_closed():
     sched = poisson(400, 3000, seed=11)
     for mode in (None, _Closed(6, 2.0)):
         fast = SimTarget(profile, config, seed=2).run(sched, mode)
-        assert fast.equals(SimTarget(profile, config, seed=2, engine="simpy").run(sched, mode))
+        assert fast.table.equals(SimTarget(profile, config, seed=2, engine="simpy").run(sched, mode).table)
         assert_target_contract(sched, fast, closed_loop=mode is not None)
 
 
@@ -556,3 +549,32 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     held_out = leave_one_out(base, "cpu", runs, ("pool", "pool_eff"))
     assert held_out["pool_eff"] < 0.02 < held_out["pool"]
     assert Observation.from_json(runs[0].to_json()) == runs[0]
+
+
+def test_both_targets_implement_the_target_protocol():
+    target = SimTarget(sleep_profile(), one(max_batch_size=1))
+    assert isinstance(target, Target) and isinstance(TritonTarget("127.0.0.1:1"), Target)
+    sched = poisson(50, 20)
+    assert target.run(sched, OpenLoop()).table.equals(target.run(sched).table)
+    closed = target.run(sched, ClosedLoop(concurrency=1, duration_s=0.05))
+    assert closed.info.mode == "closed" and closed.info.concurrency == {"sleep_python": 1}
+
+
+def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
+    """``simulate --concurrency N``: N clients per model, as ``replay --concurrency N`` on Triton."""
+    from serving_bench.cli import main as cli
+    from serving_bench.run.records import load_records
+
+    profile = tmp_path / "p.json"
+    sleep_profile().save(profile)
+    load = tmp_path / "l.yaml"
+    # a closed loop takes the schedule's requests in order, whatever their times: the load must hold enough of them
+    load.write_text("name: c\nduration: 2s\nseed: 1\nmodels:\n  sleep_python: {rate: 1000}\n")
+    assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "out"),
+                "--concurrency", "3"]) == 0
+    records = load_records(tmp_path / "out")
+    assert records.info.mode == "closed" and records.info.concurrency == {"sleep_python": 3}
+    # three clients on one 6 ms instance: the instance never idles, 2 s / 6 ms answers
+    assert len(records.table) == pytest.approx(2.0 / 0.006, abs=4)
+    assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
+                "--concurrency", "0"]) == 2

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serving_bench.load.schedule import Schedule
 from serving_bench.profiles import Curve, IdleEffect, Profile
+from serving_bench.run.schedule import Schedule
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim import ENGINE_BUILD, SimTarget, compiled
 
@@ -54,8 +54,10 @@ def _curves():
     return SimTarget(profile, config, seed=5).run(T.poisson(600, 3000, seed=8, models=("a", "b")))
 
 
-def _hosted(mode):
+def _hosted(mode, psi: float | None = None):
     data = T._hosted_profile(request_demand=0.8).to_json()
+    if psi is not None:  # the fitted hand-off share (main's interference fit)
+        data["devices"]["cpu"]["law"] = {"name": "pool", "psi": psi}
     data["models"]["sleep_python"]["dispatch"] = {"samples_s": [0.0003, 0.0008, 0.002]}
     data["models"]["sleep_python"]["overhead"] = {"samples_s": [0.0002, 0.0005, 0.003]}
     config = T.one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=400, instances=(("cpu", 2),))
@@ -102,14 +104,15 @@ CASES = {
     "curves": _curves,
     "hosted_open": lambda: _hosted(None),
     "hosted_closed": lambda: _hosted(T._Closed(6, 1.0)),
+    "hosted_psi": lambda: _hosted(None, psi=0.4),
     "ensembles_closed": _ensembles_closed,
 }
 
 
 def run_cases(out: str) -> None:
-    """Every case's records and attrs, pickled to ``out`` (what the pure-source subprocess runs)."""
+    """Every case's table and run facts, pickled to ``out`` (what the pure-source subprocess runs)."""
     with open(out, "wb") as fh:
-        pickle.dump({name: (records, dict(records.attrs)) for name, records in
+        pickle.dump({name: (records.table, records.info.to_json()) for name, records in
                      ((name, case()) for name, case in CASES.items())}, fh)
 
 
@@ -137,10 +140,10 @@ def test_pure_source_gives_the_compiled_records(tmp_path):
     pure = pickle.loads(out.read_bytes())
     for name, case in CASES.items():
         records = case()
-        expected, attrs = pure[name]
-        assert records.equals(expected), name
-        assert json.dumps(dict(records.attrs), sort_keys=True, default=str) == \
-            json.dumps(attrs, sort_keys=True, default=str), name
+        expected, info = pure[name]
+        assert records.table.equals(expected), name
+        assert json.dumps(records.info.to_json(), sort_keys=True, default=str) == \
+            json.dumps(info, sort_keys=True, default=str), name
 
 
 def _fake_build(directory: Path) -> None:

@@ -140,3 +140,11 @@ def test_gpu_placement_objectives(tmp_path):
     assert spread["best"]["result"]["capacity_rps"] >= packed["best"]["result"]["capacity_rps"]
     assert {c["device"] for c in packed["best"]["config"].values()} == {"gpu0"}
     assert "on 1 GPU" in packed["recommendation"][1]
+
+
+def test_two_worker_processes_give_the_serial_result(inputs, tmp_path):
+    """The local executor with worker processes observes in proposal order: the same observations as one process."""
+    serial = run_tune(opts(inputs, tmp_path / "serial"))
+    parallel = run_tune(opts(inputs, tmp_path / "parallel", workers=2))
+    strip = lambda doc: [(t["key"], {k: v for k, v in t["result"].items() if k != "eval_s"}) for t in doc["top"]]  # noqa: E731
+    assert strip(serial) == strip(parallel) and parallel["search"]["evaluated"] == serial["search"]["evaluated"]

@@ -104,7 +104,7 @@ def test_checkpoint_resume_ignores_a_cut_line_and_refuses_another_search(tmp_pat
 def test_load_scaling_keeps_time_span_and_multiplies_requests():
     import numpy as np
 
-    from serving_bench.load.schedule import Schedule
+    from serving_bench.run.schedule import Schedule
 
     rng = np.random.default_rng(0)
     t = np.sort(rng.uniform(0, 100, 2000))

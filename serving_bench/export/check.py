@@ -26,15 +26,15 @@ import pickletools
 import zipfile
 from pathlib import Path
 
-from serving_bench.errors import InputError
-from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, TRITON_TO_NUMPY, ModelConfig,
-                                             check_entry_name, file_sha256, load_manifest, read_config)
 from tritonclient.grpc import model_config_pb2 as mc
 
-# platform (or backend) -> artifact file in the version folder
-ARTIFACTS = {"pytorch_libtorch": "model.pt", "onnxruntime_onnx": "model.onnx", "tensorrt_plan": "model.plan",
-             "python": "model.py"}
-NATIVE_BACKENDS = {"pytorch": "pytorch_libtorch", "onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
+from serving_bench.errors import InputError
+from serving_bench.export.frameworks import FRAMEWORKS, PLATFORM_ARTIFACTS, PYTHON_ARTIFACT, native_platform
+from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, TRITON_TO_NUMPY, ModelConfig,
+                                             check_entry_name, file_sha256, load_manifest, read_config)
+
+# platform (or the python backend) -> artifact file in the version folder
+ARTIFACTS = {**PLATFORM_ARTIFACTS, "python": PYTHON_ARTIFACT}
 ONNX_TO_NUMPY = {1: "float32", 10: "float16", 11: "float64", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 
 
@@ -94,7 +94,7 @@ def _kind(config: ModelConfig) -> str:
     """platform, or python, or the platform a native backend name stands for; '' if none."""
     if config.platform:
         return config.platform
-    return NATIVE_BACKENDS.get(config.backend, config.backend)
+    return native_platform("", config.backend) or config.backend
 
 
 def _check_tensors(path: Path, config: ModelConfig, which: str, problems: Problems) -> None:
@@ -142,7 +142,7 @@ def _check_entry(entry: Path, config: ModelConfig, record: dict | None, problems
     version = versions[-1]
     artifacts = [config.default_model_filename or ARTIFACTS[kind]]
     if kind == "python" and config.parameters["framework"].string_value == "tvm":
-        artifacts.append(config.parameters["artifact"].string_value or "model.so")
+        artifacts.append(config.parameters["artifact"].string_value or FRAMEWORKS["tvm"].artifact)
     for artifact in artifacts:
         if not (version / artifact).is_file():
             problems.add(version / artifact, None, f"missing: the {kind} entry needs its artifact {artifact}")
@@ -162,7 +162,7 @@ def _batch_dims(config: ModelConfig, dims: list[int]) -> list[int]:
 
 
 def _check_onnx_io(onnx_path: Path, path: Path, config: ModelConfig, problems: Problems) -> None:
-    import onnx
+    import onnx  # heavy (~0.5 s): only when an ONNX entry is checked
 
     try:
         graph = onnx.load(str(onnx_path), load_external_data=False).graph
@@ -316,6 +316,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if not Path(args.repo).is_dir():  # bad input, not a repository with problems
+        raise InputError(args.repo, None, "model repository folder does not exist")
     problems, names = check_repo(args.repo)
     for problem in problems:
         print(problem.line())

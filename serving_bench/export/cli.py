@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 
+from serving_bench.errors import InputError
+from serving_bench.export.api import export_models
+from serving_bench.export.frameworks import FRAMEWORKS
+from serving_bench.models import MODELS
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from serving_bench.export.frameworks import FRAMEWORKS
-    from serving_bench.models import MODELS
-
     parser.add_argument("--models", default="",
                         help=f"comma-separated zoo models: {', '.join(MODELS)} (may be omitted with --ensemble)")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
@@ -34,9 +36,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from serving_bench.errors import InputError
-    from serving_bench.export.api import export_models
-
     try:
         tvm_buckets = [int(b) for b in args.tvm_buckets.split(",") if b.strip()]
     except ValueError:

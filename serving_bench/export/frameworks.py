@@ -44,14 +44,16 @@ class ExportOptions:
 @dataclass(frozen=True)
 class Framework:
     """One export target. Exactly one of ``platform`` (a native Triton platform) and ``backend`` is set;
-    ``artifact`` is the file name inside the version folder; ``gpu_capable`` says whether a GPU instance group is
-    written when a GPU is present (TVM compiles for the host CPU, so its instances stay on the CPU)."""
+    ``artifact`` is the file name inside the version folder; ``native_backend`` is the Triton backend that serves a
+    native platform (a config may name it instead of the platform); ``gpu_capable`` says whether a GPU instance group
+    is written when a GPU is present (TVM compiles for the host CPU, so its instances stay on the CPU)."""
 
     name: str
     platform: str
     backend: str
     artifact: str
     module: str
+    native_backend: str = ""
     gpu_capable: bool = True
 
     def impl(self) -> ModuleType:
@@ -65,13 +67,29 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "torchscript": Framework("torchscript", "pytorch_libtorch", "", "model.pt", "serving_bench.export.torchscript"),
-    "onnxruntime": Framework("onnxruntime", "onnxruntime_onnx", "", "model.onnx", "serving_bench.export.ort"),
+    "torchscript": Framework("torchscript", "pytorch_libtorch", "", "model.pt", "serving_bench.export.torchscript",
+                             native_backend="pytorch"),
+    "onnxruntime": Framework("onnxruntime", "onnxruntime_onnx", "", "model.onnx", "serving_bench.export.ort",
+                             native_backend="onnxruntime"),
     "tvm": Framework("tvm", "", "python", "model.so", "serving_bench.export.tvm_export", gpu_capable=False),
-    "tensorrt": Framework("tensorrt", "tensorrt_plan", "", "model.plan", "serving_bench.export.tensorrt"),
+    "tensorrt": Framework("tensorrt", "tensorrt_plan", "", "model.plan", "serving_bench.export.tensorrt",
+                          native_backend="tensorrt"),
 }
+# The platform <-> artifact facts, all derived from the registry above (check-repo and the runners read them here).
 # Triton platform -> framework, for reading a repository back (python-backend TVM entries say so in a parameter).
 PLATFORM_TO_FRAMEWORK = {f.platform: f.name for f in FRAMEWORKS.values() if f.platform}
+# native platform -> its artifact file in the version folder
+PLATFORM_ARTIFACTS = {f.platform: f.artifact for f in FRAMEWORKS.values() if f.platform}
+# Triton backend name -> the native platform it serves
+NATIVE_BACKENDS = {f.native_backend: f.platform for f in FRAMEWORKS.values() if f.native_backend}
+PYTHON_ARTIFACT = "model.py"  # a python-backend entry's model file
+
+
+def native_platform(platform: str, backend: str) -> str | None:
+    """The native platform a config uses (its ``platform``, or the platform its ``backend`` stands for), else None."""
+    if platform in PLATFORM_TO_FRAMEWORK:
+        return platform
+    return NATIVE_BACKENDS.get(backend)
 
 
 def get_framework(name: str, source: str = "--frameworks") -> Framework:
@@ -92,7 +110,7 @@ def load_predictor(framework: str, version_dir: str | Path, input_names, output_
 
 def gpu_available() -> bool:
     """Whether torch sees a CUDA GPU (decides ``KIND_GPU`` vs ``KIND_CPU``)."""
-    import torch
+    import torch  # heavy: ~1 s to import
 
     return bool(torch.cuda.is_available())
 

@@ -19,7 +19,7 @@ def write_onnx(module, spec: ModelSpec, path: Path, max_batch_size: int, seed: i
 
     The batch axis of every input and output is the symbolic dimension ``batch`` (1..max); names are the spec's.
     """
-    import torch
+    import torch  # heavy: ~1 s to import
 
     example_batch = 2  # a batch of 1 would be specialised away by torch.export
     inputs = tuple(torch.from_numpy(a) for a in spec.make_inputs(example_batch, seed).values())

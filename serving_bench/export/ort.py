@@ -22,7 +22,7 @@ def unavailable_reason() -> str | None:
 
 
 def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> dict:
-    import onnxruntime
+    import onnxruntime  # heavy: ~0.3 s to import
 
     write_onnx(module, spec, version_dir / "model.onnx", opts.max_batch_size, opts.seed)
     return {"opset": OPSET, "onnxruntime": onnxruntime.__version__}
@@ -30,7 +30,7 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
 
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
          threads: int | None = None, graph_optimization_level: str = "all", **_settings) -> Predictor:
-    import onnxruntime as ort
+    import onnxruntime as ort  # heavy: ~0.3 s to import
 
     options = ort.SessionOptions()
     if threads:

@@ -33,7 +33,7 @@ def relative_error(actual: np.ndarray, reference: np.ndarray) -> float:
 
 def torch_outputs(module, spec: ModelSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the torch module on numpy inputs; outputs named as in ``spec``."""
-    import torch
+    import torch  # heavy: ~1 s to import
 
     with torch.inference_mode():
         out = module(*[torch.from_numpy(inputs[n]) for n in spec.input_names])

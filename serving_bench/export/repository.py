@@ -14,18 +14,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
-from serving_bench.files import read_json
+from serving_bench.files import atomic_write_text, publish_folder, read_json
 
 ModelConfig = mc.ModelConfig
 CONFIG_NAME = "config.pbtxt"
@@ -105,20 +104,6 @@ def write_config(config: ModelConfig, path: str | Path) -> None:
     atomic_write_text(Path(path), config_text(config))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 @contextlib.contextmanager
 def staged_entry(repo: str | Path, name: str, overwrite: bool = False) -> Iterator[Path]:
     """Yield an empty staging folder for entry ``name``; on success it replaces ``<repo>/<name>`` in one rename.
@@ -134,13 +119,7 @@ def staged_entry(repo: str | Path, name: str, overwrite: bool = False) -> Iterat
     staging = Path(tempfile.mkdtemp(dir=final.parent.parent, prefix=f".{final.parent.name}-{name}-"))
     try:
         yield staging
-        if final.exists():
-            trash = Path(tempfile.mkdtemp(dir=final.parent.parent, prefix=f".{final.parent.name}-old-{name}-"))
-            os.replace(final, trash / name)
-            os.replace(staging, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(staging, final)
+        publish_folder(staging, final, replace=True)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -174,3 +153,24 @@ def update_manifest(repo: str | Path, records: dict[str, dict]) -> dict:
     manifest["entries"] = dict(sorted(manifest["entries"].items()))
     atomic_write_text(Path(repo) / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     return manifest
+
+
+def ensemble_members(config: ModelConfig) -> list[str]:
+    """Model names an ensemble's steps call, in step order (empty for a non-ensemble)."""
+    return [step.model_name for step in config.ensemble_scheduling.step]
+
+
+def resolve_models(repo: Path, models: Sequence[str] | None) -> list[str]:
+    """The entries to serve: ``models`` (all entries when None) plus, transitively, every ensemble member."""
+    available = list_entries(repo)
+    wanted = list(models) if models else list(available)
+    resolved: list[str] = []
+    while wanted:
+        name = wanted.pop(0)
+        if name in resolved:
+            continue
+        if name not in available:
+            raise InputError(repo, name, f"no such model in the repository; available: {', '.join(available) or 'none'}")
+        resolved.append(name)
+        wanted += ensemble_members(read_config(entry_dir(repo, name) / CONFIG_NAME))
+    return resolved

@@ -8,9 +8,9 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.export.repository import ModelConfig, staged_entry, write_config
+from serving_bench.models import SLEEP_FEATURES
 
 SLEEP_RUNNER = Path(__file__).resolve().parents[1] / "serve" / "runners" / "sleep_model.py"
-SLEEP_FEATURES = 4  # width of the echoed float32 input
 
 
 def sleep_config(name: str, *, base_ms: float, per_item_ms: float, max_batch_size: int = 32, instances: int = 1,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from serving_bench.export.frameworks import ExportOptions, Predictor, gpu_available, outputs_dict
 from serving_bench.export.onnx_file import write_onnx
 from serving_bench.models import ModelSpec
@@ -30,7 +32,7 @@ def unavailable_reason() -> str | None:
 
 
 def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> dict:
-    import tensorrt as trt
+    import tensorrt as trt  # optional: GPU hosts only
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -62,9 +64,8 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
 
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cuda:0",
          threads: int | None = None, **_settings) -> Predictor:
-    import numpy as np
-    import tensorrt as trt
-    import torch
+    import tensorrt as trt  # optional: GPU hosts only
+    import torch  # heavy: ~1 s to import
 
     if not device.startswith("cuda"):
         device = "cuda:0"

@@ -18,7 +18,7 @@ def unavailable_reason() -> str | None:
 
 
 def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> dict:
-    import torch
+    import torch  # heavy: ~1 s to import
 
     example = tuple(torch.from_numpy(a) for a in spec.make_inputs(min(2, opts.max_batch_size), opts.seed).values())
     with torch.no_grad(), warnings.catch_warnings():
@@ -30,7 +30,7 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
 
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
          threads: int | None = None, **_settings) -> Predictor:
-    import torch
+    import torch  # heavy: ~1 s to import
 
     if threads:
         torch.set_num_threads(int(threads))

@@ -18,8 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from serving_bench.export.frameworks import ExportOptions, Predictor, outputs_dict
 from serving_bench.export.onnx_file import write_onnx
+from serving_bench.export.tvm_tune import bucket_for, tune
 from serving_bench.models import ModelSpec
 
 
@@ -34,7 +37,7 @@ def unavailable_reason() -> str | None:
 
 def host_target() -> dict:
     """The host CPU's LLVM target as TVM's JSON dict (kind, mtriple, mcpu)."""
-    import tvm
+    import tvm  # heavy: ~1 s to import
 
     target = tvm.target.Target.from_device(tvm.cpu())
     fields = json.loads(str(target))
@@ -43,8 +46,8 @@ def host_target() -> dict:
 
 def import_onnx(module, spec: ModelSpec, max_batch_size: int, seed: int):
     """The model as a Relax IRModule with weights bound as constants and a symbolic batch axis."""
-    import onnx
-    from tvm.relax.frontend.onnx import from_onnx
+    import onnx  # heavy: ~0.5 s to import
+    from tvm.relax.frontend.onnx import from_onnx  # heavy: ~1 s to import
 
     with tempfile.TemporaryDirectory(prefix="serving-bench-tvm-") as tmp:
         path = write_onnx(module, spec, Path(tmp) / "model.onnx", max_batch_size, seed)
@@ -57,7 +60,7 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
 
     The returned settings' ``runtime`` dict is what :func:`load` needs besides the file (written to the config's
     parameters, so the runner gets it too)."""
-    import tvm
+    import tvm  # heavy: ~1 s to import
 
     mod = import_onnx(module, spec, opts.max_batch_size, opts.seed)
     target_dict = host_target()
@@ -65,8 +68,6 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
                       "runtime": {}}
     start = time.perf_counter()
     if opts.tvm_tune_trials > 0:
-        from serving_bench.export.tvm_tune import tune
-
         executable, tune_settings = tune(mod, spec, target_dict, opts)
         settings.update(tune_settings)
         settings["runtime"]["buckets"] = ",".join(map(str, tune_settings["buckets"]))
@@ -81,9 +82,8 @@ def load(version_dir: Path, input_names: list[str], output_names: list[str], *, 
          threads: int | None = None, buckets: str | None = None, **_settings) -> Predictor:
     """A predictor over ``model.so``. With ``buckets`` (``"1,2,4,8"``, from a tuned export) a batch runs in the
     smallest static bucket that holds it, zero-padded, and the padding rows are dropped from the outputs."""
-    import numpy as np
-    import tvm
-    from tvm import relax
+    import tvm  # heavy: ~1 s to import
+    from tvm import relax  # heavy: ~1 s to import
 
     if threads:
         tvm.get_global_func("runtime.config_threadpool")(0, int(threads))
@@ -104,8 +104,6 @@ def load(version_dir: Path, input_names: list[str], output_names: list[str], *, 
         rows = len(arrays[0])
         if not sizes:
             return outputs_dict(run(main, arrays), output_names)
-        from serving_bench.export.tvm_tune import bucket_for
-
         size = bucket_for(rows, sizes)
         if size != rows:
             arrays = [np.concatenate([a, np.zeros((size - rows, *a.shape[1:]), a.dtype)]) for a in arrays]

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from serving_bench.export.frameworks import ExportOptions
+from serving_bench.files import cache_dir, publish_folder
 from serving_bench.models import ModelSpec
 
 DONE_MARKER = "complete.json"
@@ -62,7 +63,7 @@ def add_static_buckets(mod, sizes: list[int], batch_var: str = "batch"):
 
 
 def cache_key(spec: ModelSpec, target: dict, sizes: list[int], trials: int) -> str:
-    import tvm
+    import tvm  # heavy: ~1 s to import
 
     payload = {"model": spec.name, "precision": spec.precision,
                "inputs": [(t.name, t.dtype, t.shape) for t in spec.inputs], "buckets": sizes, "target": target,
@@ -72,9 +73,9 @@ def cache_key(spec: ModelSpec, target: dict, sizes: list[int], trials: int) -> s
 
 def _prepare(mod, target):
     """The fusion passes ``compile_relax`` runs before applying the database (so task keys match)."""
-    import tvm
-    from tvm import relax
-    from tvm.relax import pipeline
+    import tvm  # heavy: ~1 s to import
+    from tvm import relax  # heavy: ~1 s to import
+    from tvm.relax import pipeline  # heavy: ~1 s to import
 
     try:
         dispatch = pipeline.library_dispatch_passes(target)
@@ -92,7 +93,7 @@ def _prim_func(task):
 
 
 def _is_static(prim_func) -> bool:
-    from tvm import tirx
+    from tvm import tirx  # heavy: ~1 s to import
 
     for param in prim_func.params:
         try:
@@ -108,8 +109,8 @@ def build_candidate(mod, target, _params):
     """MetaSchedule's default candidate build without its ``import tvm.s_tir.tensor_intrin``: that import takes
     40-60 s and the local builder pays it in fresh worker processes for every batch of candidates, so every trial
     timed out. Tensor intrinsics only matter for int8/tensor-core schedules, which fp32/fp16 on the CPU do not use."""
-    from tvm.driver import build as tvm_build
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.driver import build as tvm_build  # heavy: ~1 s to import
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # heavy: ~1 s to import
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
@@ -117,10 +118,8 @@ def build_candidate(mod, target, _params):
 
 def tune(mod, spec: ModelSpec, target_dict: dict, opts: ExportOptions, log=None) -> tuple[object, dict]:
     """Tune the static buckets of ``mod`` (or reuse cached records); returns ``(executable, settings)``."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    from serving_bench.serve.server import cache_dir
+    import tvm  # heavy: ~1 s to import
+    from tvm.s_tir import meta_schedule as ms  # heavy: ~1 s to import
 
     sizes = sorted(set(opts.tvm_buckets) | {opts.max_batch_size}) if opts.tvm_buckets else buckets(opts.max_batch_size)
     mod = add_static_buckets(mod, sizes)
@@ -151,10 +150,7 @@ def tune(mod, spec: ModelSpec, target_dict: dict, opts: ExportOptions, log=None)
                                runner=ms.runner.LocalRunner(timeout_sec=60))
             info = {"tasks": len(tasks), "tune_s": round(time.perf_counter() - start, 1)}
             (work / DONE_MARKER).write_text(json.dumps(info))
-            if folder.exists():  # a concurrent export finished first; keep its records
-                shutil.rmtree(work, ignore_errors=True)
-            else:
-                os.replace(work, folder)
+            publish_folder(work, folder, replace=False)  # a concurrent export that finished first keeps its records
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -3,7 +3,7 @@
 Builds the schedule from the profile (or loads ``--schedule saved.npz``), starts the embedded tritonserver with only
 the models the profile needs (unless ``--url`` names a running server), replays the schedule open loop (or closed
 loop with ``--concurrency``) with a progress bar showing the live rate and p99, samples telemetry, and writes the
-results folder (:mod:`serving_bench.load.results`). On Ctrl-C or SIGTERM (to the process or its whole group, at any
+results folder (:mod:`serving_bench.run.results`). On Ctrl-C or SIGTERM (to the process or its whole group, at any
 moment after the schedule is built), on server death or a dead model instance the records of what was sent are
 saved, marked partial; the exit status is then 130 or 3.
 """
@@ -11,13 +11,26 @@ saved, marked partial; the exit status is then 130 or 3.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from serving_bench.errors import InputError
+from serving_bench.files import atomic_write_json
 from serving_bench.interrupts import RunInterrupted, deferred_interrupts
-from serving_bench.records import not_sent_records
+from serving_bench.load import scenarios
+from serving_bench.load.driver import TritonTarget
+from serving_bench.load.fields import Where, seconds
+from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.run.records import not_sent_records
+from serving_bench.run.results import write_results
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, OpenLoop
+from serving_bench.serve.server import connect
+from serving_bench.telemetry import Telemetry
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--queries", type=int, default=1024, help="offline: number of queries")
 
 
-def _schedule(args):
-    from serving_bench.load.profile import LoadProfile, build_schedule
-    from serving_bench.load.schedule import Schedule
-
+def _schedule(args) -> Schedule:
     profile = LoadProfile.load(args.profile)
     if args.schedule:
         return Schedule.load(args.schedule)
@@ -76,8 +86,6 @@ class _Bar:
     def __init__(self, total: int, enabled: bool):
         self.bar = None
         if enabled:
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, unit="req", dynamic_ncols=True, file=sys.stderr, desc="replay")
 
     def __call__(self, progress) -> None:
@@ -95,10 +103,6 @@ class _Bar:
 
 
 def main(args) -> int:
-    from serving_bench.load.driver import ClosedLoop, OpenLoop, TritonTarget
-    from serving_bench.load.fields import Where, seconds
-    from serving_bench.load.results import write_results
-
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError("--out", None, f"{out} is a file; expected a results folder (new, empty, or --overwrite)")
@@ -123,16 +127,12 @@ def main(args) -> int:
 
     # A Ctrl-C or SIGTERM from here on stops the run where it is safe and the results folder is still written: the
     # records of what was sent, marked partial (every request not_sent when it came before the start).
-    server = None
+    server = connect(repo, url=args.url, models=list(schedule.models), instances=instances)
     stopped_early = None
-    if not args.url:
-        from serving_bench.serve.server import TritonServer
-
-        server = TritonServer(repo, models=list(schedule.models), instances=instances)
-        try:
-            server.start()  # a Ctrl-C while it starts: it cleans up after itself
-        except KeyboardInterrupt:
-            server, stopped_early = None, "interrupted (Ctrl-C) before the start"
+    try:
+        server.start()  # a Ctrl-C while it starts: it cleans up after itself
+    except KeyboardInterrupt:
+        server, stopped_early = None, "interrupted (Ctrl-C) before the start"
     with deferred_interrupts() as signals:
         bar = None
         telemetry = None
@@ -141,18 +141,13 @@ def main(args) -> int:
             if stopped_early:
                 records = not_sent_records(schedule, TritonTarget.name, stopped_early)
             else:
-                from serving_bench.serve.server import Endpoints
-
-                endpoints = server.endpoints if server is not None else Endpoints.from_url(args.url)
-                target = TritonTarget(server or endpoints, mode=mode, timeout_s=timeout_s, senders=args.senders,
+                target = TritonTarget(server, mode=mode, timeout_s=timeout_s, senders=args.senders,
                                       source=args.profile)
                 target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything
                 bar = _Bar(len(schedule), not args.no_progress)
                 target.progress = bar
                 if not args.no_telemetry:
-                    from serving_bench.telemetry import Telemetry
-
-                    telemetry = Telemetry(endpoints.metrics_url, interval_s=0.5, pid=server and server.pid)
+                    telemetry = Telemetry(server.endpoints.metrics_url, interval_s=0.5, pid=server.pid)
                     telemetry.start()
                 try:
                     records = target.run(schedule) if not signals.reason else \
@@ -170,8 +165,8 @@ def main(args) -> int:
             shutil.rmtree(out)
         summary = write_results(out, records, schedule, telemetry=telemetry)
     _print_summary(summary, out)
-    reason = records.attrs.get("stop_reason") or ""
-    if records.attrs.get("partial"):
+    reason = records.info.stop_reason or ""
+    if records.info.partial:
         print(f"run stopped early ({reason}); partial records saved in {out}/", file=sys.stderr)
         return 130 if reason.startswith("interrupted") else 3
     return 0
@@ -179,14 +174,6 @@ def main(args) -> int:
 
 def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
     """``--scenario``: run it on the embedded (or ``--url``) server; write the results folder plus scenario.json."""
-    import json
-
-    from serving_bench.load import scenarios
-    from serving_bench.load.driver import OpenLoop, TritonTarget
-    from serving_bench.load.fields import Where, seconds
-    from serving_bench.load.profile import LoadProfile
-    from serving_bench.load.results import write_results
-
     profile = LoadProfile.load(args.profile)
     bound = seconds(args.bound, Where("--bound"), allow_zero=False) if args.bound else None
     min_duration = seconds(args.min_duration, Where("--min-duration"), allow_zero=False)
@@ -196,18 +183,9 @@ def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
         missing = [m.name for m in profile.models if "p99" not in dict(m.slo)]
         if missing:
             raise InputError(args.profile, f"models.{missing[0]}.slo.p99", "missing; give --bound or a p99 SLO")
-    server = None
-    if args.url:
-        from serving_bench.serve.server import Endpoints
-
-        endpoints = Endpoints.from_url(args.url)
-    else:
-        from serving_bench.serve.server import TritonServer
-
-        server = TritonServer(Path(args.repo), models=[m.name for m in profile.models], instances=instances).start()
-        endpoints = server
-    try:
-        target = TritonTarget(endpoints, mode=OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap),
+    with connect(Path(args.repo), url=args.url, models=[m.name for m in profile.models],
+                 instances=instances) as server:
+        target = TritonTarget(server, mode=OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap),
                               timeout_s=timeout_s, senders=args.senders, source=args.profile)
         if args.scenario == "server":
             result = scenarios.Server(args.qps, bound, 99.0, min_duration, args.min_queries).run(target, profile)
@@ -221,16 +199,11 @@ def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
                                         on_step=lambda s: print(f"qps {s['qps']:9.1f}: "
                                                                 f"{'valid' if s['valid'] else 'invalid'} "
                                                                 f"{'; '.join(s['reasons'])}", file=sys.stderr))
-    finally:
-        if server is not None:
-            server.stop()
     figures = scenarios.scenario_figures(result)
     out.mkdir(parents=True, exist_ok=True)
     if hasattr(result, "records"):
         write_results(out, result.records)
-    tmp = out / ".scenario.json.tmp"
-    tmp.write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(out / "scenario.json")
+    atomic_write_json(out / "scenario.json", figures)
     print(json.dumps(figures, indent=2, default=str))
     return 0
 

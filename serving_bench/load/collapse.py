@@ -20,35 +20,36 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pandas as pd
+
+from serving_bench.run.records import Records
 
 MAX_UTILISATION = 0.5   # instances computing less than this share of the run ...
 MIN_REFUSED_SHARE = 0.05  # ... while at least this share of the sent requests was refused or expired ...
 MIN_REFUSED = 20          # ... and at least this many (a short burst on a small run is not a collapse)
-ATTR = "queue_policy_collapse"  # the one field: records.attrs and the summary
+ATTR = "queue_policy_collapse"  # the one field: RunInfo and the summary
 
 
 class QueuePolicyCollapseWarning(UserWarning):
     """A model with a queue policy answered far below what its instances could do while refusing requests."""
 
 
-def queue_policy_collapse(records: pd.DataFrame) -> dict | None:
+def queue_policy_collapse(records: Records) -> dict | None:
     """Per model with a queue policy that collapsed in this run: ``{model: {"reason": one line, "utilisation",
     "refused", "sent", "answered_rps", "capacity_rps", "settings"}}``; ``None`` when none did (or the run lacks
-    Triton's statistics). Needs ``records.attrs``: ``meta.queue_policies``, ``meta.instances``, ``server_stats``
+    Triton's statistics). Needs ``records.info``: ``meta.queue_policies``, ``meta.instances``, ``server_stats``
     (with ``busy_s``) and the run length (``meta.duration_s``; a partial or closed-loop run: ``elapsed_s`` if
     shorter)."""
-    attrs = records.attrs
-    meta = attrs.get("meta") or {}
+    info = records.info
+    meta = info.meta or {}
     policies = meta.get("queue_policies") or {}
-    stats = attrs.get("server_stats") or {}
-    length = float(meta.get("duration_s") or attrs.get("elapsed_s") or 0.0)
-    if attrs.get("elapsed_s") and (attrs.get("partial") or attrs.get("mode") == "closed"):  # the part that ran
-        length = min(length, float(attrs["elapsed_s"]))
+    stats = info.server_stats or {}
+    length = float(meta.get("duration_s") or info.elapsed_s or 0.0)
+    if info.elapsed_s and (info.partial or info.mode == "closed"):  # the part that ran
+        length = min(length, float(info.elapsed_s))
     if not policies or length <= 0:
         return None
-    status = records["status"].astype(str).to_numpy()
-    model = records["model"].astype(str).to_numpy()
+    status = records.table["status"].astype(str).to_numpy()
+    model = records.table["model"].astype(str).to_numpy()
     found = {}
     for name, settings in policies.items():
         row = stats.get(name)
@@ -75,11 +76,10 @@ def queue_policy_collapse(records: pd.DataFrame) -> dict | None:
     return found or None
 
 
-def flag_queue_policy_collapse(records: pd.DataFrame) -> dict | None:
-    """Set ``records.attrs["queue_policy_collapse"]`` (:func:`queue_policy_collapse`) and warn once per collapsed
-    model (:class:`QueuePolicyCollapseWarning`, one line). Returns the flag."""
+def flag_queue_policy_collapse(records: Records) -> Records:
+    """``records`` with ``info.queue_policy_collapse`` set (:func:`queue_policy_collapse`), warning once per
+    collapsed model (:class:`QueuePolicyCollapseWarning`, one line)."""
     found = queue_policy_collapse(records)
-    records.attrs[ATTR] = found
     for entry in (found or {}).values():
         warnings.warn(entry["reason"], QueuePolicyCollapseWarning, stacklevel=3)
-    return found
+    return records.with_info(queue_policy_collapse=found)

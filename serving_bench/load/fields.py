@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from serving_bench.errors import InputError
-
-_UNITS_S = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+from serving_bench.units import SECONDS_PER
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*")
 _RATE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:/\s*(s|sec|min|h))?\s*")
 
@@ -50,8 +49,8 @@ def seconds(value: Any, where: Where, *, allow_zero: bool = True) -> float:
     number = _number(value)
     if number is None and isinstance(value, str):
         match = _DURATION.fullmatch(value)
-        if match and match.group(2) in _UNITS_S or (match and match.group(2) == ""):
-            number = float(match.group(1)) * _UNITS_S.get(match.group(2) or "s", 1.0)
+        if match and match.group(2) in SECONDS_PER or (match and match.group(2) == ""):
+            number = float(match.group(1)) * SECONDS_PER[match.group(2) or "s"]
     if number is None or not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise where.error(f"expected a duration {bound} such as 20ms, 1.5s or 2min (a bare number is seconds), "
@@ -65,7 +64,7 @@ def rate(value: Any, where: Where, *, allow_zero: bool = False) -> float:
     if number is None and isinstance(value, str):
         match = _RATE.fullmatch(value)
         if match:
-            number = float(match.group(1)) / {None: 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}[match.group(2)]
+            number = float(match.group(1)) / SECONDS_PER[match.group(2) or "s"]
     if number is None or not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise where.error(f"expected a rate {bound} in requests per second (a number, or like 50/s, 3000/min), "

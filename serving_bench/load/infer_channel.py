@@ -19,6 +19,7 @@ import time
 from typing import Any, Sequence
 
 import grpc
+from grpc._cython import cygrpc  # grpcio's Cython layer (not a public API: see check_transport)
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 LIVE_METHOD = "/inference.GRPCInferenceService/ServerLive"
@@ -29,8 +30,6 @@ OK_CODE = grpc.StatusCode.OK.value[0]
 
 
 def _cygrpc() -> Any:
-    from grpc._cython import cygrpc
-
     return cygrpc
 
 

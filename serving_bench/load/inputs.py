@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import serialize_byte_tensor
 
 from serving_bench.errors import InputError
+from serving_bench.serving_config import queue_policy_settings
 
 NUMPY_OF = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
             "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -51,10 +54,8 @@ class ModelSpec:
 
     @classmethod
     def from_server(cls, metadata, config) -> "ModelSpec":
-        """From tritonclient's ``ModelMetadataResponse`` and ``ModelConfigResponse`` protobufs."""
-        from serving_bench.serving_config import queue_policy_settings
-
-        cfg = config.config
+        """From tritonclient's ``ModelMetadataResponse`` and the served ``ModelConfig`` (protobufs)."""
+        cfg = config
         batched = cfg.max_batch_size > 0
         inputs = tuple(TensorSpec(i.name, i.datatype, tuple(int(d) for d in (i.shape[1:] if batched else i.shape)))
                        for i in metadata.inputs)
@@ -137,9 +138,6 @@ class SampleBank:
 
 def infer_request(model: ModelSpec, inputs: Mapping[str, np.ndarray]) -> bytes:
     """A serialized ``inference.ModelInferRequest`` carrying ``inputs`` (raw binary tensors)."""
-    from tritonclient.grpc import service_pb2
-    from tritonclient.utils import serialize_byte_tensor
-
     request = service_pb2.ModelInferRequest(model_name=model.name)
     for spec in model.inputs:
         array = inputs[spec.name]

@@ -25,8 +25,8 @@ from serving_bench.export.repository import check_entry_name
 from serving_bench.load import fields as fv
 from serving_bench.load.arrivals import ArrivalProcess, Poisson, arrival_from_mapping
 from serving_bench.load.fields import Where
-from serving_bench.load.schedule import Schedule
 from serving_bench.load.traces import Trace
+from serving_bench.run.schedule import Schedule
 
 SLO_STATS = ("p50", "p90", "p95", "p99", "p99.9", "mean")
 TOP_FIELDS = ("name", "duration", "seed", "warmup", "cooldown", "arrival", "samples", "models")

@@ -1,4 +1,4 @@
-"""MLPerf-style scenarios and a peak-QPS search, on any target with ``run(schedule) -> records``.
+"""MLPerf-style scenarios and a peak-QPS search, on any :class:`~serving_bench.run.target.Target`.
 
 * **Server** — Poisson arrivals at ``qps`` until both ``min_duration_s`` and ``min_queries`` are reached (LoadGen's
   rule); valid when the ``percentile`` latency (from the intended time) is within ``latency_bound_s`` for every
@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 
 from serving_bench.load.arrivals import ArrivalProcess
 from serving_bench.load.profile import LoadProfile, ModelLoad, build_schedule
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
+from serving_bench.run.metrics import summarize
+from serving_bench.run.records import Records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, Target
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class ScenarioResult:
     """What a scenario run gave: the records, their summary, validity with reasons, and the headline figure."""
 
     name: str
-    records: pd.DataFrame
+    records: Records
     summary: dict
     valid: bool
     reasons: tuple[str, ...]
@@ -96,7 +97,7 @@ class Server:
         duration = float(times[-1]) + 1e-6
         return _with_arrivals(profile, times, duration, {"name": "server", **dataclasses.asdict(self)})
 
-    def judge(self, profile: LoadProfile, schedule: Schedule, records: pd.DataFrame) -> ScenarioResult:
+    def judge(self, profile: LoadProfile, schedule: Schedule, records: Records) -> ScenarioResult:
         key = f"p{self.percentile:g}"
         slos = {m.name: {key: self.latency_bound_s if self.latency_bound_s is not None else dict(m.slo).get(key)}
                 for m in profile.models}
@@ -118,13 +119,13 @@ class Server:
         if c["failed"] + c["timeout"]:
             reasons.append(f"{c['failed'] + c['timeout']} requests failed or timed out")
         if summary["partial"]:
-            reasons.append(f"run cut short: {records.attrs.get('stop_reason')}")
+            reasons.append(f"run cut short: {records.info.stop_reason}")
         figure = {"qps": self.qps, "achieved_qps": summary["overall"]["throughput_rps"],
                   f"{key}_s": summary["overall"].get(f"{key}_s"),
                   "lateness_p99_s": summary["overall"].get("lateness_p99_s")}
         return ScenarioResult("server", records, summary, not reasons, tuple(reasons), figure)
 
-    def run(self, target, profile: LoadProfile, seed: int | None = None) -> ScenarioResult:
+    def run(self, target: Target, profile: LoadProfile, seed: int | None = None) -> ScenarioResult:
         schedule = self.schedule(profile, seed)
         return self.judge(profile, schedule, target.run(schedule))
 
@@ -138,11 +139,12 @@ class Offline:
     def schedule(self, profile: LoadProfile) -> Schedule:
         return _with_arrivals(profile, np.zeros(self.queries), 1e-6, {"name": "offline", "queries": self.queries})
 
-    def run(self, target, profile: LoadProfile) -> ScenarioResult:
+    def run(self, target: Target, profile: LoadProfile) -> ScenarioResult:
         schedule = self.schedule(profile)
         records = target.run(schedule)
-        ok = records[records["status"].astype(str) == "ok"]
-        span = float(ok["done_s"].max() - records["sent_s"].min()) if len(ok) else math.nan
+        table = records.table
+        ok = table[table["status"].astype(str) == "ok"]
+        span = float(ok["done_s"].max() - table["sent_s"].min()) if len(ok) else math.nan
         summary = summarize(records, warmup_s=0.0, cooldown_s=0.0, duration_s=1e-6)
         items = float(ok["batch"].sum())
         figure = {"queries": self.queries, "throughput_rps": len(ok) / span if span > 0 else None,
@@ -154,20 +156,16 @@ class Offline:
 @dataclass(frozen=True)
 class SingleStream:
     """MLPerf SingleStream: one query at a time for ``min_duration_s`` and at least ``min_queries``; the figure is
-    the 90th percentile latency. Needs a target with a closed loop (``target.with_mode``)."""
+    the 90th percentile latency, in the target's closed loop."""
 
     min_duration_s: float = 60.0
     min_queries: int = 1024
 
-    def run(self, target, profile: LoadProfile) -> ScenarioResult:
-        from serving_bench.load.driver import ClosedLoop
-
-        if not hasattr(target, "with_mode"):
-            raise TypeError(f"{type(target).__name__} has no closed loop; SingleStream needs one")
+    def run(self, target: Target, profile: LoadProfile) -> ScenarioResult:
         n = max(self.min_queries * 4, 4096)
         schedule = _with_arrivals(profile, np.zeros(n), self.min_duration_s,
                                   {"name": "singlestream", **dataclasses.asdict(self)})
-        records = target.with_mode(ClosedLoop(concurrency=1, duration_s=self.min_duration_s)).run(schedule)
+        records = target.run(schedule, ClosedLoop(concurrency=1, duration_s=self.min_duration_s))
         summary = summarize(records, warmup_s=0.0, cooldown_s=0.0, duration_s=self.min_duration_s)
         c = summary["overall"]["counts"]
         reasons = []
@@ -187,7 +185,7 @@ class PeakResult:
     steps: tuple[dict, ...] = field(default_factory=tuple)
 
 
-def peak_qps(target, profile: LoadProfile, *, start_qps: float, latency_bound_s: float | None = None,
+def peak_qps(target: Target, profile: LoadProfile, *, start_qps: float, latency_bound_s: float | None = None,
              percentile: float = 99.0, min_duration_s: float = 10.0, min_queries: int = 256,
              tolerance: float = 0.05, max_steps: int = 12,
              on_step: Callable[[dict], None] | None = None) -> PeakResult:

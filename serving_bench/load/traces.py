@@ -20,6 +20,7 @@ Errors name the file, the line and the field. ``convert`` writes any trace as a 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import warnings
@@ -30,6 +31,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from serving_bench.errors import InputError
+from serving_bench.files import atomic_write
 from serving_bench.load import fields as fv
 from serving_bench.load.arrivals import ArrivalProcess, register
 from serving_bench.load.fields import Where
@@ -353,30 +355,30 @@ def synthetic_azure(path: str | Path, *, functions: int = 12, seed: int = 0, min
     day = 1.0 + 0.6 * np.sin(2 * np.pi * (t / MINUTES_PER_DAY - 0.3))
     counts = rng.poisson(popularity[:, None] * day[None, :])
     triggers = ("http", "queue", "timer", "event")
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([*AZURE_FIXED, *range(1, minutes + 1)])
-        for f in range(functions):
-            ids = [f"{rng.integers(2**63):016x}" for _ in range(3)]
-            writer.writerow([*ids, triggers[f % len(triggers)], *counts[f]])
-    tmp.replace(path)
-    return path
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow([*AZURE_FIXED, *range(1, minutes + 1)])
+            for f in range(functions):
+                ids = [f"{rng.integers(2**63):016x}" for _ in range(3)]
+                writer.writerow([*ids, triggers[f % len(triggers)], *counts[f]])
+
+    return atomic_write(path, write)
 
 
 def write_request_csv(path: str | Path, times_s: np.ndarray, models: Sequence[str], batch: np.ndarray | None = None) -> Path:
     """Write a request CSV (``timestamp_s,model,batch``) atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     batch = np.ones(len(times_s), dtype=np.int64) if batch is None else batch
-    with open(tmp, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["timestamp_s", "model", "batch"])
-        for t, m, b in zip(times_s, models, batch):
-            writer.writerow([f"{t:.6f}", m, int(b)])
-    tmp.replace(path)
-    return path
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["timestamp_s", "model", "batch"])
+            for t, m, b in zip(times_s, models, batch):
+                writer.writerow([f"{t:.6f}", m, int(b)])
+
+    return atomic_write(path, write)
 
 
 def convert(src: str | Path, dst: str | Path, *, models: Sequence[str], shares: Sequence[float] | None = None,
@@ -391,8 +393,6 @@ def convert(src: str | Path, dst: str | Path, *, models: Sequence[str], shares: 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m serving_bench.load.traces convert SRC DST --models a,b [--format azure] [--time-scale X] ...``"""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m serving_bench.load.traces",
                                      description="convert an Azure Functions trace to a request CSV")
     sub = parser.add_subparsers(dest="cmd", required=True)

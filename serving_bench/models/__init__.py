@@ -17,32 +17,35 @@ import numpy as np
 from serving_bench.errors import InputError
 from serving_bench.models.spec import PRECISIONS, ModelSpec, TensorSpec
 
-__all__ = ["MODELS", "MODEL_OPTIONS", "ModelSpec", "TensorSpec", "PRECISIONS", "get_model", "model_names"]
+__all__ = ["MODELS", "MODEL_OPTIONS", "ModelSpec", "TensorSpec", "PRECISIONS", "SLEEP_FEATURES", "get_model",
+           "model_names"]
+
+SLEEP_FEATURES = 4  # width of the sleep model's echoed float32 input
 
 
 def _tiny_cnn() -> ModelSpec:
-    from serving_bench.models.tiny import TinyCNN
+    from serving_bench.models.tiny import TinyCNN  # heavy: imports torch
     return ModelSpec("tiny_cnn", "3x32x32 -> 10 logits; two convs, batch norm, pooling, linear (tests)",
                      inputs=(TensorSpec("input", "float32", (3, 32, 32)),),
                      outputs=(TensorSpec("output", "float32", (10,)),), build=TinyCNN)
 
 
 def _tiny_mlp() -> ModelSpec:
-    from serving_bench.models.tiny import TinyMLP
+    from serving_bench.models.tiny import TinyMLP  # heavy: imports torch
     return ModelSpec("tiny_mlp", "16 -> 8; Linear, GELU, Linear (tests)",
                      inputs=(TensorSpec("input", "float32", (16,)),),
                      outputs=(TensorSpec("output", "float32", (8,)),), build=TinyMLP)
 
 
 def _resnet50() -> ModelSpec:
-    from serving_bench.models.resnet import resnet50
+    from serving_bench.models.resnet import resnet50  # heavy: imports torch
     return ModelSpec("resnet50", "ResNet-50, torchvision architecture, 3x224x224 -> 1000 logits (25.6 M parameters)",
                      inputs=(TensorSpec("input", "float32", (3, 224, 224)),),
                      outputs=(TensorSpec("output", "float32", (1000,)),), build=resnet50)
 
 
 def _mobilenet_v3_large() -> ModelSpec:
-    from serving_bench.models.mobilenet import mobilenet_v3_large
+    from serving_bench.models.mobilenet import mobilenet_v3_large  # heavy: imports torch
     return ModelSpec("mobilenet_v3_large",
                      "MobileNetV3-Large, torchvision architecture, 3x224x224 -> 1000 logits (5.5 M parameters)",
                      inputs=(TensorSpec("input", "float32", (3, 224, 224)),),
@@ -59,7 +62,7 @@ def _bert_sample(batch: int, rng: np.random.Generator, spec: ModelSpec) -> dict[
 
 
 def _bert_base(seq_len: int = 128) -> ModelSpec:
-    from serving_bench.models.bert import BertConfig, BertEncoder
+    from serving_bench.models.bert import BertConfig, BertEncoder  # heavy: imports torch
     seq_len = int(seq_len)
     cfg = BertConfig()
     if not 1 <= seq_len <= cfg.max_positions:
@@ -73,7 +76,6 @@ def _bert_base(seq_len: int = 128) -> ModelSpec:
 
 
 def _sleep() -> ModelSpec:
-    from serving_bench.export.sleep import SLEEP_FEATURES
     return ModelSpec("sleep", "deterministic service time base_ms + per_item_ms * items; echoes its input "
                               "(python backend, exported as sleep_python)",
                      inputs=(TensorSpec("input", "float32", (SLEEP_FEATURES,)),),

@@ -89,7 +89,7 @@ class ModelSpec:
 
     def create(self, seed: int = 0):
         """The torch module in eval mode with weights drawn from ``seed`` (the global RNG is left as it was)."""
-        import torch
+        import torch  # heavy: ~1 s to import
 
         if self.build is None:
             raise ValueError(f"model {self.name!r} has no torch module (it is a python-backend runner)")

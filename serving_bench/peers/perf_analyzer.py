@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 
@@ -91,11 +92,9 @@ class PerfAnalyzer:
         if out.returncode != 0:
             raise PeerMissing(f"{self.binary} does not run: {text.splitlines()[-1] if text else out.returncode}; "
                               f"{INSTALL_HINT}")
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
-            wheel = f"tritonclient {version('tritonclient')} wheel"
-        except PackageNotFoundError:
+            wheel = f"tritonclient {metadata.version('tritonclient')} wheel"
+        except metadata.PackageNotFoundError:
             wheel = "no tritonclient wheel"
         return f"{text.splitlines()[0] if text else 'perf_analyzer'}; {wheel}"
 

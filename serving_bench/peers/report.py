@@ -15,7 +15,6 @@ server can physically do) is reported as unreliable, with the reason, and yields
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from serving_bench.files import atomic_write_json, atomic_write_text
 from serving_bench.peers.perf_analyzer import Unstable
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -53,12 +53,9 @@ def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | No
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}{'_quick' if quick else ''}_{facts['date']}_{facts['host']}.json"
-    for target, text in ((path, json.dumps({**facts, **data}, indent=2, default=str) + "\n"),
-                         (path.with_suffix(".md"), markdown)):
-        if text is not None:
-            tmp = target.with_name(f".{target.name}.tmp")
-            tmp.write_text(text if text.endswith("\n") else text + "\n")
-            tmp.replace(target)
+    atomic_write_json(path, {**facts, **data}, sort_keys=False)
+    if markdown is not None:
+        atomic_write_text(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n")
     return path
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW
+from serving_bench.profiles import importers
+from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
 from serving_bench.sim.device import LAWS
 
 
@@ -62,16 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from serving_bench.profiles import importers
-
     if args.import_h200:
         profile = importers.import_h200_eager()
     elif args.csv:
         profile = importers.import_csv(args.csv, model=args.model, device=args.device, cores=args.cores,
                                        execution_mode=args.execution_mode)
     else:
-        from serving_bench.profiles.measure import measure_profile
-
         if not args.models:
             raise InputError("--models", None, "expected the comma-separated entries to measure")
         models = [m.strip() for m in args.models.split(",") if m.strip()]

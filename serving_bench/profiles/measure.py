@@ -69,30 +69,25 @@ configuration gets: cores // all configured instances of the measured models) an
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import platform
 import socket
-import tempfile
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import numpy as np
-import psutil
 
-from serving_bench.errors import InputError, ServerDied
+from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
-from serving_bench.load.driver import ClosedLoop, TritonTarget
-from serving_bench.load.schedule import Schedule
-from serving_bench.profiles.estimators import (LoopRun, Trace, batch_gap, demands, idle_effect, lone_wait_s,
-                                              per_request_cost, service_and_overhead, colocation_speedup, thin)
-from serving_bench.profiles.schema import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, PairCurve, Profile
+from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
+from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, idle_effect,
+                                              lone_wait_s, per_request_cost, service_and_overhead, thin)
+from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
+from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
-from serving_bench.serve.server import MAX_RESTARTS, Endpoints, TritonServer
 from serving_bench.serving_config import ModelServing, model_serving_from_config
 from serving_bench.sim.interference import Observation, with_law
 from serving_bench.sim.interference import fit as fit_law
@@ -106,13 +101,6 @@ GAP_CONCURRENCY = 3
 IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
 IDLE_COUNT = 25  # requests per spacing
 HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
-TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response (only with trace=True)
-
-
-def trace_args(trace_file: Path) -> tuple[str, ...]:
-    """tritonserver arguments that trace every request into ``trace_file``."""
-    return ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
-            "triton,log-frequency=0", "--trace-config", f"triton,file={trace_file}")
 
 
 def default_batch_sizes(max_batch_size: int, padded: Sequence[int] = ()) -> list[int]:
@@ -160,211 +148,6 @@ def _cuda_graph_entry(config) -> bool:
         any(g.kind == g.KIND_GPU for g in config.instance_group)
 
 
-# -- running closed loops ----------------------------------------------------------------------------------------------
-
-class Session:
-    """A server under measurement: ``endpoints``; ``server``: the embedded :class:`TritonServer` when its runners log
-    executed batches (each run then carries its batches), else None; ``traced``: the server traces requests (its
-    batches are attached to the runs by :meth:`attach_trace` once the trace file is complete)."""
-
-    def __init__(self, endpoints, server: TritonServer | None = None, traced: bool = False):
-        self.endpoints = endpoints
-        self.server = server
-        self.traced = traced
-        self.url = endpoints.grpc_url
-        self.runs: list[LoopRun] = []
-
-    def run(self, loads: Mapping[str, tuple[int, int]], seconds: float) -> LoopRun:
-        """Closed loop for ``seconds``: model -> (rows per request, concurrency), all models at once. A run that
-        got fewer than 5 answers per model (a stalled shared machine) is repeated once, twice as long."""
-        names = tuple(loads)
-        per = 100_000
-        n = per * len(names)
-        model = np.repeat(np.arange(len(names), dtype=np.int32), per)
-        batch = np.repeat(np.array([loads[m][0] for m in names], dtype=np.int32), per)
-        for attempt in (1, 2):
-            schedule = Schedule(np.zeros(n), model, names, np.zeros(n, dtype=np.int32), batch,
-                                {"duration_s": seconds * attempt})
-            target = TritonTarget(self.endpoints, source="profile measurement",
-                                  mode=ClosedLoop(concurrency={m: loads[m][1] for m in names},
-                                                  duration_s=seconds * attempt))
-            try:
-                return self._collect(target, schedule, {m: loads[m][0] for m in names})
-            except InputError:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def spaced(self, model: str, rows: int, period: float, count: int) -> LoopRun:
-        """Open loop: ``count`` requests of ``rows`` rows, one every ``period`` seconds (the instance idles between
-        them when ``period`` exceeds the latency)."""
-        times = np.arange(count) * period
-        schedule = Schedule(times, np.zeros(count, dtype=np.int32), (model,), np.zeros(count, dtype=np.int32),
-                            np.full(count, rows, dtype=np.int32), {"duration_s": float(count * period)})
-        return self._collect(TritonTarget(self.endpoints, source="profile measurement"), schedule, {model: rows})
-
-    def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
-        names = tuple(rows_of)
-        cpu_before = self.cpu_seconds()
-        start = time.perf_counter()
-        records = target.run(schedule)
-        end = time.perf_counter()
-        cpu_after = self.cpu_seconds()
-        if records.attrs.get("partial"):  # the server or a model instance died: measure this step on a new one
-            raise ServerDied(f"the measurement run stopped early: {records.attrs.get('stop_reason')}")
-        t0 = records.attrs.get("t0_s", 0.0)
-        latency, sent, done = {}, {}, {}
-        for m in names:
-            rows = records[(records["model"].astype(str) == m) & (records["status"].astype(str) == "ok")]
-            if len(rows) < 5:
-                bad = records[(records["model"].astype(str) == m) & (records["status"].astype(str) != "ok")]
-                why = (f"{bad['status'].astype(str).iloc[0]}: {bad['error'].astype(str).iloc[0]}" if len(bad)
-                       else "no more requests were answered in the run's time")
-                raise InputError("profile measurement", m, f"only {len(rows)} requests of {rows_of[m]} rows "
-                                 f"succeeded ({why})")
-            rows = rows.sort_values("sent_s")
-            latency[m] = (rows["done_s"] - rows["intended_s"]).to_numpy()  # closed loop: intended = sent
-            sent[m] = t0 + rows["sent_s"].to_numpy()
-            done[m] = t0 + rows["done_s"].to_numpy()
-        executions = None
-        if self.server is not None:
-            executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
-        run = LoopRun(latency, records.attrs.get("server_stats") or {}, (start, end), sent, done, executions,
-                      cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
-        self.runs.append(run)
-        return run
-
-    def cpu_seconds(self) -> float | None:
-        """CPU seconds used so far by the embedded server, its stubs and this process (the client): everything a
-        request costs on the host's cores. None for an external server."""
-        if self.server is None or self.server.pid is None:
-            return None
-        try:
-            processes = [psutil.Process(self.server.pid)]
-            processes += processes[0].children(recursive=True)
-            processes.append(psutil.Process())
-            total = 0.0
-            for p in processes:
-                t = p.cpu_times()
-                total += t.user + t.system
-            return total
-        except psutil.Error:  # a process ended meanwhile: no figure for this run
-            return None
-
-    def attach_trace(self, trace_file: Path) -> str | None:
-        """Give this session's runs the batches Triton's trace recorded; a note when the trace is unusable."""
-        try:
-            executions = Trace.load(trace_file)
-        except InputError as err:
-            return f"no request trace ({err.line()}): service samples of that server are client latency - overhead"
-        for run in self.runs:
-            run.executions = {m: ex.window(*run.window) for m, ex in executions.items()}
-        return None
-
-    def execution_time(self, model: str, rows: int, concurrency: int, seconds: float) -> float:
-        """Mean compute time (s) of the executed batches of exactly ``rows`` rows in a closed loop of ``rows``-row
-        requests at ``concurrency`` (Triton's per-batch-size statistics: batches the batcher merged from several
-        requests do not count; 0 if none ran)."""
-        before = self.batch_stats([model])[model]
-        self.run({model: (rows, concurrency)}, seconds)
-        count, ns = self.batch_stats([model])[model].get(rows, (0, 0))
-        count, ns = count - before.get(rows, (0, 0))[0], ns - before.get(rows, (0, 0))[1]
-        return ns * 1e-9 / count if count > 0 else 0.0
-
-    @contextlib.contextmanager
-    def untraced(self) -> Iterator[None]:
-        """Request tracing off inside the block (Triton's trace settings, restored after): with tracing on, the
-        bundled tritonserver 2.51 aborted (``std::length_error`` in ``TRITONBACKEND_ResponseNew``) in most demo
-        profiles while fast models ran many merged batch-1 requests; runs that need only statistics run untraced."""
-        import tritonclient.grpc as grpcclient
-
-        if not self.traced:
-            yield
-            return
-        client = grpcclient.InferenceServerClient(self.url)
-        try:
-            client.update_trace_settings(settings={"trace_level": ["OFF"]})
-            yield
-        finally:
-            client.update_trace_settings(settings={"trace_level": [TRACE_LEVEL]})
-            client.close()
-
-    def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
-        """Triton's cumulative per-batch-size statistics: model -> executed batch size -> (executions, compute ns)."""
-        import tritonclient.grpc as grpcclient
-
-        client = grpcclient.InferenceServerClient(self.url)
-        try:
-            out = {}
-            for name in models:
-                stats = client.get_inference_statistics(name)
-                rows = {}
-                for s in stats.model_stats:
-                    for b in s.batch_stats:
-                        ns = b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns
-                        rows[int(b.batch_size)] = (int(b.compute_infer.count), int(ns))
-                out[name] = rows
-            return out
-        finally:
-            client.close()
-
-
-Step = tuple[object, Callable[[Session], object]]  # (key, what to measure in a session) -> results[key]
-
-
-def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], ContextManager[Session]],
-              log: Callable[[str], None], notes: list[str], phase: str, max_restarts: int = MAX_RESTARTS) -> None:
-    """Measure each step not yet in ``results`` in order, in sessions from ``open_session``. When the server (or a
-    model instance) dies during a step, a new one is started and the phase resumes at that step (at most
-    ``max_restarts`` times; the step's partial work is discarded); each restart is logged and added to ``notes``."""
-    restarts = 0
-    while True:
-        current = None
-        try:
-            with open_session() as session:
-                for key, measure in steps:
-                    if key not in results:
-                        current = key
-                        results[key] = measure(session)
-            return
-        except ServerDied as err:
-            if restarts >= max_restarts:
-                raise
-            restarts += 1
-            note = (f"{phase}: the server died at step {current} ({err}); started a new one and resumed at that step "
-                    f"(restart {restarts} of at most {max_restarts})")
-            log(f"note: {note}")
-            notes.append(note)
-
-
-@contextlib.contextmanager
-def embedded_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
-                     cuda_graphs: str | None, notes: list[str], log: Callable[[str], None]) -> Iterator[Session]:
-    """A session on a new embedded server with ``instances`` instances of every model: execution logs on, or
-    Triton's request trace with ``trace`` (attached to the runs once the server stopped)."""
-    with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
-        trace_file = Path(tmp) / "trace.json"
-        server = TritonServer(repo, models=list(models), instances={m: instances for m in models},
-                              threads_per_instance=threads, execution_log=not trace, cuda_graphs=cuda_graphs,
-                              extra_args=trace_args(trace_file) if trace else ())
-        session = None
-        try:
-            with server, server.guard():  # a server that died mid-step: ServerDied naming its log
-                session = Session(server.endpoints, None if trace else server, traced=trace)
-                yield session
-        finally:
-            if trace and session is not None:  # the trace file is complete once the server has stopped
-                note = session.attach_trace(trace_file)
-                if note:
-                    notes.append(note)
-                    log(f"note: {note}")
-
-
-@contextlib.contextmanager
-def external_session(url: str) -> Iterator[Session]:
-    yield Session(Endpoints.from_url(url))
-
-
 # -- the measurement ---------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -380,6 +163,7 @@ class _ModelResult:
     dispatch: Dist | None = None
     demand: dict[int, float] = field(default_factory=dict)
     request_demand: float | None = None
+    hop_s: float = 0.0
 
 
 def _device_of(config) -> str:
@@ -433,9 +217,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                      "mean overhead and the gap between batches is not measured")
 
     def sessions(instances: int) -> Callable[[], ContextManager[Session]]:
-        if url:
-            return lambda: external_session(url)
-        return lambda: embedded_session(repo, models, instances, threads, trace, cuda_graphs, notes, log)
+        return lambda: open_session(repo, models, instances, threads, trace, cuda_graphs, notes, log, url)
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
@@ -499,18 +281,18 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 r.dispatch = thin(dispatch) if dispatch is not None else None
                 overhead_mean = r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
             r.batches[b] = thin(service)
-            batch_demand, request_demand = demands(runs[(m, "solo", b)], m)
+            batch_demand, hop, request_demand = demands(runs[(m, "solo", b)], m)
             if batch_demand is not None:
                 r.demand[b] = batch_demand
             if b == sizes[m][0]:
-                r.request_demand = request_demand
+                r.request_demand, r.hop_s = request_demand, hop
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
                 f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" +
                 (f", {batch_demand:.2f} cores" if batch_demand is not None else "") + (
                     f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
                     f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else "") +
-                (f", {request_demand:.2f} cores on the way in and out" if b == sizes[m][0] and
-                 request_demand is not None else ""))
+                (f", {request_demand:.2f} cores on the way in and out (hop {hop * 1e6:.0f} us)"
+                 if b == sizes[m][0] and request_demand is not None else ""))
         if (m, "gap") in runs:
             r.gap_s, count = batch_gap(runs[(m, "gap")], m)
             if count:
@@ -618,7 +400,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r = results[m]
         md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
                            tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
-                           r.idle, tuple(padded[m]), r.demand)
+                           r.idle, tuple(padded[m]), r.demand, r.hop_s)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
                                    r.dispatch, r.request_demand)
     hosted = any(r.request_demand is not None for r in results.values())
@@ -654,7 +436,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
 
 def _gpu_name(index: int) -> str:
     try:
-        import pynvml
+        import pynvml  # optional: only where a GPU is
 
         pynvml.nvmlInit()
         name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))

@@ -21,7 +21,8 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
              "padded_sizes": [1, 4, 8],             # optional: a batch runs padded to the next of these sizes
-             "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) a batch keeps busy, solo
+             "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) the runtime keeps busy, solo
+             "hop_s": 0.0002,                       # optional: Triton's compute time outside the runtime (mean)
              "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
@@ -30,14 +31,15 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
      "calibration": [{"device": "cpu", "clients": {...}, "measured_rps": {...}, "serving": {...}}],  # optional
      "notes": ["..."]}
 
-A distribution is ``{"samples_s": [...]}``, ``{"quantiles": {"q": [...], "s": [...]}}`` (q from 0 to 1) or
-``{"constant_s": x}``; all become one quantile function (linear between points).
+Distributions, curves and the cold-start effect are in :mod:`serving_bench.profiles.distributions`.
 
 **Demand and sharing** (optional; see :mod:`serving_bench.sim.device` for the rule): ``demand`` per measured batch
-size is CPU seconds over wall seconds of the solo batches (linear between measured sizes, the nearest outside);
-``request_demand`` is the same for a request's way in and out (client + server CPU per request over its dispatch and
-return time) on ``request_device``; a device's ``law`` names the sharing law and its fitted parameters (default:
-processor sharing over its cores, or over one GPU).
+size is the runtime's CPU seconds over its wall seconds in the solo batches (linear between measured sizes, the
+nearest outside), ``hop_s`` the part of a batch's time on the instance spent outside the runtime (the hand-over to
+the python-backend stub and back); ``request_demand`` is the same ratio for everything a request costs outside the
+runtime — its way in and out and the hop (client, Triton's threads, the stubs) — on ``request_device``; a device's
+``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
+``psi`` scales the hand-off demands).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -54,14 +56,14 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from serving_bench.errors import InputError
-from serving_bench.files import read_json
+from serving_bench.files import atomic_write_text, read_json
+from serving_bench.profiles.distributions import (Curve, Dist, IdleEffect, interp, number, parse_curve, parse_dist,
+                                                  parse_idle)
 
 PROFILE_FORMAT = "serving-bench-profile"
 PROFILE_VERSION = 1
@@ -69,162 +71,22 @@ DEVICE_KINDS = ("cpu", "gpu")
 EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 
-@dataclass(frozen=True)
-class Dist:
-    """A distribution of seconds as a quantile function: ``q`` strictly increasing from 0 to 1, ``s`` non-decreasing."""
-
-    q: tuple[float, ...]
-    s: tuple[float, ...]
-
-    @classmethod
-    def constant(cls, value: float) -> "Dist":
-        return cls((0.0, 1.0), (float(value), float(value)))
-
-    @classmethod
-    def from_samples(cls, samples: Iterable[float]) -> "Dist":
-        s = sorted(float(x) for x in samples)
-        if len(s) == 1:
-            return cls.constant(s[0])
-        n = len(s)
-        return cls(tuple(i / (n - 1) for i in range(n)), tuple(s))
-
-    def quantile(self, u: float) -> float:
-        """Q(u) for u in [0, 1], linear between points."""
-        q, s = self.q, self.s
-        i = bisect.bisect_right(q, u) - 1
-        if i >= len(q) - 1:
-            return s[-1]
-        if i < 0:
-            return s[0]
-        w = (u - q[i]) / (q[i + 1] - q[i])
-        return s[i] + w * (s[i + 1] - s[i])
-
-    def grid(self, points: int) -> list[float]:
-        """Q at ``points`` evenly spaced probabilities 0..1 (what the simulator samples from)."""
-        return [self.quantile(i / (points - 1)) for i in range(points)]
-
-    @property
-    def mean(self) -> float:
-        """Mean of the piecewise-linear quantile function (trapezoids)."""
-        return sum((self.q[i + 1] - self.q[i]) * (self.s[i] + self.s[i + 1]) / 2 for i in range(len(self.q) - 1))
-
-    @property
-    def median(self) -> float:
-        return self.quantile(0.5)
-
-    def to_json(self) -> dict:
-        if self.s[0] == self.s[-1]:
-            return {"constant_s": self.s[0]}
-        n = len(self.q)
-        if n > 2 and all(abs(self.q[i] - i / (n - 1)) < 1e-12 for i in range(n)):
-            return {"samples_s": list(self.s)}
-        return {"quantiles": {"q": list(self.q), "s": list(self.s)}}
-
-
-def parse_dist(data: Any, source: str, where: str) -> Dist:
-    """A :class:`Dist` from its JSON form; bad input names ``source`` and ``where``."""
-    if not isinstance(data, Mapping):
-        raise InputError(source, where, "expected {\"samples_s\": [...]}, {\"quantiles\": {...}} or {\"constant_s\": x}")
-    if "constant_s" in data:
-        value = _number(data["constant_s"], source, f"{where}.constant_s")
-        return Dist.constant(value)
-    if "samples_s" in data:
-        samples = data["samples_s"]
-        if not isinstance(samples, list) or not samples:
-            raise InputError(source, f"{where}.samples_s", "expected a non-empty list of seconds")
-        return Dist.from_samples(_number(x, source, f"{where}.samples_s") for x in samples)
-    if "quantiles" in data:
-        qd = data["quantiles"]
-        if not isinstance(qd, Mapping) or not isinstance(qd.get("q"), list) or not isinstance(qd.get("s"), list):
-            raise InputError(source, f"{where}.quantiles", "expected {\"q\": [...], \"s\": [...]}")
-        q = [_number(x, source, f"{where}.quantiles.q") for x in qd["q"]]
-        s = [_number(x, source, f"{where}.quantiles.s") for x in qd["s"]]
-        if len(q) != len(s) or len(q) < 2 or q[0] != 0.0 or q[-1] != 1.0 or any(b <= a for a, b in zip(q, q[1:])):
-            raise InputError(source, f"{where}.quantiles.q", "expected strictly increasing probabilities from 0 to 1, "
-                             "as many as values in s")
-        if any(b < a for a, b in zip(s, s[1:])):
-            raise InputError(source, f"{where}.quantiles.s", "expected non-decreasing seconds")
-        return Dist(tuple(q), tuple(s))
-    raise InputError(source, where, "expected one of samples_s, quantiles, constant_s")
-
-
-def _number(value: Any, source: str, where: str, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
-        raise InputError(source, where, f"expected a finite number >= {minimum:g}, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class Curve:
-    """Co-location speed-up S(k): total throughput of k concurrent batches over one batch alone (S(1) = 1).
-
-    Measured at batch size ``batch``. Between measured k it is linear; beyond the last it continues with the last
-    segment's slope clamped to [0, 1] (never faster than linear, never decreasing).
-    """
-
-    batch: int
-    k: tuple[float, ...]
-    speedup: tuple[float, ...]
-
-    def __call__(self, k: float) -> float:
-        ks, ss = self.k, self.speedup
-        if k <= ks[0]:
-            return ss[0] * k / ks[0]
-        i = bisect.bisect_right(ks, k) - 1
-        if i >= len(ks) - 1:
-            slope = (ss[-1] - ss[-2]) / (ks[-1] - ks[-2]) if len(ks) > 1 else 0.0
-            return ss[-1] + min(max(slope, 0.0), 1.0) * (k - ks[-1])
-        w = (k - ks[i]) / (ks[i + 1] - ks[i])
-        return ss[i] + w * (ss[i + 1] - ss[i])
-
-    @property
-    def interference(self) -> float:
-        """rho in [0, 1]: how much one more concurrent batch slows this one (0 = not at all, 1 = time-sliced),
-        fitted at the largest measured k from S(k)/k = 1 / (1 + (k - 1) rho)."""
-        k, s = self.k[-1], self.speedup[-1]
-        if k <= 1:
-            return 0.0
-        return min(max((k / max(s, 1e-12) - 1.0) / (k - 1.0), 0.0), 1.0)
-
-    def to_json(self) -> dict:
-        return {"batch": self.batch, "k": list(self.k), "speedup": list(self.speedup)}
-
-
-def parse_curve(data: Any, source: str, where: str) -> Curve:
-    if not isinstance(data, Mapping):
-        raise InputError(source, where, "expected {\"batch\": B, \"k\": [...], \"speedup\": [...]}")
-    batch = data.get("batch", 1)
-    if not isinstance(batch, int) or batch < 1:
-        raise InputError(source, f"{where}.batch", "expected a batch size >= 1")
-    ks, ss = data.get("k"), data.get("speedup")
-    if not isinstance(ks, list) or not isinstance(ss, list) or len(ks) != len(ss) or not ks:
-        raise InputError(source, where, "expected equally long non-empty lists k and speedup")
-    k = [_number(x, source, f"{where}.k", minimum=1.0) for x in ks]
-    s = [_number(x, source, f"{where}.speedup") for x in ss]
-    if any(b <= a for a, b in zip(k, k[1:])):
-        raise InputError(source, f"{where}.k", "expected strictly increasing instance counts")
-    if any(v <= 0 for v in s):
-        raise InputError(source, f"{where}.speedup", "expected positive speed-ups")
-    if k[0] != 1.0:
-        k, s = [1.0] + k, [1.0] + s
-    return Curve(batch, tuple(k), tuple(s))
-
-
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
+OPTIONAL_LAW_PARAMETERS = ("psi",)
 
 
 def parse_law(data: Any, source: str, where: str) -> dict | None:
-    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...}`` (None:
-    pool)."""
+    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
+    "psi": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off demands)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
         raise InputError(source, f"{where}.name", f"expected one of {', '.join(LAW_PARAMETERS)}")
     out: dict[str, Any] = {"name": data["name"]}
-    for key in LAW_PARAMETERS[data["name"]]:
+    for key in LAW_PARAMETERS[data["name"]] + tuple(k for k in OPTIONAL_LAW_PARAMETERS if k in data):
         if key not in data:
             raise InputError(source, f"{where}.{key}", f"missing; the {data['name']} law needs it")
-        out[key] = _number(data[key], source, f"{where}.{key}")
+        out[key] = number(data[key], source, f"{where}.{key}")
         if out[key] <= 0:
             raise InputError(source, f"{where}.{key}", "expected a number > 0")
     return out
@@ -234,6 +96,7 @@ def _batch_key(key: Any, source: str, where: str) -> int:
     if not str(key).isdigit() or int(key) < 1:
         raise InputError(source, where, "expected batch sizes >= 1 as keys")
     return int(key)
+
 
 
 @dataclass(frozen=True)
@@ -261,69 +124,6 @@ class DeviceInfo:
         return out
 
 
-@dataclass(frozen=True)
-class IdleEffect:
-    """How much slower work is after idle time (a *cold* start: runtime threads parked, caches and clocks cold).
-
-    An executed batch that starts after its instance sat idle ``service_idle_s[i]`` seconds takes
-    ``service_extra_s[i]`` longer than back-to-back ("hot"); a request that reaches the server
-    ``overhead_gap_s[i]`` seconds after the previous request (any model) has an overhead ``overhead_extra_s[i]``
-    longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). All linear
-    between points; the first and last values hold outside."""
-
-    service_idle_s: tuple[float, ...]
-    service_extra_s: tuple[float, ...]
-    overhead_gap_s: tuple[float, ...]
-    overhead_extra_s: tuple[float, ...]
-    dispatch_extra_s: tuple[float, ...] = ()
-
-    def service_extra(self, idle: float) -> float:
-        return _interp(idle, self.service_idle_s, self.service_extra_s)
-
-    def overhead_extra(self, gap: float) -> float:
-        return _interp(gap, self.overhead_gap_s, self.overhead_extra_s)
-
-    def to_json(self) -> dict:
-        out = {"service": {"idle_s": list(self.service_idle_s), "extra_s": list(self.service_extra_s)},
-               "overhead": {"gap_s": list(self.overhead_gap_s), "extra_s": list(self.overhead_extra_s)}}
-        if self.dispatch_extra_s:
-            out["overhead"]["dispatch_extra_s"] = list(self.dispatch_extra_s)
-        return out
-
-
-def _interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    i = bisect.bisect_right(xs, x) - 1
-    return ys[i] + (x - xs[i]) / (xs[i + 1] - xs[i]) * (ys[i + 1] - ys[i])
-
-
-def parse_idle(data: Any, source: str, where: str) -> IdleEffect:
-    if not isinstance(data, Mapping):
-        raise InputError(source, where, "expected {\"service\": {\"idle_s\": [...], \"extra_s\": [...]}, "
-                         "\"overhead\": {\"gap_s\": [...], \"extra_s\": [...]}}")
-    parts = []
-    for part, axis in (("service", "idle_s"), ("overhead", "gap_s")):
-        d = data.get(part)
-        if not isinstance(d, Mapping):
-            raise InputError(source, f"{where}.{part}", f"expected {{\"{axis}\": [...], \"extra_s\": [...]}}")
-        xs, ys = d.get(axis), d.get("extra_s")
-        if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
-            raise InputError(source, f"{where}.{part}", f"expected equally long non-empty lists {axis} and extra_s")
-        xs = tuple(_number(v, source, f"{where}.{part}.{axis}") for v in xs)
-        ys = tuple(_number(v, source, f"{where}.{part}.extra_s") for v in ys)
-        if any(b <= a for a, b in zip(xs, xs[1:])):
-            raise InputError(source, f"{where}.{part}.{axis}", "expected strictly increasing seconds")
-        parts += [xs, ys]
-    dispatch = (data.get("overhead") or {}).get("dispatch_extra_s")
-    if dispatch is not None:
-        if not isinstance(dispatch, list) or len(dispatch) != len(parts[2]):
-            raise InputError(source, f"{where}.overhead.dispatch_extra_s", "expected a list as long as gap_s")
-        parts.append(tuple(_number(v, source, f"{where}.overhead.dispatch_extra_s") for v in dispatch))
-    return IdleEffect(*parts)
-
 
 @dataclass(frozen=True)
 class ModelOnDevice:
@@ -339,6 +139,7 @@ class ModelOnDevice:
     idle: IdleEffect | None = None
     padded_sizes: tuple[int, ...] = ()
     demand: Mapping[int, float] = field(default_factory=dict)
+    hop_s: float = 0.0
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -350,7 +151,7 @@ class ModelOnDevice:
         if not self.demand:
             return None
         sizes = sorted(self.demand)
-        return _interp(float(batch), tuple(float(b) for b in sizes), tuple(self.demand[b] for b in sizes))
+        return interp(float(batch), tuple(float(b) for b in sizes), tuple(self.demand[b] for b in sizes))
 
     def executed_size(self, batch: int) -> int:
         """The size a batch of ``batch`` rows runs at: the smallest padded size that holds it, else its own."""
@@ -382,6 +183,8 @@ class ModelOnDevice:
             out["padded_sizes"] = list(self.padded_sizes)
         if self.demand:
             out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
+        if self.hop_s:
+            out["hop_s"] = self.hop_s
         return out
 
 
@@ -485,12 +288,7 @@ class Profile:
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON atomically (temporary name, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        os.replace(tmp, path)
-        return path
+        return atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -561,22 +359,23 @@ class Profile:
                 if not isinstance(demand, Mapping):
                     raise InputError(source, f"{dwhere}.demand", "expected an object batch size -> cores")
                 demand = {int(_batch_key(k, source, f"{dwhere}.demand.{k}")):
-                          _number(v, source, f"{dwhere}.demand.{k}") for k, v in demand.items()}
+                          number(v, source, f"{dwhere}.demand.{k}") for k, v in demand.items()}
                 padded = md.get("padded_sizes") or []
                 if not isinstance(padded, list) or any(not isinstance(b, int) or isinstance(b, bool) or b < 1
                                                        for b in padded) or any(b <= a for a, b in zip(padded, padded[1:])):
                     raise InputError(source, f"{dwhere}.padded_sizes", "expected strictly increasing batch sizes >= 1")
                 per_device[dev] = ModelOnDevice(mode, batches, curves, threads,
-                                                _number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
+                                                number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
                                                 memory,
-                                                _number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
+                                                number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
-                                                if md.get("idle") is not None else None, tuple(padded), demand)
+                                                if md.get("idle") is not None else None, tuple(padded), demand,
+                                                number(md.get("hop_s", 0.0), source, f"{dwhere}.hop_s"))
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
             request_demand = m.get("request_demand")
             if request_demand is not None:
-                request_demand = _number(request_demand, source, f"{where}.request_demand")
+                request_demand = number(request_demand, source, f"{where}.request_demand")
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
                                         overhead, dispatch, request_demand)
 
@@ -602,5 +401,5 @@ class Profile:
         if not isinstance(calibration, list) or not all(isinstance(c, Mapping) for c in calibration):
             raise InputError(source, "calibration", "expected a list of co-located runs")
         return cls(devices, models, overhead, tuple(pairs), dict(host), str(data.get("source", "")),
-                   str(data.get("created", "")), _number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
+                   str(data.get("created", "")), number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
                    tuple(str(n) for n in notes), request_device, tuple(calibration), source)

@@ -9,7 +9,9 @@ import argparse
 import json
 from pathlib import Path
 
-from serving_bench.export.repository import atomic_write_text
+from serving_bench.files import atomic_write_text
+from serving_bench.report.collect import collect
+from serving_bench.report.render import render
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,9 +22,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def write_report(results: str | Path, out: str | Path | None = None, title: str = "serving-bench report") -> Path:
     """Collect, render and write ``report.html`` + ``report.json``; returns the HTML path."""
-    from serving_bench.report.collect import collect
-    from serving_bench.report.render import render
-
     results = Path(results)
     out = Path(out) if out else results / "report.html"
     data = collect(results)

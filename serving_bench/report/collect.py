@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from serving_bench.errors import InputError
+from serving_bench.run.records import load_records
 
 CDF_POINTS = 200
 UTILISATION_HINTS = ("util", "busy", "cpu_percent")
@@ -33,10 +34,11 @@ def _label(path: Path, root: Path) -> str:
     return str(rel) if str(rel) != "." else root.name
 
 
-def latency_cdfs(records: pd.DataFrame, label: str) -> list[dict]:
-    """Per model: latency quantiles (from intended time, ok requests) at ``CDF_POINTS`` levels, in seconds."""
+def latency_cdfs(table: pd.DataFrame, label: str) -> list[dict]:
+    """Per model: latency quantiles (from intended time, ok requests of a records table) at ``CDF_POINTS`` levels,
+    in seconds."""
     out = []
-    ok = records[records["status"].astype(str) == "ok"]
+    ok = table[table["status"].astype(str) == "ok"]
     levels = np.linspace(0.0, 1.0, CDF_POINTS)
     for model, group in ok.groupby(ok["model"].astype(str), observed=True):
         latency = (group["done_s"] - group["intended_s"]).to_numpy()
@@ -67,8 +69,6 @@ def telemetry_series(frame: pd.DataFrame, label: str) -> list[dict]:
 
 def collect(root: str | Path) -> dict:
     """The report data for results folder ``root``."""
-    from serving_bench.records import load_records
-
     root = Path(root)
     if not root.is_dir():
         raise InputError(root, None, "results folder does not exist")
@@ -92,8 +92,10 @@ def collect(root: str | Path) -> dict:
         data["plan"] = _read_json(path)
         break
     for path in sorted(root.rglob("records.parquet")):
-        data["cdfs"] += latency_cdfs(load_records(path.parent), _label(path, root))
-    for path in sorted(list(root.rglob("telemetry.parquet")) + list(root.rglob("telemetry.csv"))):
+        data["cdfs"] += latency_cdfs(load_records(path.parent).table, _label(path, root))
+    tables = {p.parent: p for p in root.rglob("telemetry.csv")}
+    tables.update({p.parent: p for p in root.rglob("telemetry.parquet")})  # one per folder, Parquet preferred
+    for path in sorted(tables.values()):
         frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
         data["telemetry"] += telemetry_series(frame, _label(path, root))
     for path in sorted(root.rglob("validation.json")):

@@ -14,7 +14,9 @@ import signal
 import sys
 import threading
 
-from serving_bench.serve.server import LOOPBACK
+from serving_bench.serve.control import Control
+from serving_bench.serve.server import LOOPBACK, TritonServer, connect
+from serving_bench.serving_config import parse_instances, queue_policy_settings
 
 POLL_S = 0.5
 
@@ -51,27 +53,20 @@ def _install_signal_handlers() -> dict:
 
 
 def _models_table(server, endpoints) -> list[str]:
-    import tritonclient.grpc as grpcclient
-
-    from serving_bench.serving_config import queue_policy_settings
-
-    client = grpcclient.InferenceServerClient(endpoints.grpc_url)
     lines = []
-    try:
+    with Control(endpoints.grpc_url) as control:
         for name in server.served_models:
-            config = client.get_model_config(name).config
-            count = sum(g.count or 1 for g in config.instance_group)
+            config = control.model_config(name)
+            count = sum(int(g.count or 1) for g in config.instance_group)
             kind = config.platform or config.backend
-            original = config.parameters["original_platform"].string_value if "original_platform" in \
-                config.parameters else ""
+            original = config.parameters["original_platform"].string_value \
+                if "original_platform" in config.parameters else ""
             runner = f" (runs {original} in the python backend)" if original else ""
             policy = queue_policy_settings(config)
             stall = f"; queue policy ({', '.join(policy)}): the batcher stalls under load, see docs/serve.md" \
                 if policy else ""
             lines.append(f"  {name}: {kind}{runner}, max_batch_size {config.max_batch_size}, "
                          f"{count or '-'} instance(s){stall}")
-    finally:
-        client.close()
     return lines
 
 
@@ -92,22 +87,19 @@ def _print_facts(server) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from serving_bench.serve.server import ExternalServer, TritonServer
-    from serving_bench.serving_config import parse_instances
-
-    if args.url:
-        with ExternalServer(args.url) as server:
-            _print_facts(server)
-        return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     instances = parse_instances(args.instances) if args.instances else None
-    if args.host != LOOPBACK:
+    if args.host != LOOPBACK and not args.url:
         print(f"warning: binding {args.host}: the server (no authentication) is reachable from other machines",
               file=sys.stderr)
-    server = TritonServer(args.repo, models=models, instances=instances,
-                          threads_per_instance=args.threads_per_instance, cuda_graphs=args.cuda_graphs,
-                          http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-                          host=args.host, log_path=args.log, startup_timeout_s=args.startup_timeout)
+    server = connect(args.repo, url=args.url, models=models, instances=instances,
+                     threads_per_instance=args.threads_per_instance, cuda_graphs=args.cuda_graphs,
+                     http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+                     host=args.host, log_path=args.log, startup_timeout_s=args.startup_timeout)
+    if not isinstance(server, TritonServer):  # --url: check the external server, print its facts, exit
+        with server:
+            _print_facts(server)
+        return 0
     previous = _install_signal_handlers()
     try:
         try:

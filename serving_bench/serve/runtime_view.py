@@ -15,36 +15,15 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, ModelConfig, entry_dir, list_entries,
-                                             read_config, write_config)
-
-
-def ensemble_members(config: ModelConfig) -> list[str]:
-    """Model names an ensemble's steps call, in step order (empty for a non-ensemble)."""
-    return [step.model_name for step in config.ensemble_scheduling.step]
-
-
-def resolve_models(repo: Path, models: Sequence[str] | None) -> list[str]:
-    """The entries to serve: ``models`` (all entries when None) plus, transitively, every ensemble member."""
-    available = list_entries(repo)
-    wanted = list(models) if models else list(available)
-    resolved: list[str] = []
-    while wanted:
-        name = wanted.pop(0)
-        if name in resolved:
-            continue
-        if name not in available:
-            raise InputError(repo, name, f"no such model in the repository; available: {', '.join(available) or 'none'}")
-        resolved.append(name)
-        wanted += ensemble_members(read_config(entry_dir(repo, name) / CONFIG_NAME))
-    return resolved
+from serving_bench.export.check import check_repo
+from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, ModelConfig, entry_dir, read_config,
+                                             resolve_models, write_config)
+from serving_bench.serve.runners import check_servable, default_threads, runtime_entry
 
 
 def check_served_entries(repo: Path, names: Sequence[str]) -> None:
     """Raise the first problem ``serving-bench check-repo`` finds in a served entry (one line naming file and field),
     so a malformed config or a missing artifact is reported before launch, not as a load failure in the server log."""
-    from serving_bench.export.check import check_repo
-
     problems, _ = check_repo(repo)
     root = Path(repo).resolve()
     served = [str(entry_dir(root, name)) for name in names]
@@ -76,8 +55,6 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
     entry. With ``validate`` the served entries are checked
     first (:func:`check_served_entries`). Bad input raises :class:`InputError` before ``dest`` is created.
     """
-    from serving_bench.serve.runners import check_servable, default_threads, runtime_entry
-
     repo, dest = Path(repo), Path(dest)
     instances = dict(instances or {})
     names = resolve_models(repo, models)
@@ -113,10 +90,3 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
                                       cuda_graphs=cuda_graphs, execution_log=execution_log)
         write_config(served_config, out / CONFIG_NAME)
     return names
-
-
-def link_tree(src: Path, dest: Path, skip: Sequence[str] = (CONFIG_NAME,)) -> None:
-    """Symlink each item of ``src`` into ``dest`` (except ``skip``), so the view costs no copies."""
-    for item in src.iterdir():
-        if item.name not in skip:
-            os.symlink(item.resolve(), dest / item.name)

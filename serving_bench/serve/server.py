@@ -11,46 +11,36 @@ fails with ``'_thread.RLock' object has no attribute '_recursion_count'``), and 
 view links the ``serving_bench`` package into each entry folder (which is on the stub's ``sys.path``) instead.
 
 The server runs in its own process group; stopping sends SIGTERM, waits, then kills the whole group (stubs included).
-The python backend's shared-memory regions (``/dev/shm``, one per model instance) carry a prefix naming this process
-and server (:func:`shm_prefix`): they are removed when the server stops, however it ended, and regions of servers
-whose starting process is dead are removed when the next one starts.
+The python backend's shared-memory regions carry a prefix naming this process and server
+(:mod:`serving_bench.serve.shm`): they are removed when the server stops, however it ended. Finding the binary and
+its environment: :mod:`serving_bench.serve.install`; every control-plane call: :mod:`serving_bench.serve.control`.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
-import importlib.util
-import itertools
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from serving_bench.errors import InputError, ServerDied, ServerError
+from serving_bench.serve.control import Control, metrics_answer
 from serving_bench.serve.execution_log import Executions, read_execution_logs
+from serving_bench.serve.install import TritonInstall, die_with_parent_prefix, find_tritonserver, mkdir
 from serving_bench.serve.ports import free_port, port_is_free
+from serving_bench.serve.runtime_view import build_runtime_repo
+from serving_bench.serve.shm import next_shm_prefix, remove_orphaned_shm_regions, remove_shm_regions
 
 LOOPBACK = "127.0.0.1"
 MAX_RESTARTS = 2  # a measurement whose server died mid-step starts a new one and resumes, at most this often
-
-
-def cache_dir() -> Path:
-    """Where serving-bench keeps derived files (backend folder, tuning records): ``$SERVING_BENCH_CACHE`` or
-    ``~/.cache/serving-bench``."""
-    return Path(os.environ.get("SERVING_BENCH_CACHE", Path.home() / ".cache" / "serving-bench"))
 
 
 @dataclass(frozen=True)
@@ -75,133 +65,8 @@ class Endpoints:
         return cls(f"{host}:{port}", http_url or f"{host}:{port - 1}", metrics_url or f"{host}:{port + 1}")
 
 
-@dataclass(frozen=True)
-class TritonInstall:
-    """Paths and environment to run the bundled tritonserver with this Python."""
-
-    server_bin: Path
-    backend_dir: Path
-    env: Mapping[str, str]
-
-
-def find_tritonserver() -> TritonInstall:
-    """Locate pytriton's tritonserver and assemble a backend folder with the stub for the running Python."""
-    spec = importlib.util.find_spec("pytriton")  # its folder only: importing pytriton pulls in zmq, gevent, ...
-    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - install problem
-        raise ServerError("nvidia-pytriton is not installed: run `make test` or `pip install nvidia-pytriton==0.7.0`")
-    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
-    server_bin = root / "bin" / "tritonserver"
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not server_bin.is_file() or not stub.is_file():
-        raise ServerError(f"tritonserver or its python {version} stub is missing under {root}")
-
-    backend_dir = cache_dir() / "backends" / f"py{version}-{hashlib.sha256(str(root).encode()).hexdigest()[:10]}"
-    python_dir = backend_dir / "python"
-    if not (python_dir / "triton_python_backend_stub").is_file():
-        tmp = Path(tempfile.mkdtemp(dir=_mkdir(backend_dir.parent), prefix=".backend-"))
-        (tmp / "python").mkdir()
-        for item in (root / "backends" / "python").iterdir():
-            if item.is_file():
-                shutil.copy2(item, tmp / "python" / item.name)
-        shutil.copy2(stub, tmp / "python" / "triton_python_backend_stub")
-        try:
-            os.replace(tmp, backend_dir)
-        except OSError:  # another process assembled it first
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    site = root.parent.parent
-    lib_dirs = [str(site / "nvidia_pytriton.libs"), sysconfig.get_config_var("LIBDIR") or ""]
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([d for d in lib_dirs if d] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    _check_libraries(python_dir / "triton_python_backend_stub", env)
-    return TritonInstall(server_bin, backend_dir, env)
-
-
-_CHECKED_LIBRARIES: set[str] = set()
-
-
-def _check_libraries(binary: Path, env: Mapping[str, str]) -> None:
-    """Fail before launch, naming the libraries, if the stub cannot be loaded (typically a Python built without
-    ``libpython3.X.so``, which the stub links): otherwise every model fails to load with a less direct message."""
-    ldd = shutil.which("ldd")
-    if ldd is None or str(binary) in _CHECKED_LIBRARIES:
-        return
-    out = subprocess.run([ldd, str(binary)], env=dict(env), capture_output=True, text=True, timeout=30).stdout
-    missing = sorted({line.split("=>")[0].strip() for line in out.splitlines() if "not found" in line})
-    if missing:
-        raise ServerError(f"the python backend stub for Python {sys.version_info.major}.{sys.version_info.minor} "
-                          f"cannot load {', '.join(missing)} ({binary}); install the shared library of this Python "
-                          f"(e.g. Debian/Ubuntu libpython{sys.version_info.major}.{sys.version_info.minor}) or use a "
-                          f"Python built with --enable-shared")
-    _CHECKED_LIBRARIES.add(str(binary))
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _die_with_parent_prefix() -> list[str]:
-    """``setpriv --pdeathsig KILL --`` in front of the server command, so Linux kills the server when this process
-    dies without cleaning up (SIGKILL, ``timeout``'s SIGTERM); its stubs then exit on their own. (``setpriv`` from
-    util-linux, rather than a ``preexec_fn``, which is unsafe in a process with threads.) Linux ties the signal to the
-    *thread* that started the child, so it is used only from the main thread: a worker thread that ends would
-    otherwise take the server with it. Empty where ``setpriv`` is missing."""
-    import threading
-
-    setpriv = shutil.which("setpriv")
-    if setpriv is None or threading.current_thread() is not threading.main_thread():
-        return []
-    return [setpriv, "--pdeathsig", "KILL", "--"]
-
-
-SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "serving_bench_pb_"  # + "<pid of the starting process>_<server number>_"; the backend appends a uuid
-_SERVER_NUMBERS = itertools.count()
-
-
-def shm_prefix(number: int, pid: int | None = None) -> str:
-    """The python backend's shared-memory region prefix of server ``number`` started by process ``pid``."""
-    return f"{SHM_PREFIX}{os.getpid() if pid is None else pid}_{number}_"
-
-
-def remove_shm_regions(prefix: str) -> int:
-    """Remove the shared-memory regions whose names start with ``prefix``; return how many."""
-    return _unlink(SHM_DIR.glob(f"{prefix}*") if SHM_DIR.is_dir() else ())
-
-
-def remove_orphaned_shm_regions() -> int:
-    """Remove the regions of servers whose starting process no longer exists (killed before it could clean up)."""
-    def orphaned(path: Path) -> bool:
-        pid = path.name[len(SHM_PREFIX):].split("_", 1)[0]
-        return pid.isdigit() and not _process_exists(int(pid))
-
-    return _unlink(p for p in (SHM_DIR.glob(f"{SHM_PREFIX}*") if SHM_DIR.is_dir() else ()) if orphaned(p))
-
-
-def _unlink(paths) -> int:
-    removed = 0
-    for path in paths:
-        try:
-            path.unlink()
-            removed += 1
-        except OSError:
-            pass
-    return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
+_CRASH_MARK = "Signal (11) received."
+_CRASH = re.compile(r"Signal \((\d+)\) received\.")  # Triton's crash handler, before its stack dump
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
 
 
@@ -239,9 +104,11 @@ class TritonServer:
         self.served_models: list[str] = []
         self.workdir: Path | None = None
         self.log_path: Path | None = None
-        self.shm_prefix = shm_prefix(next(_SERVER_NUMBERS))
+        self.shm_prefix = next_shm_prefix()
         self._failed = False
         self._stopped = False  # stop() was called: the process ended because we asked
+        self._log_seen = 0  # bytes of the log already searched for a crash (_fatal_signal)
+        self._crash_signal: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def __enter__(self) -> "TritonServer":
@@ -253,8 +120,6 @@ class TritonServer:
 
     def start(self) -> "TritonServer":
         """Build the runtime view, launch the server, wait until it is ready; raise :class:`ServerError` if not."""
-        from serving_bench.serve.runtime_view import build_runtime_repo
-
         install = find_tritonserver()
         self._stopped = False
         remove_orphaned_shm_regions()
@@ -264,7 +129,7 @@ class TritonServer:
         self.workdir = Path(tempfile.mkdtemp(prefix="serving-bench-server-"))
         view = self.workdir / "repo"
         if self.execution_log:
-            self.execution_log_dir = _mkdir(self.workdir / "executions")
+            self.execution_log_dir = mkdir(self.workdir / "executions")
         try:
             self.served_models = build_runtime_repo(self.repo, view, models=self.models, instances=self.instances,
                                                     threads_per_instance=self.threads_per_instance,
@@ -310,8 +175,9 @@ class TritonServer:
             args += [f"--load-model={name}" for name in self.served_models]
         args += self.extra_args
         log = open(self.log_path, "ab")
+        self._log_seen, self._crash_signal = log.tell(), None  # a crash logged by an earlier launch is not this one's
         try:
-            self.process = subprocess.Popen(_die_with_parent_prefix() + args, stdout=log, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(die_with_parent_prefix() + args, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=dict(install.env), cwd=self.workdir,
                                             start_new_session=True)
         finally:
@@ -320,24 +186,25 @@ class TritonServer:
                                    f"{self.host}:{ports['metrics']}")
 
     def _wait_ready(self) -> None:
-        """Ready = HTTP ``/v2/health/ready`` answers 200 *and* ``/metrics`` answers (the metrics service starts last,
-        so a caller that samples telemetry right away would otherwise find it refusing connections)."""
+        """Ready = the server answers ``ready`` (gRPC) *and* ``/metrics`` answers (the metrics service starts last,
+        so a caller that samples telemetry right away would otherwise find it refusing connections). Each poll opens
+        a new channel: a channel whose connection was refused waits out gRPC's reconnect backoff."""
         deadline = time.monotonic() + self.startup_timeout_s
-        pending = [f"http://{self.endpoints.http_url}/v2/health/ready", f"http://{self.endpoints.metrics_url}/metrics"]
+        pending = [self._answers_ready, lambda: metrics_answer(self.endpoints.metrics_url)]
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerError(self._failure_message(f"tritonserver exited with code {self.process.returncode}"))
-            try:
-                with urllib.request.urlopen(pending[0], timeout=1.0) as reply:
-                    if reply.status == 200:
-                        pending.pop(0)
-                        if not pending:
-                            return
-                        continue
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+            if pending[0]():
+                pending.pop(0)
+                if not pending:
+                    return
+                continue
             time.sleep(0.1)
         raise ServerError(self._failure_message(f"tritonserver not ready after {self.startup_timeout_s:.0f} s"))
+
+    def _answers_ready(self) -> bool:
+        with Control(self.endpoints.grpc_url, timeout_s=1.0) as control:
+            return control.ready()
 
     def executions(self) -> dict[str, Executions]:
         """Every runner-backed model's executed batches so far (see :mod:`serving_bench.serve.execution_log`); the
@@ -354,12 +221,19 @@ class TritonServer:
     def check_alive(self) -> None:
         """Raise :class:`ServerError` naming the log if the server process has died. Cheap (one ``poll``): call it
         from any loop that waits on the server, so a crash ends the wait instead of hanging it."""
-        if self.process is None or self.process.poll() is not None:
-            code = None if self.process is None else self.process.returncode
-            if self.process is None or self._stopped:
-                raise ServerError(self._failure_message("tritonserver is not running (not started, or stopped)"))
-            self._failed = True
-            raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(code)})"))
+        if self.process is not None and self.process.poll() is None and not self._stopped:
+            fatal = self._fatal_signal()
+            if fatal is None:
+                return
+            self._failed = True  # Triton's handler caught a crash and can hang on the corrupted heap: end it
+            self._kill()
+            raise ServerDied(self._failure_message(f"tritonserver died (signal {fatal} in its log; its crash handler "
+                                                   "did not exit, so it was killed)"))
+        code = None if self.process is None else self.process.returncode
+        if self.process is None or self._stopped:
+            raise ServerError(self._failure_message("tritonserver is not running (not started, or stopped)"))
+        self._failed = True
+        raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(code)})"))
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -371,6 +245,11 @@ class TritonServer:
         except Exception as err:
             deadline = time.monotonic() + 0.5  # the process may still be exiting when its sockets close
             while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
+                if self._fatal_signal() is not None:  # crashed, its handler hanging: check_alive ends and says so
+                    try:
+                        self.check_alive()
+                    except ServerDied as dead:
+                        raise dead from err
                 time.sleep(0.02)
             if self.process is not None and self.process.poll() is not None and not self._stopped:
                 self._failed = True
@@ -416,6 +295,22 @@ class TritonServer:
         remove_shm_regions(self.shm_prefix)  # a killed server or stub leaves its regions behind
 
     # -- diagnostics -----------------------------------------------------------------------------------------------
+    def _fatal_signal(self) -> int | None:
+        """The signal Triton's crash handler logged (``Signal (11) received.``), or None; reads only what the log
+        gained since the last look."""
+        try:
+            size = self.log_path.stat().st_size
+        except (OSError, AttributeError):
+            return None
+        if size != self._log_seen:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(self._log_seen - len(_CRASH_MARK), 0))
+                found = _CRASH.search(log.read().decode(errors="replace"))
+            self._log_seen = size
+            if found:
+                self._crash_signal = int(found.group(1))
+        return self._crash_signal
+
     def _log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -444,11 +339,6 @@ def exit_status(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _http_get(url: str, timeout_s: float) -> int:
-    with urllib.request.urlopen(url, timeout=timeout_s) as reply:
-        return reply.status
-
-
 class ExternalServer:
     """A Triton server somebody else runs (``--url host:port``, its gRPC address): the same interface as
     :class:`TritonServer` (``endpoints``, ``pid`` = None, ``check_alive``, ``guard``, ``served_models``, context
@@ -471,29 +361,24 @@ class ExternalServer:
     def start(self) -> "ExternalServer":
         """Check the server is ready and list its ready models; :class:`ServerError` naming the URL if not."""
         self.check_alive(ready=True)
-        index = f"http://{self.endpoints.http_url}/v2/repository/index"
-        try:
-            request = urllib.request.Request(index, data=b"{}", method="POST")
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                models = json.loads(reply.read() or b"[]")
-            self.served_models = sorted({m["name"] for m in models if m.get("state", "READY") == "READY"})
-        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
-            self.served_models = []  # the repository extension may be restricted; the models stay unknown
+        with Control(self.endpoints.grpc_url, timeout_s=self.timeout_s) as control:
+            try:
+                self.served_models = control.served_models()
+            except ServerError:
+                self.served_models = []  # the repository extension may be restricted; the models stay unknown
         return self
 
     def stop(self, timeout_s: float = 0.0) -> None:
         """Nothing to stop: the server is not ours."""
 
     def check_alive(self, ready: bool = False) -> None:
-        """Raise :class:`ServerError` naming the URL unless the server answers ``/v2/health/live`` (or ``ready``)."""
-        url = f"http://{self.endpoints.http_url}/v2/health/{'ready' if ready else 'live'}"
-        try:
-            status = _http_get(url, self.timeout_s)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as err:
+        """Raise :class:`ServerError` naming the URL unless the server answers ``live`` (or ``ready``) over gRPC."""
+        what = "ready" if ready else "live"
+        with Control(self.endpoints.grpc_url, timeout_s=self.timeout_s) as control:
+            answered = control.ready() if ready else control.live()
+        if not answered:
             raise ServerError(f"Triton at {self.endpoints.http_url} (--url {self.endpoints.grpc_url}) is not "
-                              f"answering {url}: {getattr(err, 'reason', err)}") from None
-        if status != 200:
-            raise ServerError(f"Triton at {self.endpoints.http_url} answered {url} with HTTP {status}")
+                              f"answering: no '{what}' from its gRPC health service")
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:

@@ -1,9 +1,13 @@
-"""``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR``.
+"""``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR
+[--concurrency N]``.
 
 Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
-through :class:`SimTarget`, and writes what a replay writes: ``schedule.npz``, ``records.parquet/.csv/.json``,
-``summary.json`` (plus ``sim.json``: utilisation and device busy time). Everything is checked before anything is
-written.
+through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
+``schedule.npz``, ``records.parquet/.csv/.json``, ``summary.json`` (its ``sim`` section: utilisation, busy time,
+executions, items per execution, time inside the server, device busy time) and ``perf_analyzer.csv``. Everything is
+checked before anything is written. ``--concurrency N`` runs a closed loop instead (``N`` clients per model or
+ensemble, each sending its next request when the previous one is answered, for the load's duration: what
+``replay --concurrency N`` does on Triton, and what a perf_analyzer or Model Analyzer concurrency sweep reads).
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
 or, with neither, from the profile's models with one instance each on their first device and no batching.
@@ -21,12 +25,17 @@ or, with neither, from the profile's models with one instance each on their firs
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 from serving_bench.errors import InputError
 from serving_bench.files import read_yaml
+from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.profiles.schema import Profile
+from serving_bench.run.results import write_results
+from serving_bench.run.target import ClosedLoop
+from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.graph import ensemble_graphs
+from serving_bench.sim.target import SimTarget
 
 CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
                  "max_queue_size", "queue_timeout_us", "instances")
@@ -40,14 +49,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--repo", help="model repository whose config.pbtxt files give the serving config")
     parser.add_argument("--out", required=True, help="results folder to write")
     parser.add_argument("--seed", type=int, default=0, help="simulator seed (service times, overheads)")
+    parser.add_argument("--concurrency", type=int, help="closed loop: requests in flight per model or ensemble")
     parser.add_argument("--engine", choices=("fast", "simpy"), default="fast",
                         help="fast (default) or the SimPy reference (same records, slower)")
 
 
 def load_serving_yaml(path: str | Path):
     """A :class:`ServingConfig` from the YAML layout in the module docstring."""
-    from serving_bench.serving_config import ModelServing, ServingConfig
-
     path = Path(path)
     data = read_yaml(path, "serving config")
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
@@ -88,8 +96,6 @@ def load_serving_yaml(path: str | Path):
 
 def default_config(profile, names):
     """One instance on the model's first measured device, no batching: the plainest config the profile supports."""
-    from serving_bench.serving_config import ModelServing, ServingConfig
-
     models = []
     for name in names:
         mp = profile.model(name)
@@ -100,46 +106,25 @@ def default_config(profile, names):
 
 def serving_config_for(args_config: str | None, args_repo: str | None, profile, schedule):
     """The serving config from --config, --repo or the profile (in that order of precedence)."""
-    from serving_bench.serving_config import ServingConfig
-
     if args_config:
         return load_serving_yaml(args_config), None
     if args_repo:
         config = ServingConfig.from_repo(args_repo, list(schedule.models))
-        from serving_bench.sim.graph import ensemble_graphs
-
         return config, ensemble_graphs(args_repo, config)
     return default_config(profile, schedule.models), None
 
 
-def write_results(out: Path, schedule, records, summary: dict) -> None:
-    """What a replay writes, each file atomically."""
-    from serving_bench.records import save_records
-
-    out.mkdir(parents=True, exist_ok=True)
-    schedule.save(out / "schedule.npz")
-    save_records(records, out)
-    for name, data in (("summary.json", summary), ("sim.json", records.attrs.get("sim", {}))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-        os.replace(tmp, out / name)
-
-
 def main(args: argparse.Namespace) -> int:
-    from serving_bench.load.profile import LoadProfile, build_schedule
-    from serving_bench.metrics import summarize
-    from serving_bench.profiles.schema import Profile
-    from serving_bench.sim.target import SimTarget
-
+    if args.concurrency is not None and args.concurrency < 1:
+        raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
     schedule = build_schedule(LoadProfile.load(args.load_profile))
     profile = Profile.load(args.profile)
     config, graphs = serving_config_for(args.config, args.repo, profile, schedule)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine, ensemble_deps=graphs)
-    records = target.run(schedule)
-    summary = summarize(records)
-    write_results(Path(args.out), schedule, records, summary)
+    records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
+    summary = write_results(Path(args.out), records, schedule)
     print_summary(summary)
-    print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, sim.json)")
+    print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, perf_analyzer.csv)")
     return 0
 
 

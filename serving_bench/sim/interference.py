@@ -17,9 +17,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from serving_bench.load.schedule import Schedule
 from serving_bench.profiles.schema import Profile
+from serving_bench.run.records import Records
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop
 from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.target import SimTarget
 
 ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
 POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
@@ -52,9 +55,7 @@ class Observation:
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Observation":
-        serving = {m: ModelServing(**{**s, "preferred_batch_sizes": tuple(s.get("preferred_batch_sizes", ())),
-                                      "instances": tuple(tuple(i) for i in s["instances"])})
-                   for m, s in data["serving"].items()}
+        serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
         return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
                    int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()})
 
@@ -62,16 +63,10 @@ class Observation:
         return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
 
 
-class _Closed:
-    """The closed-loop mode the simulator takes (``name``, ``per_model``, ``duration_s``)."""
-
-    name = "closed"
-
-    def __init__(self, clients: Mapping[str, int], duration_s: float):
-        self.clients, self.duration_s = dict(clients), duration_s
-
-    def per_model(self, models: Sequence[str]) -> dict[str, int]:
-        return {m: self.clients.get(m, 0) for m in models}
+def serving_from_json(data: Mapping) -> ModelServing:
+    """A :class:`ModelServing` from ``dataclasses.asdict`` of one (lists back to tuples)."""
+    return ModelServing(**{**data, "preferred_batch_sizes": tuple(data.get("preferred_batch_sizes", ())),
+                           "instances": tuple(tuple(i) for i in data["instances"])})
 
 
 def with_law(profile: Profile, device: str, law: Mapping) -> Profile:
@@ -81,24 +76,23 @@ def with_law(profile: Profile, device: str, law: Mapping) -> Profile:
     return dataclasses.replace(profile, devices=devices)
 
 
-def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0):
+def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
     """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
-    from serving_bench.sim.target import SimTarget  # the simulator sits on top of this module's package
-
     names = tuple(sorted(obs.clients))
     config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()))
     per = int(MAX_RATE_RPS * seconds) + 1
     schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
                         np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
-    return SimTarget(profile, config, seed=seed).run(schedule, _Closed(obs.clients, seconds))
+    return SimTarget(profile, config, seed=seed).run(schedule, ClosedLoop(dict(obs.clients), seconds))
 
 
-def throughput(records, seconds: float) -> dict[str, float]:
+def throughput(records: Records, seconds: float) -> dict[str, float]:
     """Answered requests per second per model over ``seconds`` (a closed loop's last answers trail its end: those
     after it do not count, as in the measurement)."""
-    ok = records[(records["status"].astype(str) == "ok") & (records["done_s"] <= seconds)]
+    table = records.table
+    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
     counts = ok.groupby("model", observed=True).size()
-    return {str(m): float(counts.get(m, 0)) / seconds for m in records["model"].cat.categories}
+    return {str(m): float(counts.get(m, 0)) / seconds for m in table["model"].cat.categories}
 
 
 def predict(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> dict[str, float]:
@@ -135,27 +129,41 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) 
     return (c, fc) if fc <= fd else (d, fd)
 
 
-def fit(profile: Profile, device: str, observations: Sequence[Observation], name: str) -> tuple[dict, float]:
-    """The law ``name``'s parameters that fit ``observations`` best; (law, mean absolute log error on them)."""
-    if name == "pool":
-        law = {"name": "pool"}
-        return law, error(with_law(profile, device, law), observations)
-    if name == "pool_eff":
-        eta, err = _golden(lambda e: error(with_law(profile, device, {"name": name, "eta": e}), observations),
-                           *ETA_RANGE)
-        return {"name": name, "eta": eta}, err
-    best: tuple[dict, float] | None = None
-    for power in POWERS:
-        eta, err = _golden(lambda e: error(with_law(profile, device, {"name": name, "eta": e, "power": power}),
-                                           observations), *ETA_RANGE, steps=10)
-        if best is None or err < best[1]:
-            best = ({"name": name, "eta": eta, "power": power}, err)
-    return best
+FORMS = ("pool", "pool_eff", "soft", "pool+psi", "pool_eff+psi", "soft+psi")  # what the fit can choose among
+PSI_RANGE = (0.1, 1.0)  # the share of the measured hand-off demand that competes for the cores
+
+
+def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str) -> tuple[dict, float]:
+    """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too: :data:`FORMS`) that
+    fit ``observations`` best, by golden-section search one parameter at a time (two rounds when there are two);
+    (law, mean absolute log error on them)."""
+    name, _, extra = form.partition("+")
+    law: dict = {"name": name}
+    if name == "soft":
+        law["power"] = POWERS[-1]
+    searched = ([("eta", ETA_RANGE)] if name in ("pool_eff", "soft") else []) + \
+        ([("psi", PSI_RANGE)] if extra == "psi" else [])
+    err = error(with_law(profile, device, {**law, **{k: 1.0 for k, _ in searched}}), observations)
+    law.update({k: 1.0 for k, _ in searched})
+    for _ in range(2 if len(searched) > 1 else 1):
+        for key, bounds in searched:
+            value, err = _golden(lambda v: error(with_law(profile, device, {**law, key: v}), observations), *bounds,
+                                 steps=10)
+            law[key] = value
+    if name == "soft":  # the onset's sharpness: the best of a few
+        best = (law, err)
+        for power in POWERS[:-1]:
+            candidate = {**law, "power": power}
+            e = error(with_law(profile, device, candidate), observations)
+            if e < best[1]:
+                best = (candidate, e)
+        law, err = best
+    return law, err
 
 
 def leave_one_out(profile: Profile, device: str, observations: Sequence[Observation],
-                  names: Sequence[str] = ("pool", "pool_eff", "soft")) -> dict[str, float]:
-    """Per law, the mean absolute log error on each observation of the law fitted on the others."""
+                  names: Sequence[str] = FORMS) -> dict[str, float]:
+    """Per form, the mean absolute log error on each observation of the law fitted on the others."""
     out = {}
     for name in names:
         errs = []

@@ -1,14 +1,15 @@
-"""``SimTarget(profile, serving_config, seed=0).run(schedule) -> records``: the simulator as a Target.
+"""``SimTarget(profile, serving_config, seed=0).run(schedule, mode=None) -> Records``: the simulator as a Target.
 
-It returns the Records table of :mod:`serving_bench.records` (``sent_s = intended_s``: the simulated client is never
-late), so :func:`serving_bench.metrics.summarize` works unchanged on simulated and replayed runs. Same schedule,
-profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"`` (the SimPy
-reference, slower) give identical records too.
+It returns the :class:`~serving_bench.run.records.Records` of every target (``sent_s = intended_s``: the simulated
+client is never late), so :func:`serving_bench.run.metrics.summarize` works unchanged on simulated and replayed runs.
+Same schedule, profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"``
+(the SimPy reference, slower) give identical records too.
 
-Besides the table, ``records.attrs["sim"]`` holds what only a simulator knows: per-model busy time, executed batches and
-items per executed batch (Triton's ``inference_count / execution_count``), mean time inside the server per answered
-request (Triton's ``success`` time: no client/network overhead), utilisation (busy instance-seconds over
-instances x makespan), per-device busy time, the engine and the seed.
+Besides the table, ``records.info.sim`` (:class:`~serving_bench.run.records.SimFacts`) holds what only a simulator
+knows: per-model busy time, executed batches and items per executed batch (Triton's ``inference_count /
+execution_count``), mean time inside the server per answered request (queued and computed: no client/network
+overhead), utilisation (busy instance-seconds over instances x makespan), per-device busy time, the engine and the
+seed.
 
     from serving_bench.profiles import Profile
     from serving_bench.serving_config import ServingConfig
@@ -18,13 +19,15 @@ instances x makespan), per-device busy time, the engine and the seed.
 from __future__ import annotations
 
 import gc
+
 import numpy as np
 import pandas as pd
 
 from serving_bench.errors import InputError
-from serving_bench.load.schedule import Schedule
 from serving_bench.profiles.schema import Profile
-from serving_bench.records import STATUSES, new_records
+from serving_bench.run.records import STATUSES, Records, RunInfo, SimFacts, new_table
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim.core import Server
 from serving_bench.sim.fast import run_fast
@@ -52,7 +55,7 @@ class SimTarget:
         self.spec: SimSpec = build_spec(profile, serving_config, ensemble_deps)
 
     # -- the Target interface ----------------------------------------------------------------------------------------
-    def run(self, schedule: Schedule, mode=None) -> pd.DataFrame:
+    def run(self, schedule: Schedule, mode: OpenLoop | ClosedLoop | None = None) -> Records:
         """Records of ``schedule`` in open loop (``mode`` None or open) or closed loop (``mode.name == "closed"``:
         ``mode.per_model(models)`` clients per model or ensemble for ``mode.duration_s`` or the schedule's
         duration; requests never reached are not in the records, and ``intended_s = sent_s`` is the send time)."""
@@ -66,7 +69,7 @@ class SimTarget:
                                  f"served: {', '.join(m.name for m in spec.models) or 'none'}")
             kinds.append(kind)
         closed = None
-        if mode is not None and getattr(mode, "name", "open") == "closed":
+        if isinstance(mode, ClosedLoop):
             per = mode.per_model(schedule.models)
             closed = ({i: per[name] for i, name in enumerate(schedule.models)},
                       float(mode.duration_s or schedule.duration_s))
@@ -79,10 +82,10 @@ class SimTarget:
         finally:
             if collect:
                 gc.enable()
-        records = self._records(schedule, workload, server)
-        if closed is not None:
-            records.attrs["concurrency"] = dict(mode.per_model(schedule.models))
-        return records
+        table, facts = self._records(schedule, workload, server)
+        return Records(table, RunInfo(target=self.name, meta=dict(schedule.meta), mode=(mode or OpenLoop()).name,
+                                      sim=facts, concurrency=dict(mode.per_model(schedule.models))
+                                      if closed is not None else None))
 
     def _execute(self, workload: Workload) -> Server:
         spec = self.spec
@@ -103,9 +106,9 @@ class SimTarget:
         return run(factory, len(spec.models), workload.feeds)
 
     # -- records ------------------------------------------------------------------------------------------------------
-    def _records(self, schedule: Schedule, workload: Workload, server: Server) -> pd.DataFrame:
+    def _records(self, schedule: Schedule, workload: Workload, server: Server) -> tuple[pd.DataFrame, SimFacts]:
         spec = self.spec
-        records = new_records(schedule, target="sim")
+        records = new_table(schedule)
         n = len(schedule)
         done = np.full(n, np.nan)
         status = np.full(n, STATUSES.index("error"), dtype=np.int8)
@@ -191,22 +194,19 @@ class SimTarget:
         if workload.closed is not None:  # requests never reached are not part of a closed loop's run
             records = records[reached].reset_index(drop=True)
             records["request_id"] = np.arange(len(records), dtype=np.int64)
-            records.attrs.update(target="sim", partial=False, meta=dict(schedule.meta))
         finished = records["done_s"].to_numpy()
         makespan = float(np.nanmax(finished)) if len(records) and not np.isnan(finished).all() else 0.0
         duration = max(schedule.duration_s if workload.closed is None else workload.duration_s, makespan, 1e-12)
-        records.attrs["sim"] = {
-            "engine": self.engine, "seed": self.seed, "profile": self.profile.path, "duration_s": duration,
-            "busy_s": {st.spec.name: st.busy_s for st in server.models},
-            "executions": {st.spec.name: st.executions for st in server.models},
-            "server_mean_s": server_mean,
-            "items_per_execution": {st.spec.name: st.executed_items / st.executions if st.executions else None
-                                    for st in server.models},
-            "utilisation": {st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
-                            for st in server.models},
-            "device_busy_s": {name: dev.busy_s for name, dev in server.devices.items()},
-        }
-        return records
+        return records, SimFacts(
+            engine=self.engine, seed=self.seed, profile=self.profile.path, duration_s=duration,
+            busy_s={st.spec.name: st.busy_s for st in server.models},
+            executions={st.spec.name: st.executions for st in server.models},
+            server_mean_s=server_mean,
+            items_per_execution={st.spec.name: st.executed_items / st.executions if st.executions else None
+                                 for st in server.models},
+            utilisation={st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
+                         for st in server.models},
+            device_busy_s={name: dev.busy_s for name, dev in server.devices.items()})
 
 
 def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ class GpuSampler:
         self._nvml = None
         self._handles: list = []
         try:
-            import pynvml
+            import pynvml  # optional: only where a GPU is
         except ImportError:
             self.reason = "nvidia-ml-py (pynvml) is not installed"
         else:

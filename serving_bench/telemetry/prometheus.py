@@ -1,18 +1,19 @@
-"""Reading a Prometheus text endpoint (Triton's ``/metrics``) into plain tuples.
+"""Reading a Prometheus text endpoint (Triton's ``/metrics``) into plain tuples, with ``prometheus_client``'s parser.
 
-Only the parts of the text exposition format Triton emits are handled: ``# HELP``/``# TYPE`` comments (skipped) and
-sample lines ``name{label="value",...} number [timestamp]``.
+Every sample of the text exposition format (``name{label="value",...} number [timestamp]``) becomes a
+:class:`Sample`; comments, NaN values and lines that are not samples are skipped (a malformed line costs only itself).
+Samples keep the names Triton exposes: the ``# TYPE`` lines are dropped before parsing, because for a counter the
+parser renames the samples to OpenMetrics' ``<name>_total`` (``nv_inference_exec_count`` would become
+``nv_inference_exec_count_total``), and the types are not used here.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import urllib.request
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?\s*$")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class Sample(NamedTuple):
@@ -23,26 +24,27 @@ class Sample(NamedTuple):
     value: float
 
 
+def _samples(text: str) -> Iterable[Sample]:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not math.isnan(s.value):
+                yield Sample(s.name, dict(s.labels), float(s.value))
+
+
 def parse_prometheus(text: str) -> list[Sample]:
     """Every sample of a Prometheus text exposition; lines that are not samples are ignored."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        name, labels_text, value_text = match.groups()
-        try:
-            value = float(value_text)
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(labels_text or "")}
-        out.append(Sample(name, labels, value))
-    return out
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("# TYPE")) + "\n"
+    try:
+        return list(_samples(text))
+    except ValueError:  # a line the parser rejects: parse line by line and skip the bad ones
+        out: list[Sample] = []
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                try:
+                    out += _samples(line + "\n")
+                except ValueError:
+                    continue
+        return out
 
 
 def metrics_http_url(metrics_url: str) -> str:

@@ -14,7 +14,6 @@ per-model difference starts from) and one on exit, plus one every ``interval_s``
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from serving_bench.errors import ServerError
+from serving_bench.files import atomic_write
 from serving_bench.telemetry import triton
 from serving_bench.telemetry.cpu import CpuSampler, process_tree, summarize_cpu
 from serving_bench.telemetry.gpu import GpuSampler, summarize_gpu
@@ -161,16 +161,13 @@ class Telemetry:
         """Write ``telemetry.parquet``, ``telemetry.csv`` (the :meth:`frame`) and ``telemetry.json`` (the
         :meth:`summary`) into ``out_dir``, each through a temporary name and a rename."""
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         frame = self.frame()
         summary = self.summary()
         writers = (("telemetry.parquet", lambda p: frame.to_parquet(p, index=False)),
                    ("telemetry.csv", lambda p: frame.to_csv(p, index=False)),
                    ("telemetry.json", lambda p: p.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")))
         for name, write in writers:
-            tmp = out_dir / f".{name}.tmp"
-            write(tmp)
-            os.replace(tmp, out_dir / name)
+            atomic_write(out_dir / name, write)
 
 
 def _window(frame: pd.DataFrame, start_s: float | None, end_s: float | None) -> pd.DataFrame:

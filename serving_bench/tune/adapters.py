@@ -1,15 +1,27 @@
 """The one place that calls the other packages' APIs (load profiles, simulator, profiles, replay), so the tuner,
 the planner and the demo stay a thin orchestration of them.
 
-Everything here is picklable (Ray ships it to workers) and imports its package lazily.
+Everything here is picklable (Ray ships it to workers).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving_bench.load.schedule import Schedule
+from serving_bench import validate as validation
+from serving_bench.errors import InputError
+from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
+from serving_bench.load.driver import TritonTarget
+from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.profiles import measure
+from serving_bench.profiles.importers import import_h200_eager
+from serving_bench.profiles.schema import Profile
+from serving_bench.run.records import Records
+from serving_bench.run.schedule import Schedule
+from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.target import SimTarget
 
 
 @dataclass(frozen=True)
@@ -20,21 +32,13 @@ class ScheduleBuilder:
     path: str
     duration_s: float | None = None
 
-    def profile(self):
-        import dataclasses
-
-        from serving_bench.load.profile import LoadProfile
-
+    def profile(self) -> LoadProfile:
         prof = LoadProfile.load(self.path)
         if self.duration_s is not None:
             prof = dataclasses.replace(prof, duration_s=float(self.duration_s))
         return prof
 
     def __call__(self, seed: int | None = None) -> Schedule:
-        import dataclasses
-
-        from serving_bench.load.profile import build_schedule
-
         prof = self.profile()
         return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)))
 
@@ -46,27 +50,19 @@ def load_profile(path: str | Path):
     """The simulator's hardware profile (engineer D's ``Profile.load``); ``builtin:h200-eager`` is the bundled H200
     torch **eager mode** table imported by ``serving_bench.profiles.importers.import_h200_eager``."""
     if str(path) == "builtin:h200-eager":
-        from serving_bench.profiles.importers import import_h200_eager
-
         return import_h200_eager()
-    from serving_bench.profiles import Profile
-
     return Profile.load(path)
 
 
-def simulate(profile, config, schedule: Schedule, seed: int = 0):
+def simulate(profile, config, schedule: Schedule, seed: int = 0) -> Records:
     """Records of ``schedule`` run through ``SimTarget`` with ``config`` (engineer D)."""
-    from serving_bench.sim import SimTarget
-
     return SimTarget(profile, config, seed=seed).run(schedule)
 
 
-def replay(endpoints, schedule: Schedule, progress=None, progress_interval_s: float = 5.0):
+def replay(endpoints, schedule: Schedule, progress=None, progress_interval_s: float = 5.0) -> Records:
     """Records of ``schedule`` replayed open loop against a running Triton (engineer C's ``TritonTarget``);
-    ``endpoints`` is an ``Endpoints``, a ``TritonServer`` (its death then ends the run) or a gRPC host:port;
-    ``progress(Progress)`` is called about every ``progress_interval_s``."""
-    from serving_bench.load import TritonTarget
-
+    ``endpoints`` is an ``Endpoints``, a ``TritonServer`` (its death then ends the run), an ``ExternalServer`` or a
+    gRPC host:port; ``progress(Progress)`` is called about every ``progress_interval_s``."""
     return TritonTarget(endpoints, progress=progress, progress_interval_s=progress_interval_s).run(schedule)
 
 
@@ -91,8 +87,6 @@ def max_servable_batch(profile, name: str, devices) -> int:
 def config_from_profile(profile, models):
     """A base serving config for a profile without a repository: one entry per schedule model on the profile's
     first device of the model, batching up to the largest batch size the profile measured (engineer D's profile)."""
-    from serving_bench.serving_config import ModelServing, ServingConfig
-
     entries = []
     for name in models:
         device = sorted(profile.model(name).devices)[0]
@@ -104,15 +98,11 @@ def config_from_profile(profile, models):
 def with_gpus(profile, count: int):
     """``profile`` with devices ``gpu0 .. gpu{count-1}``: when it describes one GPU (any name), that GPU's
     measurements stand for each of ``count`` identical GPUs. Unchanged when it already lists them."""
-    import dataclasses
-
     wanted = [f"gpu{i}" for i in range(count)]
     if all(d in profile.devices for d in wanted):
         return profile
     gpus = [name for name, info in profile.devices.items() if info.kind == "gpu"]
     if len(gpus) != 1:
-        from serving_bench.errors import InputError
-
         raise InputError(profile.path or "profile", "devices", f"--gpus {count} needs devices gpu0..gpu{count - 1} "
                          f"or exactly one GPU to replicate; the profile has {', '.join(sorted(profile.devices))}")
     src = gpus[0]
@@ -141,37 +131,31 @@ def profile_description(profile) -> str:
     return f"{devices}" + (f", measured in {mode_text}" if mode_text else "")
 
 
-def utilisation(records, summary=None) -> float | None:
-    """Busiest simulated device's busy fraction (``records.attrs['sim']``), else None."""
-    sim = records.attrs.get("sim") if hasattr(records, "attrs") else None
-    if not sim or not sim.get("device_busy_s"):
+def utilisation(records: Records, summary=None) -> float | None:
+    """Busiest simulated device's busy fraction (``records.info.sim``), else None."""
+    sim = records.info.sim
+    if sim is None or not sim.device_busy_s:
         return None
-    duration = float(sim.get("duration_s") or 0.0)
+    duration = float(sim.duration_s or 0.0)
     if duration <= 0:
         return None
-    return max(float(v) / duration for v in sim["device_busy_s"].values())
+    return max(float(v) / duration for v in sim.device_busy_s.values())
 
 
 def measure_profile(repo, models, out_path, log=None, **options):
     """Measure a simulator profile of ``models`` on the embedded Triton and save it (engineer D's profiling;
     ``options``: its keyword arguments, e.g. ``seconds``, ``colocation``, ``pairs``)."""
-    from serving_bench.profiles import measure
-
     return measure.measure_profile(repo, models, out_path, log=log, **options)
 
 
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None):
-    """Simulated vs measured table for the same schedule (engineer D's ``validate``); returns its rows."""
-    from serving_bench.sim import validate as sim_validate
-
-    return sim_validate.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir)
+    """Simulated vs measured table for the same schedule (``serving_bench.validate``); returns its rows."""
+    return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir)
 
 
 def ensemble_batch_floors(repo, config) -> dict[str, int]:
     """Per ensemble member, the largest ``max_batch_size`` of the ensembles that call it: Triton refuses an ensemble
     whose max_batch_size exceeds a member's, so a search must not go below it."""
-    from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
-
     floors: dict[str, int] = {}
     if not repo:
         return floors

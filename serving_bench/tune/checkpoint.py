@@ -8,12 +8,15 @@ and flushed (fsync) as soon as it is known. On resume the header must match the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Iterator
 
 from serving_bench.errors import InputError
+from serving_bench.files import atomic_write_text
+from serving_bench.profiles.importers import H200_CSV
 
 
 class Checkpoint:
@@ -50,10 +53,7 @@ class Checkpoint:
     def start(self, fresh: bool = False) -> None:
         """Create the file with its header (``fresh`` discards an existing one)."""
         if fresh or not self.path.is_file() or self.path.stat().st_size == 0:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text(json.dumps({"kind": "header", "search": self.header}, sort_keys=True) + "\n")
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, json.dumps({"kind": "header", "search": self.header}, sort_keys=True) + "\n")
         else:
             self._repair_tail()
 
@@ -73,3 +73,11 @@ class Checkpoint:
 
     def __iter__(self) -> Iterator[dict]:
         return iter(self.load())
+
+
+def file_id(path: str | Path) -> str:
+    """Name and content hash of a file (a checkpoint is only resumed with the same profile)."""
+    if str(path).startswith("builtin:"):
+        return f"{path}:{hashlib.sha256(H200_CSV.read_bytes()).hexdigest()[:16]}"
+    path = Path(path)
+    return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"

@@ -9,25 +9,29 @@ models share which GPU, on the simulator at the load profile's load; checkpoints
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from serving_bench.errors import InputError
-from serving_bench.export.repository import atomic_write_text
+from serving_bench.files import atomic_write_text
+from serving_bench.report.cli import write_report
+from serving_bench.serve.runners import cpu_cores
 from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
-from serving_bench.tune.checkpoint import Checkpoint
+from serving_bench.tune import verify
+from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
-from serving_bench.tune.generators import GENERATORS
+from serving_bench.tune.generators import GENERATORS, choose_generator
 from serving_bench.tune.load import Load, load_from_file
-from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig
+from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
-from serving_bench.tune.search import SearchSettings, run_search
-from serving_bench.tune.slo import SLO_FORM, parse_slos, slos_from_meta
+from serving_bench.tune.search import SearchSettings, run_search, search_header
+from serving_bench.tune.slo import SLO_FORM, resolve_slos
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
 
 
@@ -49,6 +53,7 @@ class TuneOptions:
     preferred: tuple[str, ...] = ("none",)
     generator: str = "auto"
     executor: str = "local"
+    workers: int = 1
     ray_address: str | None = None
     ray_cpus: int | None = None
     budget_minutes: float | None = None
@@ -80,6 +85,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preferred", default="none", help=f"preferred batch rules among {', '.join(PREFERRED_RULES)}")
     parser.add_argument("--generator", choices=("auto", *GENERATORS), default="auto")
     parser.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="local executor: worker processes (default 1: this process; 0: one per core); the "
+                             "result does not depend on it")
     parser.add_argument("--ray-address", help="existing Ray cluster (default: start a local Ray)")
     parser.add_argument("--ray-cpus", type=int, help="CPUs for a local Ray (default: all)")
     parser.add_argument("--budget-minutes", type=float, help="stop proposing after this long")
@@ -103,36 +111,10 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         max_batch_sizes=parse_values(args.max_batch_sizes, "--max-batch-sizes", "values"),
         queue_delays_us=parse_values(args.queue_delays_us, "--queue-delays-us", "values"),
         preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
-        executor=args.executor, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
+        executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
         max_scale=args.max_scale, duration_s=args.duration, verify_top=args.verify_top, url=args.url,
         restart=args.restart)
-
-
-def file_id(path: str | Path) -> str:
-    """Name and content hash of a file (a checkpoint is only resumed with the same profile)."""
-    if str(path).startswith("builtin:"):
-        from serving_bench.profiles.importers import H200_CSV
-
-        return f"{path}:{hashlib.sha256(H200_CSV.read_bytes()).hexdigest()[:16]}"
-    path = Path(path)
-    return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
-
-
-def resolve_slos(text: str | None, load: Load) -> dict[str, dict[str, float]]:
-    """``--slo`` if given, else the load profile's ``slos`` (schedule meta); every model must be in the load."""
-    if text:
-        slos = parse_slos(text)
-        source = "--slo"
-    else:
-        slos = slos_from_meta(load.base.meta.get("slos") or {}, str(load.base.meta.get("profile") or "load profile"))
-        source = "load profile"
-    if not slos:
-        raise InputError("--slo", None, "no SLOs: pass --slo or set slos in the load profile; " + SLO_FORM)
-    for model in slos:
-        if model not in load.base.models:
-            raise InputError(source, model, f"not a model of the load; models: {', '.join(load.base.models)}")
-    return slos
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
@@ -156,7 +138,7 @@ def run_tune(opts: TuneOptions) -> dict:
     t0 = time.perf_counter()
     out = Path(opts.out)
     load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
-    slos = resolve_slos(opts.slos, load)
+    slos = resolve_slos(opts.slos, load.base)
     profile = adapters.load_profile(opts.profile)
     if opts.gpus >= 1:
         profile = adapters.with_gpus(profile, opts.gpus)
@@ -180,9 +162,6 @@ def run_tune(opts: TuneOptions) -> dict:
     settings = SearchSettings(generator=opts.generator, seed=load.seed, batch_size=opts.batch,
                               max_evals=opts.max_evals,
                               budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
-    from serving_bench.tune.generators import choose_generator
-    from serving_bench.tune.search import search_header
-
     choice = choose_generator(opts.generator, space)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(out / "observations.jsonl",
@@ -190,19 +169,30 @@ def run_tune(opts: TuneOptions) -> dict:
     _log(opts, f"tune: {len(load.base)} requests over {load.duration_s:.1f} s ({ctx.offered_rps:,.1f} req/s), "
                f"{len(tuned)} models, {choice.space_points} configurations ({choice.name}: {choice.reason}), "
                f"{opts.executor} executor")
-    best_so_far = [None]
+    best_so_far: list = [None]
+    planned = min(choice.space_points, opts.max_evals or choice.space_points)
+    bar = None if opts.quiet else tqdm(total=planned, unit="config", desc="tune", file=sys.stderr,
+                                       dynamic_ncols=True)
 
     def progress(obs: dict, total: int) -> None:
         r = obs["result"]
-        if best_so_far[0] is None or obs["value"] > best_so_far[0]:
-            best_so_far[0] = obs["value"]
-        status = f"capacity {r['capacity_rps']:,.1f} req/s ({r['capacity_scale']:.2f}×)" if r["feasible"] else \
-            f"misses SLOs (worst {r['violation']:.2f}× bound)"
-        _log(opts, f"  [{total}/{choice.space_points}] {status}; {r['eval_s'] * 1e3:.0f} ms")
+        if best_so_far[0] is None or obs["value"] > best_so_far[0]["value"]:
+            best_so_far[0] = obs
+        best = best_so_far[0]["result"]
+        if bar is not None:
+            bar.n = min(total, planned)
+            bar.set_postfix_str(f"best {best['capacity_rps']:,.1f} req/s" if best["feasible"] else
+                                f"best misses SLOs ({best['violation']:.2f}x bound)", refresh=True)
 
-    with make_executor(opts.executor, address=opts.ray_address, num_cpus=opts.ray_cpus) as executor:
-        result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart, choice=choice,
-                            on_observation=progress)
+    workers = opts.workers if opts.workers > 0 else cpu_cores()
+    try:
+        with make_executor(opts.executor, workers=workers, address=opts.ray_address,
+                           num_cpus=opts.ray_cpus) as executor:
+            result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart, choice=choice,
+                                on_observation=progress)
+    finally:
+        if bar is not None:
+            bar.close()
     if result.resumed:
         _log(opts, f"resumed {result.resumed} observations from {checkpoint.path}")
     _log(opts, f"search: {result.evaluated} evaluated, stopped: {result.stopped}, {result.wall_s:.1f} s")
@@ -217,7 +207,7 @@ def run_tune(opts: TuneOptions) -> dict:
     verification = []
     tuned_repo = None
     if best is not None and opts.repo:
-        tuned_repo = str(verify_mod().write_tuned_repo(opts.repo, best_config, out / "tuned_repo"))
+        tuned_repo = str(verify.write_tuned_repo(opts.repo, best_config, out / "tuned_repo"))
         _log(opts, f"tuned repository: {tuned_repo}")
     if opts.verify_top > 0 and best is not None and (opts.repo or opts.url):
         verification = verify_top(opts, ctx, result, load, slos, out)
@@ -243,22 +233,12 @@ def run_tune(opts: TuneOptions) -> dict:
     for line in recommendation:
         _log(opts, line)
     if opts.report:
-        from serving_bench.report.cli import write_report
-
         _log(opts, f"report: {write_report(out)}")
     return doc
 
 
-def verify_mod():
-    from serving_bench.tune import verify
-    return verify
-
-
 def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, out: Path) -> list[dict]:
     """Replay the load on Triton for each of the best ``verify_top`` feasible (else best) candidates."""
-    from serving_bench.tune.objective import check_slos
-
-    verify = verify_mod()
     rows = []
     candidates = [o for o in result.ranked if o["result"]["feasible"]][:opts.verify_top] or result.ranked[:1]
     for rank, obs in enumerate(candidates, 1):

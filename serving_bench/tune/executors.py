@@ -1,15 +1,24 @@
 """Executors run a batch of evaluations and return their results in order; keyed by string: ``local``, ``ray``.
 
 The search proposes a fixed-size batch, an executor evaluates it, and the results are observed in proposal order, so
-the outcome does not depend on which executor ran it (the simulator is deterministic for a given seed).
+the outcome does not depend on which executor ran it, nor on how many workers (the simulator is deterministic for a
+given seed). ``local`` runs in this process, or with ``workers > 1`` in that many worker processes on this machine
+(spawned, so nothing of this process's threads is inherited; the shared object is sent to each once).
 ``ray`` runs each evaluation as a Ray task: on a local Ray started on this machine (``num_cpus`` workers), or on an
 existing cluster given by ``address`` (``ray://host:10001`` or ``host:6379``).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+import serving_bench
+from serving_bench.errors import InputError
 
 
 class Executor:
@@ -36,7 +45,21 @@ class Executor:
 
 @dataclass(frozen=True)
 class LocalConfig:
-    """In this process, one evaluation after another."""
+    """``workers``: 1 — in this process, one evaluation after another; N > 1 — N worker processes."""
+
+    workers: int = 1
+
+
+_WORKER_SHARED: Any = None  # a worker process's copy of the shared object (set once, by _init_worker)
+
+
+def _init_worker(shared: Any) -> None:
+    global _WORKER_SHARED
+    _WORKER_SHARED = shared
+
+
+def _worker_call(fn: Callable[[Any, Any], Any], item: Any) -> Any:
+    return fn(_WORKER_SHARED, item)
 
 
 class LocalExecutor(Executor):
@@ -44,10 +67,27 @@ class LocalExecutor(Executor):
 
     def __init__(self, config: LocalConfig = LocalConfig()):
         self.config = config
+        self._pool = None
+        self._shared_obj = None
 
     def imap(self, fn, shared, items):
-        for item in items:
-            yield fn(shared, item)
+        if self.config.workers <= 1:
+            for item in items:
+                yield fn(shared, item)
+            return
+        if self._pool is None or self._shared_obj is not shared:
+            self.close()
+            self._pool = ProcessPoolExecutor(self.config.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(shared,))
+            self._shared_obj = shared
+        futures = [self._pool.submit(_worker_call, fn, item) for item in items]
+        for future in futures:
+            yield future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = self._shared_obj = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +116,7 @@ class RayExecutor(Executor):
 
     def _ensure(self):
         try:
-            import ray
+            import ray  # heavy (~1 s) and only for this executor
         except ImportError as err:  # pragma: no cover - install problem
             raise RuntimeError("the ray executor needs `pip install ray==2.60.0`") from err
         if not ray.is_initialized():
@@ -85,9 +125,6 @@ class RayExecutor(Executor):
                 kwargs["address"] = self.config.address
             else:
                 kwargs.update(num_cpus=self.config.num_cpus, _node_ip_address="127.0.0.1")
-            import os
-            import serving_bench
-            from pathlib import Path
             root = str(Path(serving_bench.__file__).resolve().parents[1])
             kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(
                 p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}}
@@ -107,7 +144,7 @@ class RayExecutor(Executor):
 
     def close(self) -> None:
         if self._started:
-            import ray
+            import ray  # heavy; already loaded by _ensure
             ray.shutdown()
             self._started = False
         self._remote = self._shared_ref = self._shared_obj = None
@@ -118,8 +155,6 @@ EXECUTORS: dict[str, tuple[type, type]] = {"local": (LocalExecutor, LocalConfig)
 
 def make_executor(name: str, **options) -> Executor:
     """The executor registered as ``name`` with its config built from ``options`` (unknown keys are ignored)."""
-    from serving_bench.errors import InputError
-
     if name not in EXECUTORS:
         raise InputError("--executor", None, f"{name!r}: expected one of {', '.join(EXECUTORS)}")
     cls, config_cls = EXECUTORS[name]

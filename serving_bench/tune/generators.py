@@ -62,7 +62,7 @@ class OptunaGenerator(Generator):
 
     def __init__(self, space: SearchSpace, seed: int = 0):
         super().__init__(space, seed)
-        import optuna
+        import optuna  # heavy: ~0.5 s, one generator only
 
         optuna.logging.set_verbosity(logging.WARNING)
         self._optuna = optuna

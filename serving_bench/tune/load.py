@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from serving_bench.load.schedule import Schedule
+from serving_bench.run.schedule import Schedule
+from serving_bench.tune import adapters
 
 GOLDEN = 0.6180339887498949
 
@@ -135,8 +136,6 @@ def restrict(load: Load, names) -> Load:
 def load_from_file(path: str | Path, seed: int | None = None, duration_s: float | None = None) -> Load:
     """A :class:`Load` from a load profile (YAML; ``seed`` defaults to the profile's own) or a saved schedule
     (``.npz``)."""
-    from serving_bench.tune import adapters
-
     path = Path(path)
     if path.suffix == ".npz":
         return Load(Schedule.load(path), seed=seed or 0)

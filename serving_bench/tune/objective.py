@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from serving_bench.metrics import summarize
+from serving_bench.run.metrics import summarize
 from serving_bench.tune import adapters
 from serving_bench.tune.load import Load
 from serving_bench.tune.space import Params, SearchSpace

@@ -38,18 +38,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serving_bench.errors import InputError
-from serving_bench.files import read_yaml
-from serving_bench.export.repository import atomic_write_text
+from serving_bench.files import atomic_write_text, read_yaml
+from serving_bench.report.cli import write_report
+from serving_bench.run.metrics import summarize
 from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
-from serving_bench.tune.checkpoint import Checkpoint
+from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import choose_generator
 from serving_bench.tune.load import Load, load_from_file, restrict
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, describe_model
 from serving_bench.tune.search import SearchSettings, run_search, search_header
-from serving_bench.tune.slo import slos_from_mapping
+from serving_bench.tune.slo import resolve_slos, slos_from_mapping
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for
 
 GROUPINGS = ("auto", "together", "separate")
@@ -95,11 +96,9 @@ def load_forecast(path: str | Path) -> Forecast:
 
     profile_value = data.get("profile")
     if isinstance(profile_value, str) and profile_value.startswith("builtin:"):
-        from serving_bench.tune.adapters import BUILTIN_PROFILES
-
-        if profile_value not in BUILTIN_PROFILES:
+        if profile_value not in adapters.BUILTIN_PROFILES:
             raise InputError(path, "profile", f"{profile_value!r}: expected a file or one of "
-                                              f"{', '.join(BUILTIN_PROFILES)}")
+                                              f"{', '.join(adapters.BUILTIN_PROFILES)}")
         profile_path = profile_value
     else:
         profile_path = file_field("profile")
@@ -211,7 +210,7 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
     choice = choose_generator("auto", space)
     name = "+".join(group)
     checkpoint = Checkpoint(out / "groups" / f"{_safe(name)}.jsonl",
-                            search_header(ctx, choice, settings, adapters_file_id(forecast.profile)))
+                            search_header(ctx, choice, settings, file_id(forecast.profile)))
     result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=restart, choice=choice)
     best = result.best
     log(f"  group {name}: {result.evaluated} evaluated ({result.resumed} resumed, {choice.name}); best capacity "
@@ -220,9 +219,6 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
                          best["result"]["capacity_capped"], result.evaluated + result.resumed, best["params"])
 
 
-def adapters_file_id(path: str) -> str:
-    from serving_bench.tune.cli import file_id
-    return file_id(path)
 
 
 def _safe(name: str) -> str:
@@ -239,8 +235,6 @@ def _members(base: ServingConfig, group) -> set[str]:
 
 def check_gpu(cap: GroupCapacity, load: Load, profile, slos: dict, share: float, seed: int) -> tuple[bool, dict]:
     """Simulate one GPU of a group at ``share`` of the group's load: (SLOs met, per-model figures)."""
-    from serving_bench.metrics import summarize
-
     sub = restrict(load, cap.models)
     records = adapters.simulate(profile, cap.config, sub.at(share), seed)
     group_slos = {m: dict(v) for m, v in slos.items() if m in cap.models}
@@ -310,9 +304,8 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
     t0 = time.perf_counter()
     out = Path(out)
     load = load_from_file(forecast.load, seed=forecast.seed, duration_s=forecast.duration_s)
-    from serving_bench.tune.cli import resolve_slos
 
-    slos = forecast.slos or resolve_slos(None, load)
+    slos = forecast.slos or resolve_slos(None, load.base)
     for model in slos:
         if model not in load.base.models:
             raise InputError(forecast.path, f"slos.{model}",
@@ -361,7 +354,6 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
 def main(args: argparse.Namespace) -> int:
     forecast = load_forecast(args.forecast)
     doc = run_plan(forecast, args.out, args.executor, args.ray_address, args.ray_cpus, args.restart, args.quiet)
-    from serving_bench.report.cli import write_report
 
     if not args.quiet:
         print(f"report: {write_report(args.out, title='serving-bench capacity plan')}")

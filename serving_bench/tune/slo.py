@@ -2,7 +2,7 @@
 
 Form: ``MODEL=STAT:VALUEUNIT,...`` with STAT one of ``p50, p90, p95, p99, p99.9, mean`` and UNIT ``us``, ``ms`` or
 ``s`` (required: no guessing); a model may appear more than once (``a=p99:20ms,a=p50:5ms``). The result maps entry
-name to ``{stat: bound_s}``, the shape :func:`serving_bench.metrics.summarize` takes as ``slos``. In YAML (forecast
+name to ``{stat: bound_s}``, the shape :func:`serving_bench.run.metrics.summarize` takes as ``slos``. In YAML (forecast
 files) durations follow the load profiles' rule: a bare number is seconds, or a string with a unit.
 """
 
@@ -13,9 +13,11 @@ import re
 from typing import Mapping
 
 from serving_bench.errors import InputError
+from serving_bench.load.fields import Where, seconds
+from serving_bench.run.schedule import Schedule
+from serving_bench.units import SECONDS_PER
 
 STATS = ("p50", "p90", "p95", "p99", "p99.9", "mean")
-UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 SLO_FORM = "expected MODEL=STAT:VALUE(us|ms|s), comma-separated, STAT one of " + ", ".join(STATS) + \
     " (e.g. resnet50_onnxruntime=p99:20ms,tiny_cnn_tvm=p99:5ms)"
 
@@ -33,7 +35,7 @@ def parse_slos(text: str, source: str = "--slo") -> dict[str, dict[str, float]]:
         match = _ITEM.match(item)
         if not match or match.group("stat") not in STATS or float(match.group("value")) <= 0:
             raise InputError(source, item, SLO_FORM)
-        bound = float(match.group("value")) * UNITS[match.group("unit")]
+        bound = float(match.group("value")) * SECONDS_PER[match.group("unit")]
         out.setdefault(match.group("model"), {})[match.group("stat")] = bound
     return out
 
@@ -41,8 +43,6 @@ def parse_slos(text: str, source: str = "--slo") -> dict[str, dict[str, float]]:
 def slos_from_mapping(data: Mapping, source: str, field: str = "slos") -> dict[str, dict[str, float]]:
     """SLOs written in YAML as ``{model: {p99: 20ms, ...}}`` (or ``{model: "p99:20ms"}``) -> seconds; a bare number
     is seconds (the load profiles' rule, :func:`serving_bench.load.fields.seconds`)."""
-    from serving_bench.load.fields import Where, seconds
-
     if not isinstance(data, Mapping):
         raise InputError(source, field, "expected a mapping MODEL: {STAT: DURATION}")
     out: dict[str, dict[str, float]] = {}
@@ -75,3 +75,20 @@ def slos_from_meta(data: Mapping, source: str = "load profile") -> dict[str, dic
                                  f"{', '.join(STATS)} with a bound > 0 s")
             out.setdefault(str(model), {})[str(stat)] = float(bound)
     return out
+
+
+def resolve_slos(text: str | None, schedule: Schedule) -> dict[str, dict[str, float]]:
+    """``--slo`` if given, else the load profile's ``slos`` (the schedule's meta); every model must be in the
+    schedule."""
+    if text:
+        slos = parse_slos(text)
+        source = "--slo"
+    else:
+        slos = slos_from_meta(schedule.meta.get("slos") or {}, str(schedule.meta.get("profile") or "load profile"))
+        source = "load profile"
+    if not slos:
+        raise InputError("--slo", None, "no SLOs: pass --slo or set slos in the load profile; " + SLO_FORM)
+    for model in slos:
+        if model not in schedule.models:
+            raise InputError(source, model, f"not a model of the load; models: {', '.join(schedule.models)}")
+    return slos

@@ -9,15 +9,19 @@ the copy on loopback. External (``--url``): each model is reloaded on that serve
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
+from serving_bench.errors import ServerError
+from serving_bench.export.repository import list_entries
+from serving_bench.files import publish_folder
+from serving_bench.run.results import write_results
+from serving_bench.run.schedule import Schedule
+from serving_bench.serve.control import Control
+from serving_bench.serve.server import MAX_RESTARTS, connect
 from serving_bench.serving_config import ServingConfig, apply_model_serving
 from serving_bench.tune import adapters
 
@@ -25,8 +29,6 @@ from serving_bench.tune import adapters
 def copy_repo(repo: str | Path, dest: str | Path, models: list[str] | None = None) -> Path:
     """Copy ``repo`` (or the named entries) to ``dest``; files are hard-linked where possible, configs rewritten
     later by rename, so the original is never modified."""
-    from serving_bench.export.repository import list_entries
-
     repo, dest = Path(repo), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
 
@@ -47,13 +49,12 @@ def copy_repo(repo: str | Path, dest: str | Path, models: list[str] | None = Non
 def write_tuned_repo(repo: str | Path, config: ServingConfig, dest: str | Path) -> Path:
     """A copy of ``repo`` with ``config`` applied, written to a temporary folder and renamed to ``dest``."""
     dest = Path(dest)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{dest.name}-"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     try:
         copy_repo(repo, tmp / "repo")
         config.apply_to_repo(tmp / "repo")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp / "repo", dest)
+        publish_folder(tmp / "repo", dest, replace=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
@@ -61,56 +62,40 @@ def write_tuned_repo(repo: str | Path, config: ServingConfig, dest: str | Path) 
 
 def apply_to_server(url: str, config: ServingConfig) -> None:
     """Reload each model of ``config`` on the external server at gRPC ``url`` with its settings."""
-    import tritonclient.grpc as grpcclient
-    from google.protobuf import json_format
-    from tritonclient.utils import InferenceServerException
-
-    from serving_bench.errors import ServerError
-    from serving_bench.export.repository import ModelConfig
-
-    client = grpcclient.InferenceServerClient(url)
-    for model in config.models:
-        try:
-            current = client.get_model_config(model.name, as_json=True)["config"]
-            proto = json_format.ParseDict(current, ModelConfig(), ignore_unknown_fields=True)
-            patched = apply_model_serving(proto, model)
-            client.load_model(model.name, config=json_format.MessageToJson(patched))
-        except InferenceServerException as err:
-            raise ServerError(f"could not reload {model.name} on {url} with the candidate settings ({err}); the "
-                              "server must run with --model-control-mode=explicit") from None
+    with Control(url) as control:
+        for model in config.models:
+            try:
+                control.load_model(model.name, apply_model_serving(control.model_config(model.name), model))
+            except ServerError as err:
+                raise ServerError(f"could not reload {model.name} on {url} with the candidate settings ({err}); "
+                                  "the server must run with --model-control-mode=explicit") from None
 
 
 def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *, repo: str | Path | None,
                      url: str | None, out_dir: Path, progress=None, log=None) -> dict:
-    """Replay ``schedule`` on Triton configured with ``config``; returns the measured summary (and saves records).
-    On the embedded server a replay cut short by the server or a model instance dying is run again on a new server
-    (at most ``MAX_RESTARTS`` times, each noted through ``log`` and in the records' ``restarts``)."""
-    from serving_bench.records import save_records
-    from serving_bench.serve.server import MAX_RESTARTS, Endpoints, TritonServer
-
+    """Replay ``schedule`` on Triton configured with ``config``; writes the results folder ``out_dir`` and returns
+    its summary. On the embedded server a replay cut short by the server or a model instance dying is run again on a
+    new server (at most ``MAX_RESTARTS`` times, each noted through ``log`` and in the records' ``restarts``); an
+    external server (``url``) is not ours to restart."""
     served = list(schedule.models)
-    if url:
-        apply_to_server(url, config)
-        records = adapters.replay(Endpoints.from_url(url), schedule, progress)
-    else:
-        with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
+        copy = None
+        if not url:
             copy = copy_repo(repo, Path(tmp) / "repo")
             config.apply_to_repo(copy)
-            restarts = []
-            while True:
-                with TritonServer(copy, models=served) as server:
-                    records = adapters.replay(server, schedule, progress)
-                reason = records.attrs.get("stop_reason") or ""
-                if not records.attrs.get("partial") or reason.startswith("interrupted") \
-                        or len(restarts) >= MAX_RESTARTS:
-                    break
-                restarts.append(f"the replay stopped early ({reason}); replayed again on a new server")
-                (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
-            records.attrs["restarts"] = restarts
-    save_records(records, out_dir)
-    summary = summarize(records, slos={m: dict(s) for m, s in slos.items()})
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
-    return summary
+        restarts: list[str] = []
+        while True:
+            with connect(copy, url=url, models=served) as server:
+                if url:
+                    apply_to_server(url, config)
+                records = adapters.replay(server, schedule, progress)
+            reason = records.info.stop_reason or ""
+            if url or not records.info.partial or reason.startswith("interrupted") or len(restarts) >= MAX_RESTARTS:
+                break
+            restarts.append(f"the replay stopped early ({reason}); replayed again on a new server")
+            (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
+    records = records.with_info(restarts=tuple(restarts))
+    return write_results(out_dir, records, slos={m: dict(s) for m, s in slos.items()})
 
 
 def compare(simulated: dict, measured: dict) -> dict:

@@ -20,10 +20,13 @@ import importlib.machinery
 import os
 import shutil
 from pathlib import Path
+from typing import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
+from serving_bench.export.frameworks import PLATFORM_ARTIFACTS, PLATFORM_TO_FRAMEWORK, get_framework
+from serving_bench.export.frameworks import native_platform as _native_platform
 from serving_bench.export.repository import CONFIG_NAME, ModelConfig
 from serving_bench.serve.execution_log import PARAMETER as EXECUTION_LOG
 
@@ -31,18 +34,11 @@ RUNNERS_DIR = Path(__file__).parent
 PACKAGE_DIR = RUNNERS_DIR.parents[1]  # serving_bench/
 SAFE_RUNNER_NAME = "serving_bench_runner.py"  # runner file name no artifact can shadow
 NATIVE_RUNNER = RUNNERS_DIR / "native_model.py"
-# native Triton platform (or its backend name) -> serving-bench framework name (the exporter registry's keys)
-NATIVE_PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "torchscript",
-                    "tensorrt_plan": "tensorrt"}
-NATIVE_BACKENDS = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "tensorrt": "tensorrt_plan"}
-ARTIFACTS = {"onnxruntime_onnx": "model.onnx", "pytorch_libtorch": "model.pt", "tensorrt_plan": "model.plan"}
 
 
 def native_platform(config: ModelConfig) -> str | None:
     """The native platform an entry uses (``platform`` or the platform its ``backend`` stands for), else None."""
-    if config.platform in NATIVE_PLATFORMS:
-        return config.platform
-    return NATIVE_BACKENDS.get(config.backend)
+    return _native_platform(config.platform, config.backend)
 
 
 def cpu_cores() -> int:
@@ -73,17 +69,15 @@ def check_servable(src: Path, config: ModelConfig) -> None:
         if platform is None:
             raise InputError(source, "platform" if config.platform else "backend",
                              f"{config.platform or config.backend or 'none'!r} has no python-backend runner in the "
-                             f"embedded server; expected one of {', '.join(NATIVE_PLATFORMS)}, ensemble, or backend "
+                             f"embedded server; expected one of {', '.join(PLATFORM_TO_FRAMEWORK)}, ensemble, or backend "
                              f"python")
         if platform == "tensorrt_plan":
-            from serving_bench.export.frameworks import get_framework
-
             reason = get_framework("tensorrt").impl().unavailable_reason()
             if reason:
                 raise InputError(source, "platform", f"tensorrt_plan cannot be served here: {reason}")
     for i, group in enumerate(config.instance_group):
         if group.kind == mc.ModelInstanceGroup.KIND_GPU:
-            import torch
+            import torch  # heavy (~1 s): only for an entry that asks for a GPU
 
             if not torch.cuda.is_available():
                 raise InputError(source, f"instance_group[{i}].kind",
@@ -100,8 +94,6 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
     instances. ``execution_log``: the folder runner instances log their executed batches to (None: no log). Raises :class:`InputError` (one line naming the config field) for a platform that has no runner, a
     TensorRT entry where TensorRT or a GPU is missing (:func:`check_servable`), or a missing artifact.
     """
-    from serving_bench.serve.runtime_view import link_tree
-
     src, out = Path(src), Path(out)
     source = src / CONFIG_NAME
     served = ModelConfig()
@@ -121,8 +113,8 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
         return served
     check_servable(src, config)
     platform = native_platform(config)
-    framework = NATIVE_PLATFORMS[platform]
-    artifact = config.default_model_filename or ARTIFACTS[platform]
+    framework = PLATFORM_TO_FRAMEWORK[platform]
+    artifact = config.default_model_filename or PLATFORM_ARTIFACTS[platform]
     versions = sorted((p for p in src.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
     if not versions:
         raise InputError(src, "version folder", "missing: expected a numeric version folder such as 1/")
@@ -133,7 +125,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
         target.mkdir()
         for item in version.iterdir():
             if item.name != "model.py":
-                os.symlink(item.resolve(), target / (ARTIFACTS[platform] if item.name == artifact else item.name))
+                os.symlink(item.resolve(), target / (PLATFORM_ARTIFACTS[platform] if item.name == artifact else item.name))
         shutil.copy2(NATIVE_RUNNER, target / "model.py")
     for name in os.listdir(src):  # anything beside the versions (labels files, ...) is linked too
         if name != CONFIG_NAME and not (src / name).is_dir() and not (out / name).exists():
@@ -144,7 +136,7 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
     served.ClearField("default_model_filename")
     served.parameters["original_platform"].string_value = platform
     served.parameters["framework"].string_value = framework
-    served.parameters["artifact"].string_value = ARTIFACTS[platform]
+    served.parameters["artifact"].string_value = PLATFORM_ARTIFACTS[platform]
     if cuda_graphs and framework == "torchscript":
         served.parameters["cuda_graphs"].string_value = cuda_graphs
     _set_runner_parameters(served, threads_per_instance, execution_log)
@@ -190,3 +182,10 @@ def _set_runner_parameters(config: ModelConfig, threads: int | None, execution_l
         config.parameters["threads_per_instance"].string_value = str(int(threads))
     elif not config.parameters["threads_per_instance"].string_value:
         config.parameters["threads_per_instance"].string_value = "1"
+
+
+def link_tree(src: Path, dest: Path, skip: Sequence[str] = (CONFIG_NAME,)) -> None:
+    """Symlink each item of ``src`` into ``dest`` (except ``skip``), so the view costs no copies."""
+    for item in src.iterdir():
+        if item.name not in skip:
+            os.symlink(item.resolve(), dest / item.name)

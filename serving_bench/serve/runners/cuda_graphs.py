@@ -43,7 +43,7 @@ class CudaGraphPredictor:
 
     def __init__(self, module, device: str, input_names: Sequence[str], output_names: Sequence[str],
                  example: Mapping[str, np.ndarray], batch_sizes: Sequence[int]):
-        import torch
+        import torch  # heavy: ~1 s to import
 
         self.torch = torch
         self.module = module

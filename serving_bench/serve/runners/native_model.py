@@ -9,8 +9,11 @@ KIND_GPU instances run on ``cuda:<device id>``; a GPU instance where torch sees 
 GPU instance where onnxruntime has no CUDA provider, fails to load with that reason (never a silent CPU fallback).
 """
 
+import numpy as np
+
 from serving_bench.export.frameworks import get_framework, load_predictor
 from serving_bench.serve.runners.base import BatchingRunner
+from serving_bench.serve.runners.cuda_graphs import CudaGraphPredictor, parse_batch_sizes
 
 
 class TritonPythonModel(BatchingRunner):
@@ -20,12 +23,12 @@ class TritonPythonModel(BatchingRunner):
         if reason:
             raise RuntimeError(f"cannot serve {self.params.get('original_platform', framework)}: {reason}")
         if self.device.startswith("cuda"):
-            import torch
+            import torch  # heavy: ~1 s to import
 
             if not torch.cuda.is_available():
                 raise RuntimeError(f"KIND_GPU instance on {self.device}, but torch sees no CUDA GPU")
             if framework == "onnxruntime":  # ORT would quietly fall back to its CPU provider
-                import onnxruntime
+                import onnxruntime  # heavy: ~0.3 s to import
 
                 if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
                     raise RuntimeError("KIND_GPU instance, but this onnxruntime has no CUDAExecutionProvider "
@@ -39,11 +42,8 @@ class TritonPythonModel(BatchingRunner):
                                           device=self.device, threads=self.threads)
 
     def _cuda_graph_predictor(self, text):
-        import numpy as np
-        import torch
-
-        from serving_bench.serve.runners.cuda_graphs import CudaGraphPredictor, parse_batch_sizes
-        import triton_python_backend_utils as pb_utils
+        import torch  # heavy: ~1 s to import
+        import triton_python_backend_utils as pb_utils  # exists only in Triton's python stub
 
         torch.set_num_threads(self.threads)
         module = torch.jit.load(str(self.model_dir / "model.pt"), map_location=self.device).eval()

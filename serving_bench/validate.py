@@ -12,8 +12,11 @@ client is never late, so a large value there is measured latency the simulator c
 
 ``--replay DIR`` reuses a replay of the same schedule instead of running the server (the per-batch statistics are
 then unknown: executions x mean compute time per request is used, which weights each batch by its size, an upward
-bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual results files) and
-``DIR/validation.json`` / ``validation.csv``.
+bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual results folders, one writer:
+:mod:`serving_bench.run.results`) and ``DIR/validation.json`` / ``validation.csv``.
+
+It sits above both targets (``load.driver.TritonTarget`` and ``sim.target.SimTarget``): the simulator knows nothing
+of real servers.
 
 ``server mean`` compares the mean time a request spends queued and computed (Triton's ``queue`` + ``compute`` means
 per request; the simulator's time from reaching the batcher to the answer): the server model alone, free of the
@@ -24,13 +27,24 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from serving_bench.errors import InputError
+from serving_bench.files import atomic_write, atomic_write_json
+from serving_bench.load.driver import TritonTarget
+from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.profiles.schema import Profile
+from serving_bench.run.metrics import summarize
+from serving_bench.run.records import Records, load_records
+from serving_bench.run.results import write_results
+from serving_bench.run.schedule import Schedule
+from serving_bench.serve.control import Control
+from serving_bench.serve.server import connect
+from serving_bench.serving_config import ServingConfig
+from serving_bench.sim.graph import ensemble_graphs
+from serving_bench.sim.target import SimTarget
 
 METRICS = (("p50_s", "p50"), ("p90_s", "p90"), ("p99_s", "p99"), ("throughput_rps", "throughput"),
            ("mean_exec_batch", "mean batch"), ("utilisation", "utilisation"), ("server_mean_s", "server mean"),
@@ -50,12 +64,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="simulator seed")
 
 
-def _measured_utilisation(records, config, duration: float) -> dict[str, float | None]:
+def _measured_utilisation(records: Records, config, duration: float) -> dict[str, float | None]:
     """Busy instance-seconds over instances x ``duration``: from Triton's per-batch-size statistics around the replay
-    (``attrs["batch_busy_s"]``, exact) or, for a reused replay, executions x mean compute per request (biased up when
+    (``info.batch_busy_s``, exact) or, for a reused replay, executions x mean compute per request (biased up when
     batch sizes vary)."""
-    busy = records.attrs.get("batch_busy_s") or {}
-    stats = records.attrs.get("server_stats") or {}
+    busy = records.info.batch_busy_s or {}
+    stats = records.info.server_stats or {}
     out = {}
     for m in config.models:
         if busy.get(m.name) is not None:
@@ -70,20 +84,17 @@ def _measured_utilisation(records, config, duration: float) -> dict[str, float |
     return out
 
 
-def replay_with_busy_time(endpoints, schedule, server=None):
-    """Replay ``schedule`` open loop (``load.driver``) and record Triton's busy time per model during it, from its
-    per-batch-size statistics (``records.attrs["batch_busy_s"]``, seconds)."""
-    from serving_bench.load.driver import TritonTarget
-    from serving_bench.profiles.measure import Session
-
-    session = Session(endpoints)
+def replay_with_busy_time(server, schedule: Schedule) -> Records:
+    """Replay ``schedule`` open loop (``load.driver``) on ``server`` (a started ``TritonServer`` or
+    ``ExternalServer``) and record Triton's busy time per model during it, from its per-batch-size statistics
+    (``records.info.batch_busy_s``, seconds)."""
     models = list(schedule.models)
-    before = session.batch_stats(models)
-    records = TritonTarget(server or endpoints).run(schedule)
-    after = session.batch_stats(models)
-    records.attrs["batch_busy_s"] = {
-        m: sum(ns - before[m].get(b, (0, 0))[1] for b, (_, ns) in after[m].items()) * 1e-9 for m in models}
-    return records
+    with Control(server.endpoints.grpc_url) as control:
+        before = control.batch_stats(models)
+        records = TritonTarget(server).run(schedule)
+        after = control.batch_stats(models)
+    return records.with_info(batch_busy_s={
+        m: sum(ns - before[m].get(b, (0, 0))[1] for b, (_, ns) in after[m].items()) * 1e-9 for m in models})
 
 
 def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: dict,
@@ -118,15 +129,6 @@ def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: di
 def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *, url: str | None = None,
                    seed: int = 0) -> list[dict]:
     """Run (or reuse) the replay and the simulation of one schedule; write results; return the error rows."""
-    from serving_bench.load.profile import LoadProfile, build_schedule
-    from serving_bench.metrics import summarize
-    from serving_bench.profiles.schema import Profile
-    from serving_bench.records import load_records
-    from serving_bench.serving_config import ServingConfig
-    from serving_bench.sim.cli import write_results
-    from serving_bench.sim.graph import ensemble_graphs
-    from serving_bench.sim.target import SimTarget
-
     schedule = build_schedule(LoadProfile.load(load_profile) if not isinstance(load_profile, LoadProfile)
                               else load_profile)
     profile = Profile.load(profile_path)
@@ -137,35 +139,30 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
         if len(real) != len(schedule):
             raise InputError(replay_dir, "records", f"{len(real)} requests, but the schedule has {len(schedule)}")
     else:
-        from serving_bench.serve.server import Endpoints, TritonServer
-
-        if url:
-            real = replay_with_busy_time(Endpoints.from_url(url), schedule)
-        else:
-            with TritonServer(repo, models=list(schedule.models)) as server:
-                real = replay_with_busy_time(server.endpoints, schedule, server)
+        with connect(repo, url=url, models=list(schedule.models)) as server:
+            real = replay_with_busy_time(server, schedule)
     sim = target.run(schedule)
     real_summary, sim_summary = summarize(real), summarize(sim)
     out = Path(out_dir)
-    write_results(out / "sim", schedule, sim, sim_summary)
+    write_results(out / "sim", sim, schedule)
     if replay_dir is None:
-        write_results(out / "real", schedule, real, real_summary)
-    done = real["done_s"].to_numpy()
+        write_results(out / "real", real, schedule)
+    done = real.table["done_s"].to_numpy()
     length = max(schedule.duration_s, float(np.nanmax(done)) if np.isfinite(done).any() else 0.0)
     rows = compare(real_summary, sim_summary, _measured_utilisation(real, config, length),
-                   sim.attrs["sim"]["utilisation"], real.attrs.get("server_stats") or {},
-                   sim.attrs["sim"]["items_per_execution"], sim.attrs["sim"]["server_mean_s"])
-    tmp = out / ".validation.json.tmp"
-    tmp.write_text(json.dumps({"load_profile": str(load_profile), "profile": str(profile_path), "rows": rows},
-                              indent=2) + "\n")
-    os.replace(tmp, out / "validation.json")
-    tmp = out / ".validation.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
+                   sim.info.sim.utilisation, real.info.server_stats or {},
+                   sim.info.sim.items_per_execution, sim.info.sim.server_mean_s)
+    atomic_write_json(out / "validation.json",
+                      {"load_profile": str(load_profile), "profile": str(profile_path), "rows": rows}, sort_keys=False)
+    atomic_write(out / "validation.csv", lambda tmp: _write_csv(tmp, rows))
+    return rows
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["model", "metric", "measured", "simulated", "rel_error"])
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, out / "validation.csv")
-    return rows
 
 
 def format_table(rows: list[dict]) -> str:

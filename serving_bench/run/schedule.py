@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from serving_bench.errors import InputError
+from serving_bench.files import atomic_write
 
 SCHEDULE_FORMAT = 1
 
@@ -74,14 +75,10 @@ class Schedule:
 
     def save(self, path: str | Path) -> Path:
         """Write ``.npz`` (arrays + JSON meta; loadable without pickle)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp.npz")
-        np.savez_compressed(tmp, format=np.array(SCHEDULE_FORMAT), arrival_s=self.arrival_s, model=self.model,
-                            sample=self.sample, batch=self.batch, models=np.array(json.dumps(list(self.models))),
-                            meta=np.array(json.dumps(self.meta, sort_keys=True)))
-        tmp.replace(path)
-        return path
+        return atomic_write(path, lambda tmp: np.savez_compressed(
+            tmp, format=np.array(SCHEDULE_FORMAT), arrival_s=self.arrival_s, model=self.model, sample=self.sample,
+            batch=self.batch, models=np.array(json.dumps(list(self.models))),
+            meta=np.array(json.dumps(self.meta, sort_keys=True))))
 
     @classmethod
     def load(cls, path: str | Path) -> "Schedule":

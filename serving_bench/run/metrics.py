@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from serving_bench.records import counts
+from serving_bench.run.records import Records, counts
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 
@@ -78,15 +78,16 @@ def slo_verdict(checks) -> bool | None:
     return None if any(c is None for c in checks) else True
 
 
-def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
-    """Summary of one group of requests (a model, or all); ``window`` = (start_s, end_s) of the measurement."""
+def summarize_group(table: pd.DataFrame, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
+    """Summary of one group of requests (a records table: a model's rows, or all); ``window`` = (start_s, end_s) of
+    the measurement."""
     start, end = window
     length = max(end - start, 1e-12)
-    status = records["status"].astype(str).to_numpy()
-    intended = records["intended_s"].to_numpy()
-    sent = records["sent_s"].to_numpy()
-    done = records["done_s"].to_numpy()
-    batch = records["batch"].to_numpy()
+    status = table["status"].astype(str).to_numpy()
+    intended = table["intended_s"].to_numpy()
+    sent = table["sent_s"].to_numpy()
+    done = table["done_s"].to_numpy()
+    batch = table["batch"].to_numpy()
     ok = status == "ok"
     in_window = (intended >= start) & (intended < end)
     measured = ok & in_window
@@ -96,7 +97,7 @@ def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: 
     lateness = sent[was_sent] - intended[was_sent]
     completed = ok & (done >= start) & (done < end)
 
-    out: dict = {"counts": counts(records), "window_s": [start, end]}
+    out: dict = {"counts": counts(table), "window_s": [start, end]}
     out.update(_percentiles(latency))
     out["mean_s"] = float(latency.mean()) if len(latency) else None
     service_q = _percentiles(service, "service_")
@@ -109,7 +110,7 @@ def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: 
         out["lateness_max_s"] = float(lateness.max())
     else:
         out["lateness_p50_s"] = out["lateness_p99_s"] = out["lateness_max_s"] = None
-    out["mean_exec_batch"] = per_execution_batch(batch[measured], records["exec_batch"].to_numpy()[measured])
+    out["mean_exec_batch"] = per_execution_batch(batch[measured], table["exec_batch"].to_numpy()[measured])
 
     if slo:
         deadline = max(slo.values())
@@ -126,24 +127,25 @@ def summarize_group(records: pd.DataFrame, *, window: tuple[float, float], slo: 
     return out
 
 
-def summarize(records: pd.DataFrame, *, slos: Mapping[str, Slo] | None = None, warmup_s: float | None = None,
+def summarize(records: Records, *, slos: Mapping[str, Slo] | None = None, warmup_s: float | None = None,
               cooldown_s: float | None = None, duration_s: float | None = None,
               telemetry: Mapping | None = None) -> dict:
-    """Summary per model and overall. Window bounds default to the schedule meta carried in ``records.attrs``."""
-    meta = records.attrs.get("meta", {})
+    """Summary per model and overall. Window bounds and SLOs default to the schedule's meta (``records.info.meta``)."""
+    meta = records.info.meta
+    table = records.table
     slos = dict(slos if slos is not None else meta.get("slos", {}))
     warmup_s = float(meta.get("warmup_s", 0.0) if warmup_s is None else warmup_s)
     cooldown_s = float(meta.get("cooldown_s", 0.0) if cooldown_s is None else cooldown_s)
     if duration_s is None:
-        duration_s = float(meta.get("duration_s", records["intended_s"].max() if len(records) else 0.0))
+        duration_s = float(meta.get("duration_s", table["intended_s"].max() if len(table) else 0.0))
     window = (warmup_s, max(duration_s - cooldown_s, warmup_s))
-    models = [str(m) for m in records["model"].cat.categories] if hasattr(records["model"], "cat") \
-        else sorted(records["model"].unique())
+    models = [str(m) for m in table["model"].cat.categories] if hasattr(table["model"], "cat") \
+        else sorted(table["model"].unique())
     summary = {
-        "target": records.attrs.get("target"),
-        "partial": bool(records.attrs.get("partial", False)),
-        "overall": summarize_group(records, window=window),
-        "models": {m: summarize_group(records[records["model"] == m], window=window, slo=slos.get(m))
+        "target": records.info.target,
+        "partial": bool(records.info.partial),
+        "overall": summarize_group(table, window=window),
+        "models": {m: summarize_group(table[table["model"] == m], window=window, slo=slos.get(m))
                    for m in models},
     }
     ensembles = meta.get("ensembles") or {}
@@ -153,7 +155,7 @@ def summarize(records: pd.DataFrame, *, slos: Mapping[str, Slo] | None = None, w
     summary["valid"] = all(s.get("slo_met", True) for s in summary["models"].values()) and not summary["partial"]
     # the replay's detection of Triton 2.51's queue-policy collapse (serving_bench.load.collapse): None, or per model
     # the reason and figures; the measurement is still valid (it is what that server did)
-    summary["queue_policy_collapse"] = records.attrs.get("queue_policy_collapse")
+    summary["queue_policy_collapse"] = records.info.queue_policy_collapse
     if telemetry is not None:
         summary["telemetry"] = dict(telemetry)
     return summary

@@ -1,8 +1,11 @@
-"""A run's results folder: records (Parquet + CSV), ``summary.json``, a perf_analyzer-style CSV and the schedule.
+"""The results folder of a run — the one writer, used by ``replay``, ``simulate``, ``validate`` and ``tune``'s
+verification, for either target:
 
     results/NAME/
-      records.parquet, records.csv, records.json   one row per scheduled request (serving_bench.records)
-      summary.json                                 per model, per ensemble, overall (serving_bench.metrics)
+      records.parquet, records.csv, records.json   the table and its RunInfo (serving_bench.run.records)
+      summary.json                                 per model, per ensemble, overall (serving_bench.run.metrics), plus
+                                                   the run's facts ("run") and Triton's statistics ("server_stats")
+                                                   or the simulator's facts ("sim")
       perf_analyzer.csv                            one row per model + overall, perf_analyzer's columns (µs)
       schedule.npz                                 the exact schedule, for ``replay --schedule``
       telemetry.*                                  when telemetry ran (serving_bench.telemetry)
@@ -12,40 +15,51 @@ Every file is written to a temporary name and renamed.
 
 from __future__ import annotations
 
-import json
-import os
+import dataclasses
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Protocol
 
 import numpy as np
 import pandas as pd
 
-from serving_bench.load.schedule import Schedule
-from serving_bench.metrics import summarize
-from serving_bench.records import save_records
+from serving_bench.files import atomic_write, atomic_write_json
+from serving_bench.run.metrics import Slo, summarize
+from serving_bench.run.records import Records, RunInfo, save_records
+from serving_bench.run.schedule import Schedule
 
 PA_COLUMNS = ("Model", "Mode", "Concurrency", "Request Rate", "Inferences/Second", "Client Send",
               "Network+Server Send/Recv", "Server Queue", "Server Compute Input", "Server Compute Infer",
               "Server Compute Output", "Client Recv", "p50 latency", "p90 latency", "p95 latency", "p99 latency",
               "Avg latency", "request/response", "response wait", "p99 latency from intended", "Delayed Requests")
+RUN_FACTS = ("mode", "senders", "url", "elapsed_s", "timeout_s", "stop_reason", "dropped", "concurrency", "restarts")
 
 
-def run_summary(records: pd.DataFrame, telemetry: Mapping | None = None) -> dict:
-    """:func:`serving_bench.metrics.summarize` plus the facts of the run (mode, stop reason, server statistics).
-    A partial run's window ends when it stopped, so rates are over the part that ran."""
-    attrs = records.attrs
+class StoppedTelemetry(Protocol):
+    """What the writer needs of a stopped ``serving_bench.telemetry.Telemetry``."""
+
+    def save(self, out_dir: str | Path) -> None: ...
+
+    def summary(self) -> dict: ...
+
+
+def run_summary(records: Records, telemetry: Mapping | None = None, slos: Mapping[str, Slo] | None = None) -> dict:
+    """:func:`serving_bench.run.metrics.summarize` plus the facts of the run (mode, stop reason, server statistics,
+    the simulator's facts). A partial run's window ends when it stopped, so rates are over the part that ran."""
+    info = records.info
     duration = None
-    if attrs.get("partial") and attrs.get("elapsed_s"):  # rates over the part that ran, not the whole schedule
-        duration = min(float(attrs.get("meta", {}).get("duration_s", attrs["elapsed_s"])), float(attrs["elapsed_s"]))
-    summary = summarize(records, telemetry=telemetry, duration_s=duration)
-    summary["run"] = {k: attrs.get(k) for k in ("mode", "senders", "url", "elapsed_s", "timeout_s", "stop_reason",
-                                                 "dropped", "concurrency") if k in attrs}
-    if attrs.get("server_stats"):
-        summary["server_stats"] = attrs["server_stats"]
+    if info.partial and info.elapsed_s:  # rates over the part that ran, not the whole schedule
+        duration = min(float(info.meta.get("duration_s", info.elapsed_s)), float(info.elapsed_s))
+    summary = summarize(records, telemetry=telemetry, duration_s=duration, slos=slos)
+    facts = {k: getattr(info, k) for k in RUN_FACTS}
+    summary["run"] = {k: v for k, v in facts.items() if v not in (None, ())}
+    if info.server_stats:
+        summary["server_stats"] = dict(info.server_stats)
+    if info.sim is not None:
+        summary["sim"] = dataclasses.asdict(info.sim)
     return summary
 
 
-def _pa_row(name: str, frame: pd.DataFrame, summary: dict, stats: Mapping | None, records: pd.DataFrame) -> dict:
+def _pa_row(name: str, frame: pd.DataFrame, summary: dict, stats: Mapping | None, info: RunInfo) -> dict:
     ok = frame[frame["status"].astype(str) == "ok"]
     service = (ok["done_s"] - ok["sent_s"]).to_numpy()
     late = (frame["sent_s"] - frame["intended_s"]).to_numpy()
@@ -56,10 +70,10 @@ def _pa_row(name: str, frame: pd.DataFrame, summary: dict, stats: Mapping | None
         return round(float(np.percentile(service, p)) * us) if len(service) else ""
 
     row = dict.fromkeys(PA_COLUMNS, "")
-    row.update({"Model": name, "Mode": records.attrs.get("mode", "")})
-    conc = records.attrs.get("concurrency")
+    row.update({"Model": name, "Mode": info.mode or ""})
+    conc = info.concurrency
     row["Concurrency"] = (sum(conc.values()) if name == "overall" else conc.get(name, "")) if conc else ""
-    duration = float(records.attrs.get("meta", {}).get("duration_s", 0) or 0)
+    duration = float(info.meta.get("duration_s", 0) or 0)
     row["Request Rate"] = round(len(frame) / duration, 3) if duration and not conc else ""
     row["Inferences/Second"] = round(summary.get("throughput_ips") or 0.0, 3)
     mean_service = float(service.mean()) if len(service) else None
@@ -83,41 +97,34 @@ def _pa_row(name: str, frame: pd.DataFrame, summary: dict, stats: Mapping | None
     return row
 
 
-def perf_analyzer_csv(records: pd.DataFrame, summary: dict) -> pd.DataFrame:
+def perf_analyzer_csv(records: Records, summary: dict) -> pd.DataFrame:
     """perf_analyzer's ``-f`` CSV columns (latencies in µs, measured like perf_analyzer from the send time), one row
     per model and one ``overall``; plus our coordinated-omission-safe ``p99 latency from intended``. Server columns
-    come from Triton's statistics over the run."""
-    stats = records.attrs.get("server_stats") or {}
+    come from Triton's statistics over the run (empty for the simulator)."""
+    table, info = records.table, records.info
+    stats = info.server_stats or {}
     rows = []
     for name, model_summary in summary["models"].items():
-        rows.append(_pa_row(name, records[records["model"].astype(str) == name], model_summary, stats.get(name),
-                            records))
-    rows.append(_pa_row("overall", records, summary["overall"], None, records))
+        rows.append(_pa_row(name, table[table["model"].astype(str) == name], model_summary, stats.get(name), info))
+    rows.append(_pa_row("overall", table, summary["overall"], None, info))
     return pd.DataFrame(rows, columns=list(PA_COLUMNS))
 
 
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def write_results(out_dir: str | Path, records: pd.DataFrame, schedule: Schedule | None = None, *,
-                  telemetry=None) -> dict:
+def write_results(out_dir: str | Path, records: Records, schedule: Schedule | None = None, *,
+                  telemetry: StoppedTelemetry | None = None, slos: Mapping[str, Slo] | None = None) -> dict:
     """Write the results folder; ``telemetry`` is a stopped ``Telemetry`` (saved, and its summary goes into
-    ``summary.json``). Returns the summary."""
+    ``summary.json``); ``slos`` override the schedule's. Returns the summary."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tel_summary = None
     if telemetry is not None:
         telemetry.save(out_dir)
         tel_summary = telemetry.summary()
-    summary = run_summary(records, telemetry=tel_summary)
+    summary = run_summary(records, telemetry=tel_summary, slos=slos)
     save_records(records, out_dir)
-    _atomic(out_dir / "summary.json",
-            lambda p: p.write_text(json.dumps(summary, indent=2, sort_keys=True, default=_jsonable) + "\n"))
+    atomic_write_json(out_dir / "summary.json", summary, default=_jsonable)
     pa = perf_analyzer_csv(records, summary)
-    _atomic(out_dir / "perf_analyzer.csv", lambda p: pa.to_csv(p, index=False))
+    atomic_write(out_dir / "perf_analyzer.csv", lambda p: pa.to_csv(p, index=False))
     if schedule is not None:
         schedule.save(out_dir / "schedule.npz")
     return summary

@@ -1,0 +1,223 @@
+"""Measurement sessions on real Triton: closed- and open-loop runs through the real target, the server's own
+per-batch statistics, and steps that resume on a new server when one dies (used by :mod:`serving_bench.profiles.measure`).
+
+A :class:`Session` holds one server (embedded, with the runners' execution logs or Triton's request trace, or
+external); each run is a :class:`~serving_bench.profiles.estimators.LoopRun` (latencies, send/done times on
+``time.perf_counter``'s clock, the server's statistics and, where known, the executed batches).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator, Mapping, Sequence
+
+import numpy as np
+import psutil
+
+from serving_bench.errors import InputError, ServerDied
+from serving_bench.load.driver import TritonTarget
+from serving_bench.profiles.estimators import LoopRun, Trace
+from serving_bench.run.schedule import Schedule
+from serving_bench.run.target import ClosedLoop
+from serving_bench.serve.control import Control
+from serving_bench.serve.server import MAX_RESTARTS, TritonServer, connect
+
+TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response (only with trace=True)
+
+
+# tritonserver arguments that trace every request (its trace file comes with trace_args)
+TRACE_ARGS = ("--trace-config", f"level={TRACE_LEVEL}", "--trace-config", "rate=1", "--trace-config",
+              "triton,log-frequency=0")
+
+
+def trace_args(trace_file: Path) -> tuple[str, ...]:
+    """tritonserver arguments that trace every request into ``trace_file``."""
+    return TRACE_ARGS + ("--trace-config", f"triton,file={trace_file}")
+
+
+class Session:
+    """A server under measurement: ``endpoints``; ``server``: the embedded :class:`TritonServer` when its runners log
+    executed batches (each run then carries its batches), else None; ``traced``: the server traces requests (its
+    batches are attached to the runs by :meth:`attach_trace` once the trace file is complete)."""
+
+    def __init__(self, endpoints, server: TritonServer | None = None, traced: bool = False):
+        self.endpoints = endpoints
+        self.server = server
+        self.traced = traced
+        self.url = endpoints.grpc_url
+        self.runs: list[LoopRun] = []
+
+    def run(self, loads: Mapping[str, tuple[int, int]], seconds: float) -> LoopRun:
+        """Closed loop for ``seconds``: model -> (rows per request, concurrency), all models at once. A run that
+        got fewer than 5 answers per model (a stalled shared machine) is repeated once, twice as long."""
+        names = tuple(loads)
+        per = 100_000
+        n = per * len(names)
+        model = np.repeat(np.arange(len(names), dtype=np.int32), per)
+        batch = np.repeat(np.array([loads[m][0] for m in names], dtype=np.int32), per)
+        for attempt in (1, 2):
+            schedule = Schedule(np.zeros(n), model, names, np.zeros(n, dtype=np.int32), batch,
+                                {"duration_s": seconds * attempt})
+            mode = ClosedLoop(concurrency={m: loads[m][1] for m in names}, duration_s=seconds * attempt)
+            try:
+                return self._collect(TritonTarget(self.endpoints, mode=mode, source="profile measurement"), schedule,
+                                     {m: loads[m][0] for m in names})
+            except InputError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def spaced(self, model: str, rows: int, period: float, count: int) -> LoopRun:
+        """Open loop: ``count`` requests of ``rows`` rows, one every ``period`` seconds (the instance idles between
+        them when ``period`` exceeds the latency)."""
+        times = np.arange(count) * period
+        schedule = Schedule(times, np.zeros(count, dtype=np.int32), (model,), np.zeros(count, dtype=np.int32),
+                            np.full(count, rows, dtype=np.int32), {"duration_s": float(count * period)})
+        return self._collect(TritonTarget(self.endpoints, source="profile measurement"), schedule, {model: rows})
+
+    def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
+        names = tuple(rows_of)
+        cpu_before = self.cpu_seconds()
+        start = time.perf_counter()
+        records = target.run(schedule)
+        end = time.perf_counter()
+        cpu_after = self.cpu_seconds()
+        if records.info.partial:  # the server or a model instance died: measure this step on a new one
+            raise ServerDied(f"the measurement run stopped early: {records.info.stop_reason}")
+        t0 = records.info.t0_s or 0.0
+        table = records.table
+        latency, sent, done = {}, {}, {}
+        for m in names:
+            rows = table[(table["model"].astype(str) == m) & (table["status"].astype(str) == "ok")]
+            if len(rows) < 5:
+                bad = table[(table["model"].astype(str) == m) & (table["status"].astype(str) != "ok")]
+                why = (f"{bad['status'].astype(str).iloc[0]}: {bad['error'].astype(str).iloc[0]}" if len(bad)
+                       else "no more requests were answered in the run's time")
+                raise InputError("profile measurement", m, f"only {len(rows)} requests of {rows_of[m]} rows "
+                                 f"succeeded ({why})")
+            rows = rows.sort_values("sent_s")
+            latency[m] = (rows["done_s"] - rows["intended_s"]).to_numpy()  # closed loop: intended = sent
+            sent[m] = t0 + rows["sent_s"].to_numpy()
+            done[m] = t0 + rows["done_s"].to_numpy()
+        executions = None
+        if self.server is not None:
+            executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
+        run = LoopRun(latency, dict(records.info.server_stats), (start, end), sent, done, executions,
+                      cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
+        self.runs.append(run)
+        return run
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used so far by the embedded server, its stubs and this process (the client): everything a
+        request costs on the host's cores. None for an external server."""
+        if self.server is None or self.server.pid is None:
+            return None
+        try:
+            processes = [psutil.Process(self.server.pid)]
+            processes += processes[0].children(recursive=True)
+            processes.append(psutil.Process())
+            total = 0.0
+            for p in processes:
+                t = p.cpu_times()
+                total += t.user + t.system
+            return total
+        except psutil.Error:  # a process ended meanwhile: no figure for this run
+            return None
+
+    def attach_trace(self, trace_file: Path) -> str | None:
+        """Give this session's runs the batches Triton's trace recorded; a note when the trace is unusable."""
+        try:
+            executions = Trace.load(trace_file)
+        except InputError as err:
+            return f"no request trace ({err.line()}): service samples of that server are client latency - overhead"
+        for run in self.runs:
+            run.executions = {m: ex.window(*run.window) for m, ex in executions.items()}
+        return None
+
+    def execution_time(self, model: str, rows: int, concurrency: int, seconds: float) -> float:
+        """Mean compute time (s) of the executed batches of exactly ``rows`` rows in a closed loop of ``rows``-row
+        requests at ``concurrency`` (Triton's per-batch-size statistics: batches the batcher merged from several
+        requests do not count; 0 if none ran)."""
+        before = self.batch_stats([model])[model]
+        self.run({model: (rows, concurrency)}, seconds)
+        count, ns = self.batch_stats([model])[model].get(rows, (0, 0))
+        count, ns = count - before.get(rows, (0, 0))[0], ns - before.get(rows, (0, 0))[1]
+        return ns * 1e-9 / count if count > 0 else 0.0
+
+    @contextlib.contextmanager
+    def untraced(self) -> Iterator[None]:
+        """Request tracing off inside the block (Triton's trace settings, restored after): with tracing on, the
+        bundled tritonserver 2.51 aborted (``std::length_error`` in ``TRITONBACKEND_ResponseNew``) in most demo
+        profiles while fast models ran many merged batch-1 requests; runs that need only statistics run untraced."""
+        if not self.traced:
+            yield
+            return
+        with Control(self.url) as control:
+            control.set_trace_level("OFF")
+            try:
+                yield
+            finally:
+                control.set_trace_level(TRACE_LEVEL)
+
+    def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
+        """Triton's cumulative per-batch-size statistics: model -> executed batch size -> (executions, compute ns)."""
+        with Control(self.url) as control:
+            return control.batch_stats(models)
+
+
+Step = tuple[object, Callable[[Session], object]]  # (key, what to measure in a session) -> results[key]
+
+
+def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], ContextManager[Session]],
+              log: Callable[[str], None], notes: list[str], phase: str, max_restarts: int = MAX_RESTARTS) -> None:
+    """Measure each step not yet in ``results`` in order, in sessions from ``open_session``. When the server (or a
+    model instance) dies during a step, a new one is started and the phase resumes at that step (at most
+    ``max_restarts`` times; the step's partial work is discarded); each restart is logged and added to ``notes``."""
+    restarts = 0
+    while True:
+        current = None
+        try:
+            with open_session() as session:
+                for key, measure in steps:
+                    if key not in results:
+                        current = key
+                        results[key] = measure(session)
+            return
+        except ServerDied as err:
+            if restarts >= max_restarts:
+                raise
+            restarts += 1
+            note = (f"{phase}: the server died at step {current} ({err}); started a new one and resumed at that step "
+                    f"(restart {restarts} of at most {max_restarts})")
+            log(f"note: {note}")
+            notes.append(note)
+
+
+@contextlib.contextmanager
+def open_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
+                 cuda_graphs: str | None, notes: list[str], log: Callable[[str], None],
+                 url: str | None = None) -> Iterator[Session]:
+    """A session on a new embedded server with ``instances`` instances of every model — execution logs on, or
+    Triton's request trace with ``trace`` (attached to the runs once the server stopped) — or on the external server
+    at ``url`` as it is."""
+    with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
+        trace_file = Path(tmp) / "trace.json"
+        server = connect(repo, url=url, models=list(models), instances={m: instances for m in models},
+                         threads_per_instance=threads, execution_log=not trace, cuda_graphs=cuda_graphs,
+                         extra_args=trace_args(trace_file) if trace else ())
+        embedded = isinstance(server, TritonServer)
+        session = None
+        try:
+            with server, server.guard():  # a server that died mid-step: ServerDied naming its log
+                session = Session(server.endpoints, server if embedded and not trace else None,
+                                  traced=trace and embedded)
+                yield session
+        finally:
+            if trace and embedded and session is not None:  # the trace file is complete once the server stopped
+                note = session.attach_trace(trace_file)
+                if note:
+                    notes.append(note)
+                    log(f"note: {note}")
