@@ -1,9 +1,10 @@
 # C types for fast.py (Cython pure mode; the .py is the definition, this file only types it).
 cimport cython
 
-from serving_bench.sim.core cimport Clock, ModelState, Server
+from serving_bench.sim.core cimport Server
 from serving_bench.sim.device cimport Device
 from serving_bench.sim.heap cimport Calendar, Entry, Heap
+from serving_bench.sim.state cimport Clock, ModelState
 
 cdef int ARRIVE, FEED, RELEASE, CALL
 cdef double INF

@@ -24,7 +24,8 @@ import struct
 
 import simpy
 
-from serving_bench.sim.core import Clock, Server
+from serving_bench.sim.core import Server
+from serving_bench.sim.state import Clock
 
 
 _DOUBLE, _INT = struct.Struct("<d"), struct.Struct("<q")
