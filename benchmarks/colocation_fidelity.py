@@ -51,7 +51,7 @@ from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
-from serving_bench.sim.interference import (Observation, fit, serving_from_json, simulate, throughput,  # noqa: E402
+from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json, simulate, throughput,  # noqa: E402
                                              with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
@@ -61,7 +61,7 @@ STREAMS = ("tiny_cnn_onnxruntime", "tiny_cnn_tvm", "tiny_mlp_torchscript", "slee
 SCALED = "tiny_cnn_onnxruntime"
 INSTANCES = (1, 2, 4, 8)
 LOADS = (0.3, 0.6, 0.9)
-LAWS_COMPARED = ("pool", "pool_eff", "soft")
+LAWS_COMPARED = FORMS
 TARGETS = {"p50": 0.05, "p99": 0.10, "throughput": 0.03}
 
 

@@ -17,6 +17,7 @@ import tritonclient.http as httpclient
 from serving_bench.errors import InputError, ServerError
 from serving_bench.export.frameworks import load_predictor
 from serving_bench.models import get_model
+from serving_bench.serve.control import Control
 from serving_bench.serve.runners import default_threads
 from serving_bench.serve.server import ExternalServer, TritonServer, connect
 from serving_bench.telemetry import Telemetry
@@ -184,13 +185,29 @@ def test_metrics_and_external_server_interface(served, reference):
         assert external.endpoints == served.endpoints and external.pid is None
         assert set(served.served_models) <= set(external.served_models)
         external.check_alive()
-        with Telemetry(external.endpoints.metrics_url, interval_s=0.1, gpu=False) as tel:
-            for _ in range(3):
-                _grpc_infer(external.endpoints.grpc_url, "tiny_cnn_tvm", x)
+        with Control(external.endpoints.grpc_url) as control:
+            before = _successes_once_settled(control, "tiny_cnn_tvm")
+            with Telemetry(external.endpoints.metrics_url, interval_s=0.1, gpu=False) as tel:
+                for _ in range(3):
+                    _grpc_infer(external.endpoints.grpc_url, "tiny_cnn_tvm", x)
+                assert _successes_once_settled(control, "tiny_cnn_tvm") == before + 3
         models = tel.summary()["models"]
     assert models["tiny_cnn_tvm"]["requests_ok"] == 3 and models["tiny_cnn_tvm"]["inferences"] == 9
     assert models["tiny_cnn_onnxruntime"]["requests_ok"] == 0
     assert isinstance(connect(url=served.endpoints.grpc_url), ExternalServer)
+
+
+def _successes_once_settled(control: Control, model: str, timeout_s: float = 5.0) -> int:
+    """The model's success count once two reads 50 ms apart agree: Triton counts a request (statistics and metrics
+    together) just after its response has left, so a client that has its answer can read the count one short."""
+    last, deadline = None, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        count = control.statistics([model])[model]["success_count"]
+        if count == last:
+            return count
+        last = count
+        time.sleep(0.05)
+    return last
 
 
 def test_runner_exception_is_a_triton_error_and_the_server_keeps_serving(served):

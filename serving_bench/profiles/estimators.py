@@ -152,30 +152,32 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
     return latency - overhead - wait_s, None, None
 
 
-def demands(run: LoopRun, model: str) -> tuple[float | None, float | None]:
-    """(batch demand, request demand) of a one-at-a-time run of one model: cores kept busy while a batch is served
-    and while a request is on its way in or out.
+def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None]:
+    """(runner demand, hop, hand-off demand) of a one-at-a-time run of one model.
 
-    A batch occupies Triton's instance for its logged duration plus the hop ``h`` (:func:`hop_s`), and the hop is
-    CPU work (shared memory and thread wake-ups on both sides): ``(sum of logged CPU + n h) / (sum of durations +
-    n h)``. The rest of the run's CPU — the client, Triton's threads, the stubs outside their batches — goes to the
-    requests' ways in and out: ``(total CPU - batches' CPU) / sum of (latency - duration - h)``, at most 1 (a
-    request is a chain of hand-offs, one thread at a time). None where the server did not say."""
+    * runner demand: cores the runner keeps busy while it computes a batch, its logged CPU over its logged time;
+    * hop ``h`` (:func:`hop_s`, seconds): the part of Triton's compute time outside the runner;
+    * hand-off demand: cores kept busy by everything else a request costs — the client, Triton's threads, the hop,
+      the stubs outside their batches — over the time a request spends outside the runner: ``(total CPU - runner
+      CPU) / sum of (latency - duration)``, at most 1 (a request is a chain of hand-offs, one thread at a time).
+      CPU time overstates it where threads spin while they wait (they yield the core to real work when it is
+      busy): the sharing law's ``psi`` scales it (:mod:`serving_bench.sim.spec`).
+
+    Demands are None where the server did not say."""
     executed = batches_of(run, model)
     if executed is None:
-        return None, None
+        return None, 0.0, None
     matched, batches = served_by(run, executed, model)
     if len(batches) < 5 or np.isnan(batches.cpu_s).any():
-        return None, None
+        return None, 0.0, None
     h = hop_s(run, batches, model)
-    n = len(batches)
-    batch_cpu = float(batches.cpu_s.sum()) + n * h
-    batch = batch_cpu / (float(batches.duration_s.sum()) + n * h)
+    runner_cpu = float(batches.cpu_s.sum())
+    runner = runner_cpu / float(batches.duration_s.sum()) if batches.duration_s.sum() > 0 else None
     if run.cpu_s is None:
-        return batch, None
-    ways = float(np.sum(run.latency[model][matched] - batches.duration_s - h))
-    request = min(max(run.cpu_s - batch_cpu, 0.0) / ways, 1.0) if ways > 0 else None
-    return batch, request
+        return runner, h, None
+    outside = float(np.sum(run.latency[model][matched] - batches.duration_s))
+    handoff = min(max(run.cpu_s - runner_cpu, 0.0) / outside, 1.0) if outside > 0 else None
+    return runner, h, handoff
 
 
 def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:

@@ -163,6 +163,7 @@ class _ModelResult:
     dispatch: Dist | None = None
     demand: dict[int, float] = field(default_factory=dict)
     request_demand: float | None = None
+    hop_s: float = 0.0
 
 
 def _device_of(config) -> str:
@@ -280,18 +281,18 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 r.dispatch = thin(dispatch) if dispatch is not None else None
                 overhead_mean = r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
             r.batches[b] = thin(service)
-            batch_demand, request_demand = demands(runs[(m, "solo", b)], m)
+            batch_demand, hop, request_demand = demands(runs[(m, "solo", b)], m)
             if batch_demand is not None:
                 r.demand[b] = batch_demand
             if b == sizes[m][0]:
-                r.request_demand = request_demand
+                r.request_demand, r.hop_s = request_demand, hop
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
                 f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" +
                 (f", {batch_demand:.2f} cores" if batch_demand is not None else "") + (
                     f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
                     f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else "") +
-                (f", {request_demand:.2f} cores on the way in and out" if b == sizes[m][0] and
-                 request_demand is not None else ""))
+                (f", {request_demand:.2f} cores on the way in and out (hop {hop * 1e6:.0f} us)"
+                 if b == sizes[m][0] and request_demand is not None else ""))
         if (m, "gap") in runs:
             r.gap_s, count = batch_gap(runs[(m, "gap")], m)
             if count:
@@ -399,7 +400,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r = results[m]
         md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
                            tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
-                           r.idle, tuple(padded[m]), r.demand)
+                           r.idle, tuple(padded[m]), r.demand, r.hop_s)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
                                    r.dispatch, r.request_demand)
     hosted = any(r.request_demand is not None for r in results.values())

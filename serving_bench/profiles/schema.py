@@ -21,7 +21,8 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
              "padded_sizes": [1, 4, 8],             # optional: a batch runs padded to the next of these sizes
-             "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) a batch keeps busy, solo
+             "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) the runtime keeps busy, solo
+             "hop_s": 0.0002,                       # optional: Triton's compute time outside the runtime (mean)
              "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
@@ -33,10 +34,12 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
 Distributions, curves and the cold-start effect are in :mod:`serving_bench.profiles.distributions`.
 
 **Demand and sharing** (optional; see :mod:`serving_bench.sim.device` for the rule): ``demand`` per measured batch
-size is CPU seconds over wall seconds of the solo batches (linear between measured sizes, the nearest outside);
-``request_demand`` is the same for a request's way in and out (client + server CPU per request over its dispatch and
-return time) on ``request_device``; a device's ``law`` names the sharing law and its fitted parameters (default:
-processor sharing over its cores, or over one GPU).
+size is the runtime's CPU seconds over its wall seconds in the solo batches (linear between measured sizes, the
+nearest outside), ``hop_s`` the part of a batch's time on the instance spent outside the runtime (the hand-over to
+the python-backend stub and back); ``request_demand`` is the same ratio for everything a request costs outside the
+runtime — its way in and out and the hop (client, Triton's threads, the stubs) — on ``request_device``; a device's
+``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
+``psi`` scales the hand-off demands).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -69,17 +72,18 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
+OPTIONAL_LAW_PARAMETERS = ("psi",)
 
 
 def parse_law(data: Any, source: str, where: str) -> dict | None:
-    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...}`` (None:
-    pool)."""
+    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
+    "psi": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off demands)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
         raise InputError(source, f"{where}.name", f"expected one of {', '.join(LAW_PARAMETERS)}")
     out: dict[str, Any] = {"name": data["name"]}
-    for key in LAW_PARAMETERS[data["name"]]:
+    for key in LAW_PARAMETERS[data["name"]] + tuple(k for k in OPTIONAL_LAW_PARAMETERS if k in data):
         if key not in data:
             raise InputError(source, f"{where}.{key}", f"missing; the {data['name']} law needs it")
         out[key] = number(data[key], source, f"{where}.{key}")
@@ -135,6 +139,7 @@ class ModelOnDevice:
     idle: IdleEffect | None = None
     padded_sizes: tuple[int, ...] = ()
     demand: Mapping[int, float] = field(default_factory=dict)
+    hop_s: float = 0.0
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -178,6 +183,8 @@ class ModelOnDevice:
             out["padded_sizes"] = list(self.padded_sizes)
         if self.demand:
             out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
+        if self.hop_s:
+            out["hop_s"] = self.hop_s
         return out
 
 
@@ -362,7 +369,8 @@ class Profile:
                                                 memory,
                                                 number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
-                                                if md.get("idle") is not None else None, tuple(padded), demand)
+                                                if md.get("idle") is not None else None, tuple(padded), demand,
+                                                number(md.get("hop_s", 0.0), source, f"{dwhere}.hop_s"))
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
             request_demand = m.get("request_demand")

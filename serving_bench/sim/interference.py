@@ -129,27 +129,41 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) 
     return (c, fc) if fc <= fd else (d, fd)
 
 
-def fit(profile: Profile, device: str, observations: Sequence[Observation], name: str) -> tuple[dict, float]:
-    """The law ``name``'s parameters that fit ``observations`` best; (law, mean absolute log error on them)."""
-    if name == "pool":
-        law = {"name": "pool"}
-        return law, error(with_law(profile, device, law), observations)
-    if name == "pool_eff":
-        eta, err = _golden(lambda e: error(with_law(profile, device, {"name": name, "eta": e}), observations),
-                           *ETA_RANGE)
-        return {"name": name, "eta": eta}, err
-    best: tuple[dict, float] | None = None
-    for power in POWERS:
-        eta, err = _golden(lambda e: error(with_law(profile, device, {"name": name, "eta": e, "power": power}),
-                                           observations), *ETA_RANGE, steps=10)
-        if best is None or err < best[1]:
-            best = ({"name": name, "eta": eta, "power": power}, err)
-    return best
+FORMS = ("pool", "pool_eff", "soft", "pool+psi", "pool_eff+psi", "soft+psi")  # what the fit can choose among
+PSI_RANGE = (0.1, 1.0)  # the share of the measured hand-off demand that competes for the cores
+
+
+def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str) -> tuple[dict, float]:
+    """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too: :data:`FORMS`) that
+    fit ``observations`` best, by golden-section search one parameter at a time (two rounds when there are two);
+    (law, mean absolute log error on them)."""
+    name, _, extra = form.partition("+")
+    law: dict = {"name": name}
+    if name == "soft":
+        law["power"] = POWERS[-1]
+    searched = ([("eta", ETA_RANGE)] if name in ("pool_eff", "soft") else []) + \
+        ([("psi", PSI_RANGE)] if extra == "psi" else [])
+    err = error(with_law(profile, device, {**law, **{k: 1.0 for k, _ in searched}}), observations)
+    law.update({k: 1.0 for k, _ in searched})
+    for _ in range(2 if len(searched) > 1 else 1):
+        for key, bounds in searched:
+            value, err = _golden(lambda v: error(with_law(profile, device, {**law, key: v}), observations), *bounds,
+                                 steps=10)
+            law[key] = value
+    if name == "soft":  # the onset's sharpness: the best of a few
+        best = (law, err)
+        for power in POWERS[:-1]:
+            candidate = {**law, "power": power}
+            e = error(with_law(profile, device, candidate), observations)
+            if e < best[1]:
+                best = (candidate, e)
+        law, err = best
+    return law, err
 
 
 def leave_one_out(profile: Profile, device: str, observations: Sequence[Observation],
-                  names: Sequence[str] = ("pool", "pool_eff", "soft")) -> dict[str, float]:
-    """Per law, the mean absolute log error on each observation of the law fitted on the others."""
+                  names: Sequence[str] = FORMS) -> dict[str, float]:
+    """Per form, the mean absolute log error on each observation of the law fitted on the others."""
     out = {}
     for name in names:
         errs = []

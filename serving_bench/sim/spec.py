@@ -111,16 +111,27 @@ class DeviceRule:
 
 def device_law(info) -> Law:
     """The device's sharing law from the profile (default: processor sharing over its capacity)."""
-    law = dict(info.law or {"name": "pool"})
+    law = {k: v for k, v in (info.law or {"name": "pool"}).items() if k != "psi"}
     return Law(law.pop("name"), info.capacity, **law)
 
 
-def batch_demand(info, md: ModelOnDevice, batch: int, curve: Curve | None) -> float:
-    """The demand of a batch of ``batch`` items (the order of the module docstring)."""
+def handoff_share(info) -> float:
+    """The law's ``psi``: the share of the measured hand-off demand that competes for the cores (default 1)."""
+    return float((info.law or {}).get("psi", 1.0))
+
+
+def batch_demand(info, md: ModelOnDevice, batch: int, curve: Curve | None, handoff: float | None = None) -> float:
+    """The demand of a batch of ``batch`` items (the order of the module docstring). With the model's ``handoff``
+    demand (already scaled by psi) and a measured hop, the batch's time on the instance is the runtime's part at its
+    own demand and the hop at the hand-off demand."""
     runs_at = md.executed_size(batch)
     measured = md.demand_at(runs_at)
     if measured is not None:
-        return measured
+        if handoff is None or md.hop_s <= 0:
+            return measured
+        whole = md.service(runs_at).mean
+        runtime = max(whole - md.hop_s, 0.0)
+        return (measured * runtime + handoff * md.hop_s) / whole if whole > 0 else measured
     if curve is not None and curve.speedup[-1] < curve.k[-1] - 1e-9:
         return info.capacity / curve.speedup[-1]
     if info.kind == "cpu":
@@ -233,13 +244,17 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                 rule.pairs.setdefault(frozenset(names[n] for n in p.models), []).append(p.curve)
         for curves in rule.pairs.values():
             curves.sort(key=lambda c: c.batch)
+        host = profile.request_device
         for m in models:
             if device not in m.tables:
                 continue
             md = profile.on_device(m.name, device)
+            handoff = profile.models[m.name].request_demand
+            if handoff is not None and host is not None:
+                handoff *= handoff_share(profile.devices[host])
             for b in range(1, max(m.max_batch, 1) + 1):
                 curve = _curve_for(md.colocation, b)
-                rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b, batch_demand(info, md, b, curve),
+                rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b, batch_demand(info, md, b, curve, handoff),
                                                 md.threads, curve)
         rules[device] = rule
 
@@ -258,10 +273,11 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
     if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
         if host not in rules:
             rules[host] = DeviceRule(host, device_law(profile.devices[host]))
+        psi = handoff_share(profile.devices[host])
         for m in models:
             demand = profile.models[m.name].request_demand
             if demand is not None:
-                m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, demand)
+                m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, psi * demand)
     else:
         host = None
     return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host)
