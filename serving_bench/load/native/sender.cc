@@ -319,6 +319,11 @@ class Sender {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
+    // Per-call work a load generator does not need: transparent retries (each call buffers its message for a retry
+    // that would change the schedule), BDP probing pings, channelz's per-call counters.
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
     channel_ = grpc::CreateCustomChannel(s_.url, grpc::InsecureChannelCredentials(), args);
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
     timeout_ = std::chrono::microseconds(int64_t(s_.timeout_s * 1e6));
