@@ -17,6 +17,7 @@ $(STAMP): setup.cfg pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	-$(BIN)/python -m serving_bench.load.native  # the native sender (on failure: built on first use, or Python's)
 	touch $(STAMP)
 
 build: $(SIM_BUILT)

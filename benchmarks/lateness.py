@@ -1,7 +1,8 @@
 """Send lateness and the highest sustained open-loop rate: serving-bench vs perf_analyzer 2.50, same run, same
 criterion.
 
-    .venv/bin/python benchmarks/lateness.py [--quick] [--trials N] [--senders 0,1,2] [--search-senders 1] [--out DIR]
+    .venv/bin/python benchmarks/lateness.py [--quick] [--trials N] [--senders 0,1,2] [--search-senders 1]
+        [--sender auto|native|python] [--out DIR]
 
 One tritonserver (127.0.0.1) serves ``sleep_zero`` (no service time: the client is the limit). Every measurement of
 either side is one *step*: Poisson arrivals at a rate over the same span — perf_analyzer's three time windows
@@ -19,7 +20,7 @@ most 1 % left more than 1 ms late (perf_analyzer's "delayed" warning; our latene
    the same way, until a sustained rate and a failed one bracket the answer; then bisection to 5 %. A failed step is
    measured again before it counts (one noisy miss does not walk the search down). At most 12 steps per trial and
    side; a search still open then is reported, not compared. serving-bench runs with ``--search-senders`` sender
-   processes (1: the CLI's default).
+   processes (1: the CLI's default) of the kind ``--sender`` names (auto, the default: native where it builds).
 3. Ratio = ours / perf_analyzer per trial; printed last as the median with its range over the trials. A trial's
    figure below the highest fixed rate the same side sustained in step 1 contradicts this run's own evidence: it is
    reported as unreliable and gives no ratio. Target >= 1.0.
@@ -47,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.perf_analyzer import (DELAY_TOLERANCE_S, STABILITY_WINDOWS,  # noqa: E402
                                                PeerMissing, Unstable, find_perf_analyzer, span_s)
 from serving_bench.peers.sustain import Delivery, judge, max_sustained  # noqa: E402
@@ -72,11 +74,12 @@ def poisson(rate: float, duration: float, seed: int) -> Schedule:
                     np.ones(n), {"seed": seed, "duration_s": duration})
 
 
-def ours(url: str, rate: float, senders: int) -> dict:
-    """One step of serving-bench: a Poisson schedule over the span, judged on the requests that ended inside it."""
+def ours(url: str, rate: float, senders: int, sender: str) -> dict:
+    """One step of serving-bench (``senders`` processes of the ``sender`` kind): a Poisson schedule over the span,
+    judged on the requests that ended inside it."""
     seed = next(SEEDS)
     schedule = poisson(rate, SPAN_S, seed)
-    records = TritonTarget(url, senders=senders).run(schedule)
+    records = TritonTarget(url, senders=senders, sender=sender).run(schedule)
     table = records.table
     ok = (table["status"].astype(str) == "ok").to_numpy()
     done = table["done_s"].to_numpy()
@@ -84,8 +87,8 @@ def ours(url: str, rate: float, senders: int) -> dict:
     late = (table["sent_s"] - table["intended_s"]).to_numpy()[inside]
     delivery = Delivery(rate, SPAN_S, int(inside.sum()),
                         100.0 * float(np.mean(late > DELAY_TOLERANCE_S)) if late.size else None, int((~ok).sum()))
-    row = {"side": "serving_bench", "rate": rate, "senders": senders, "seed": seed, "requests": len(schedule),
-           "delivered": delivery.delivered, "span_s": SPAN_S, "failed": delivery.failed,
+    row = {"side": "serving_bench", "rate": rate, "senders": senders, "sender": records.info.sender, "seed": seed,
+           "requests": len(schedule), "delivered": delivery.delivered, "span_s": SPAN_S, "failed": delivery.failed,
            "delayed_pct": delivery.delayed_pct,
            "sender_cpu_us_per_request": 1e6 * records.info.sender_cpu_s / max(1, len(schedule))}
     if late.size:
@@ -128,8 +131,12 @@ def main(argv: list[str] | None = None) -> int:
                                           "comma-separated; default 0,1,2, with --quick the search's)")
     parser.add_argument("--search-senders", type=int, default=1,
                         help="sender processes of serving-bench in the search (default 1, the CLI's default)")
+    parser.add_argument("--sender", choices=["auto", "native", "python"], default="auto",
+                        help="serving-bench's sender (default auto: native where it builds, else python)")
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     args = parser.parse_args(argv)
+    sender, sender_note = choose_sender(args.sender)
+    print(sender_note, flush=True)
     trials = args.trials or (3 if args.quick else 5)
     senders = [int(s) for s in (args.senders or (str(args.search_senders) if args.quick else "0,1,2")).split(",")]
     if args.search_senders not in senders:
@@ -146,11 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         write_sleep_entry(tmp, MODEL, base_ms=0.0, per_item_ms=0.0)
         with TritonServer(tmp) as server:
             url = server.endpoints.grpc_url
-            TritonTarget(url).run(poisson(500, 1.0, 0))  # warm the server and the client libraries
+            TritonTarget(url, sender=sender).run(poisson(500, 1.0, 0))  # warm the server and the client libraries
             fixed = []
             for rate in RATES:
                 for s in senders:
-                    row = ours(url, rate, s)
+                    row = ours(url, rate, s, sender)
                     fixed.append(row)
                     print(f"{rate:6.0f} req/s, serving-bench ({s} sender(s)): {describe(row)}", flush=True)
                 if pa is not None:
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                             and r.get("senders", args.search_senders) == args.search_senders), default=None)
 
             floor = {"serving_bench": best_fixed("serving_bench"), "perf_analyzer": best_fixed("perf_analyzer")}
-            probes = {"serving_bench": lambda r: ours(url, r, args.search_senders)}
+            probes = {"serving_bench": lambda r: ours(url, r, args.search_senders, sender)}
             if pa is not None:
                 probes["perf_analyzer"] = lambda r: peer(pa, url, r)
             previous: dict[str, float | None] = {}
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     cmp = compare(figures("serving_bench"), figures("perf_analyzer"))
     data = {"benchmark": "lateness", "model": MODEL, "quick": args.quick, "trials": trials,
             "span_s": SPAN_S, "perf_analyzer_measurement_s": MEASUREMENT_S, "perf_analyzer_stability_pct":
-            PA_STABILITY_PCT, "tolerance": TOLERANCE, "search_senders": args.search_senders,
+            PA_STABILITY_PCT, "tolerance": TOLERANCE, "search_senders": args.search_senders, "sender": sender_note,
             "perf_analyzer": pa_version, "fixed_rates": fixed, "plausible_floor_rps": floor,
             "max_sustained": runs, "comparison": cmp, "target_ratio": 1.0,
             "lateness_target_p99_s": DELAY_TOLERANCE_S, "wall_s": time.perf_counter() - t_start}

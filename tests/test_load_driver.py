@@ -1,5 +1,6 @@
 """TritonTarget against the real tritonserver: accounting, open and closed loop, caps, timeouts, unknown models,
-coordinated-omission safety under a stalled server, and M/D/1 agreement on the sleep model."""
+coordinated-omission safety under a stalled server, M/D/1 agreement on the sleep model, and the native and Python
+senders recording the same schedule alike (the tests without ``sender=`` use the default: native where it builds)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from conformance import assert_target_contract
 
 from serving_bench.errors import InputError
+from serving_bench.load import native
 from serving_bench.load.driver import TritonTarget
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.run.schedule import Schedule
@@ -103,16 +105,59 @@ def test_perf_analyzer_wrapper_measures_the_same_server(server):
     assert 0.020 <= m.p50_s <= m.p99_s < 0.2 and m.server_compute_infer_s >= 0.020
 
 
-def test_several_sender_processes_share_one_schedule(server):
+SENDERS = ["python", pytest.param("native", marks=pytest.mark.skipif(
+    native.native_check().problem is not None, reason=str(native.native_check().problem)))]
+
+
+@pytest.mark.parametrize("sender", SENDERS)
+def test_several_sender_processes_share_one_schedule(server, sender):
     schedule = poisson_schedule(300, 1.5, seed=1)
-    records = TritonTarget(server, senders=2).run(schedule)
+    records = TritonTarget(server, senders=2, sender=sender).run(schedule)
     c = assert_target_contract(schedule, records)
-    assert c["ok"] == len(schedule) and records.info.senders == 2
+    assert c["ok"] == len(schedule) and records.info.senders == 2 and records.info.sender == sender
 
 
-def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server):
+def test_native_and_python_senders_record_a_mixed_schedule_alike(server):
+    """Plain, ensemble and timed-out requests of three models: the same rows, statuses and error texts from both."""
+    if native.native_check().problem:
+        pytest.skip(native.native_check().problem)
+    rng = np.random.default_rng(11)
+    n = 150
+    schedule = Schedule(np.sort(rng.random(n) * 1.5), rng.choice(3, n, p=[0.6, 0.3, 0.1]),
+                        ("sleep_zero", "sleep_ens", "sleep_slow"), rng.integers(0, 4, n), np.ones(n),
+                        {"duration_s": 1.5})
+    runs = {s: TritonTarget(server, timeout_s=0.3, sender=s).run(schedule) for s in ("python", "native")}
+    for sender, records in runs.items():
+        c = assert_target_contract(schedule, records)
+        assert records.info.sender == sender and not records.info.partial
+        assert c["ok"] == int((schedule.model < 2).sum()) and c["timeout"] == int((schedule.model == 2).sum())
+        assert records.info.sender_cpu_s > 0
+    python, native_ = (runs[s].table for s in ("python", "native"))
+    assert list(python.columns) == list(native_.columns)
+    for column in ("request_id", "model", "batch", "intended_s", "status", "error"):
+        assert python[column].tolist() == native_[column].tolist(), column
+    assert runs["native"].info.server_stats["sleep_ens"]["success_count"] == int((schedule.model == 1).sum())
+
+
+def test_sender_falls_back_to_python_when_the_native_one_cannot_be_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "BINARY", tmp_path / "serving-bench-sender")
+    monkeypatch.setattr(native, "BUILD_NOTE", tmp_path / "build-note.txt")
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    native.native_check.cache_clear()
+    try:
+        sender, note = native.choose_sender("auto")
+        assert sender == "python" and "could not be built" in note and "no-compiler" in note
+        with pytest.raises(ValueError, match="could not be built"):
+            native.choose_sender("native")
+        assert native.choose_sender("python") == ("python", "sender: python (asked for)")
+    finally:
+        native.native_check.cache_clear()
+
+
+@pytest.mark.parametrize("sender", SENDERS)
+def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server, sender):
     schedule = poisson_schedule(1000, 3.0, model="sleep_md1")  # far more requests than 1 s can serve
-    records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0)).run(schedule)
+    records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0), sender=sender).run(schedule)
     c = assert_target_contract(schedule, records, closed_loop=True)
     assert 20 < c["ok"] < 110  # ~20 ms each, one instance: about 50 in 1 s
     sent = np.sort(records.table["sent_s"].to_numpy())
@@ -121,13 +166,14 @@ def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server):
     assert np.all(sent[2:] >= done[:-2] - 1e-6)
 
 
-def test_cap_drop_and_wait_are_accounted(server):
+@pytest.mark.parametrize("sender", SENDERS)
+def test_cap_drop_and_wait_are_accounted(server, sender):
     schedule = poisson_schedule(100, 1.0, model="sleep_slow", seed=2)
-    dropped = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="drop")).run(schedule)
+    dropped = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="drop"), sender=sender).run(schedule)
     c = assert_target_contract(schedule, dropped)
     assert c["not_sent"] > 0 and dropped.info.dropped == c["not_sent"] and c["ok"] == c["sent"]
     short = schedule.select(np.arange(len(schedule)) < 12)
-    waited = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="wait")).run(short)
+    waited = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="wait"), sender=sender).run(short)
     c = assert_target_contract(short, waited)
     assert c["ok"] == len(short)
     late = (waited.table["sent_s"] - waited.table["intended_s"]).to_numpy()
@@ -229,19 +275,23 @@ def test_mean_latency_agrees_with_md1_at_load_half(server):
     assert abs(predicted - closed_form) / closed_form < 0.25  # this realisation is a typical one
 
 
-def test_stop_ends_a_closed_loop_within_the_grace_period(server):
+@pytest.mark.parametrize("sender", SENDERS)
+def test_stop_ends_a_closed_loop_within_the_grace_period(server, sender):
     """A stop (what Ctrl-C does) must not wait for slow in-flight requests beyond grace_s."""
     # 3 s of service: whenever the stop comes, the requests in flight cannot finish within the grace period
     schedule = poisson_schedule(10, 30.0, model="sleep_long", seed=6)
+    stopped_at: list[float] = []
+
     def stop_once_in_flight(progress):  # the clock starts after the (3 s) warm-up request
-        if progress.in_flight >= 1 and progress.elapsed_s >= 0.3:
+        if progress.in_flight >= 1 and progress.elapsed_s >= 0.3 and not stopped_at:
+            stopped_at.append(time.monotonic())
             target.stop()
 
     target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0), grace_s=0.2,
-                          progress=stop_once_in_flight, progress_interval_s=0.1)
-    started = time.monotonic()
+                          progress=stop_once_in_flight, progress_interval_s=0.1, sender=sender)
     records = target.run(schedule)
-    assert time.monotonic() - started < 3.0 + 3.0  # warm-up request + at most a few tenths after the stop
+    # a few tenths after the stop (the warm-up before it may wait for a previous test's requests still running)
+    assert time.monotonic() - stopped_at[0] < 2.0
     c = assert_target_contract(schedule, records, closed_loop=True)
     assert records.info.partial and records.info.stop_reason == "stopped"
     assert c["error"] >= 1 and records.table["error"].str.startswith("cancelled").any()

@@ -16,6 +16,7 @@ import yaml
 from conformance import assert_target_contract
 
 from serving_bench.cli import main as cli
+from serving_bench.load.native import native_check
 from serving_bench.load.profile import LoadProfile, build_schedule
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.records import load_records
@@ -148,6 +149,7 @@ def test_ctrl_c_saves_partial_results_and_accounting_holds_when_the_server_is_ki
     schedule = Schedule.load(out / "schedule.npz")
     c = assert_target_contract(schedule, records)
     assert records.info.partial is True and "server" in records.info.stop_reason
+    assert records.info.sender == ("python" if native_check().problem else "native")  # the default: auto
     assert c["ok"] > 100 and c["not_sent"] > 100 and c["sent"] == c["ok"] + c["failed"] + c["timeout"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True and summary["valid"] is False

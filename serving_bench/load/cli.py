@@ -24,6 +24,7 @@ from serving_bench.interrupts import RunInterrupted, deferred_interrupts
 from serving_bench.load import scenarios
 from serving_bench.load.driver import TritonTarget
 from serving_bench.load.fields import Where, seconds
+from serving_bench.load.native import choose_sender
 from serving_bench.load.profile import LoadProfile, build_schedule
 from serving_bench.run.records import not_sent_records
 from serving_bench.run.results import write_results
@@ -47,6 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--senders", type=int, default=1,
                         help="sender processes (default 1: a process of its own, away from telemetry and the "
                              "progress bar; 0: a thread of this process)")
+    parser.add_argument("--sender", choices=["auto", "native", "python"], default="auto",
+                        help="auto (default): the native C++ sender where it builds (g++, libgrpc++-dev), else the "
+                             "Python one; the run says which it used")
     parser.add_argument("--instances", action="append", default=[], metavar="MODEL=N",
                         help="instance count override for the embedded server (repeatable)")
     parser.add_argument("--no-telemetry", action="store_true", help="do not sample /metrics, CPU and GPU")
@@ -116,6 +120,10 @@ def main(args) -> int:
         raise InputError("--max-in-flight", None, f"expected an integer >= 1, got {args.max_in_flight}")
     timeout_s = seconds(args.timeout, Where("--timeout"), allow_zero=False)
     instances = _instances(args.instances)
+    try:
+        choose_sender(args.sender)  # --sender native where it cannot run: say why before starting anything
+    except ValueError as err:
+        raise InputError("--sender", None, str(err)) from None
     if args.scenario:
         return _run_scenario(args, out, timeout_s, instances)
     schedule = _schedule(args)
@@ -142,7 +150,8 @@ def main(args) -> int:
                 records = not_sent_records(schedule, TritonTarget.name, stopped_early)
             else:
                 target = TritonTarget(server, mode=mode, timeout_s=timeout_s, senders=args.senders,
-                                      source=args.profile)
+                                      source=args.profile, sender=args.sender)
+                print(target.sender_note, file=sys.stderr)
                 target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything
                 bar = _Bar(len(schedule), not args.no_progress)
                 target.progress = bar
@@ -186,7 +195,8 @@ def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
     with connect(Path(args.repo), url=args.url, models=[m.name for m in profile.models],
                  instances=instances) as server:
         target = TritonTarget(server, mode=OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap),
-                              timeout_s=timeout_s, senders=args.senders, source=args.profile)
+                              timeout_s=timeout_s, senders=args.senders, source=args.profile, sender=args.sender)
+        print(target.sender_note, file=sys.stderr)
         if args.scenario == "server":
             result = scenarios.Server(args.qps, bound, 99.0, min_duration, args.min_queries).run(target, profile)
         elif args.scenario == "offline":

@@ -21,7 +21,10 @@ left to their deadline (``stop_reason`` starts with :data:`INSTANCE_DIED`). A Ct
 :class:`~serving_bench.interrupts.RunInterrupted` carrying the records of what was sent so far.
 
 The senders run in a thread of the calling process (``senders=0``) or in ``senders=N`` spawned processes — each owns
-every N-th request, all use the same ``t0``, outcomes meet in shared memory.
+every N-th request, all use the same ``t0``, outcomes meet in shared memory. The sender is native
+(:mod:`serving_bench.load.native`: a C++ process per sender, ``senders=0`` meaning one) where it is built, the Python
+one (:mod:`serving_bench.load.sender`) otherwise or when asked for; both fill the same arrays and report through the
+same messages, and their failures are judged by one judge (:mod:`serving_bench.load.outcomes`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from serving_bench.errors import ServerError
 from serving_bench.interrupts import RunInterrupted, deferred_interrupts
 from serving_bench.load.collapse import flag_queue_policy_collapse
 from serving_bench.load.payloads import Payloads, fetch_specs, prepare_payloads
-from serving_bench.load.sender import (ERROR, IN_FLIGHT, INSTANCE_DIED, NOT_SENT, OK, REJECTED, TIMEOUT, Arrays,
-                                       LocalValue, Share, sender_main)
+from serving_bench.load.native import NativeSender, choose_sender
+from serving_bench.load.outcomes import (ERROR, IN_FLIGHT, INSTANCE_DIED, NOT_SENT, OK, REJECTED, SERVER_UNAVAILABLE,
+                                         TIMEOUT, Arrays)
+from serving_bench.load.sender import LocalValue, Share, sender_main
 from serving_bench.run.records import STATUSES, Records, RunInfo, new_table
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
@@ -76,8 +81,10 @@ class TritonTarget:
     ``endpoints``: an ``Endpoints``, a ``TritonServer`` (its death then stops the run at once), an
     ``ExternalServer`` or a gRPC ``host:port``. ``mode``: the default mode of :meth:`run`, :class:`OpenLoop` (default)
     or :class:`ClosedLoop`. ``timeout_s``: per-request deadline.
-    ``senders``: sender processes (0 = a thread in this process; N > 0 need the calling script to have the
-    ``if __name__ == "__main__":`` guard, as multiprocessing's spawn requires). ``progress``: called about every
+    ``senders``: sender processes (0 = a thread in this process; N > 0 Python sender processes need the calling
+    script to have the ``if __name__ == "__main__":`` guard, as multiprocessing's spawn requires). ``sender``:
+    ``"native"``, ``"python"`` or ``None`` (native where it is built, python otherwise; ``sender_note`` says which
+    and why; a native sender is always a process, so ``senders=0`` runs one). ``progress``: called about every
     ``progress_interval_s`` with a :class:`Progress` from a monitor thread. ``stop()`` ends a run early (partial
     records); so do Ctrl-C and the server dying.
     """
@@ -87,8 +94,9 @@ class TritonTarget:
     def __init__(self, endpoints: Any, *, mode: OpenLoop | ClosedLoop | None = None, timeout_s: float = 30.0,
                  senders: int = 0, grace_s: float = 5.0, alive: Callable[[], None] | None = None,
                  progress: Callable[[Progress], None] | None = None, progress_interval_s: float = 0.5,
-                 source: str | None = None):
+                 source: str | None = None, sender: str | None = None):
         self.url, server = _grpc_url(endpoints)
+        self.sender, self.sender_note = choose_sender(sender)
         self.alive = alive or (server.check_alive if server is not None else None)
         self.mode = mode or OpenLoop()
         self.timeout_s = float(timeout_s)
@@ -145,7 +153,8 @@ class TritonTarget:
         closed = isinstance(mode, ClosedLoop)
         duration = float(mode.duration_s or schedule.duration_s) if closed else schedule.duration_s
         concurrency = mode.per_model(schedule.models) if closed else {}
-        processes = min(self.senders, n) if n else 0
+        native = self.sender == "native" and n > 0
+        processes = min(max(self.senders, 1) if native else self.senders, n) if n else 0
         senders = max(1, processes)
         shares = []
         for k in range(senders):
@@ -161,7 +170,7 @@ class TritonTarget:
         self._stop.clear()
         try:
             with deferred_interrupts(on_signal=lambda _reason: self._stop.set()) as signals:
-                errors, reasons, elapsed, stats_before = self._execute(shares, arrays, shm, n, schedule)
+                errors, reasons, elapsed, stats_before = self._execute(shares, arrays, shm, n, schedule, native)
                 if signals.reason:
                     reasons.append(signals.reason + (" before the start" if elapsed == 0.0 else ""))
                 elif self._stop.is_set() and not reasons:
@@ -178,7 +187,8 @@ class TritonTarget:
             server_stats = {}
         records = Records(table, RunInfo(
             target=self.name, meta={**schedule.meta, **prepared.facts}, partial=partial, stop_reason=stop_reason,
-            dropped=dropped, server_stats=server_stats, mode=mode.name, senders=processes, url=self.url,
+            dropped=dropped, server_stats=server_stats, mode=mode.name, senders=processes,
+            sender="native" if native else "python", url=self.url,
             elapsed_s=elapsed, timeout_s=self.timeout_s, t0_unix=self.t0_unix, t0_s=self.t0_s,
             sender_cpu_s=self.sender_cpu_s, concurrency=concurrency if closed else None))
         records = flag_queue_policy_collapse(records)
@@ -186,16 +196,22 @@ class TritonTarget:
             raise RunInterrupted(records)
         return records
 
-    def _execute(self, shares: list[Share], arrays: Arrays, shm, n: int, schedule: Schedule):
+    def _execute(self, shares: list[Share], arrays: Arrays, shm, n: int, schedule: Schedule, native: bool):
         """Start the senders, give them a common t0, watch (progress, server liveness, a stop) until they finish.
         A stop before the start sends nothing; a sender that fails before the start is a :class:`ServerError`, one
         that fails later ends the run (partial)."""
         threaded = shm is None
-        if threaded:
-            messages: Any = queue.Queue()
-            go: Any = threading.Event()
-            stop: Any = threading.Event()
-            t0_value: Any = LocalValue()
+        inboxes: list = []
+        messages: Any
+        go: Any
+        stop: Any
+        t0_value: Any
+        if native or threaded:  # talked to by threads of this process
+            messages, go, stop, t0_value = queue.Queue(), threading.Event(), threading.Event(), LocalValue()
+        workers: list[Any]
+        if native:
+            workers = [NativeSender(s, arrays, shm.name, messages, go, t0_value, stop) for s in shares]
+        elif threaded:
             workers = [threading.Thread(target=sender_main, name="serving-bench-sender",
                                         args=(s, arrays, None, n, messages, go, t0_value, stop), daemon=True)
                        for s in shares]
@@ -215,10 +231,10 @@ class TritonTarget:
         stats_before: dict = {}
         sender_cpu = 0.0
         try:
-            for k, w in enumerate(workers):
+            for w, inbox, share in zip(workers, inboxes or [None] * len(workers), shares):
                 w.start()
-                if not threaded:
-                    inboxes[k].put(shares[k])
+                if inbox is not None:
+                    inbox.put(share)
             ready = 0
             deadline = time.monotonic() + 120.0
             while ready < len(workers) and not failures and not self._stop.is_set():
@@ -229,6 +245,7 @@ class TritonTarget:
                     if dead or time.monotonic() > deadline:
                         failures.append("a sender process exited before it was ready (senders > 0 start new "
                                         "Python processes: the calling script needs `if __name__ == '__main__':`)"
+                                        if dead and not native else "a native sender exited before it was ready"
                                         if dead else "the senders were not ready within 120 s")
                     continue
                 if kind == "ready":
@@ -283,7 +300,7 @@ class TritonTarget:
                     w.join(timeout=30)
                     if not threaded and w.is_alive():
                         w.kill()
-        if any(r.startswith("server unavailable") for r in reasons) and self.alive is not None:
+        if any(r.startswith(SERVER_UNAVAILABLE) for r in reasons) and self.alive is not None:
             reasons[:0] = self._server_death()  # the transport noticed first; say why the server is gone
         if self.progress is not None:
             self.progress(_progress(arrays, schedule, elapsed))

@@ -37,13 +37,10 @@ import grpc
 import numpy as np
 
 from serving_bench.errors import ServerError
-from serving_bench.load.infer_channel import OK_CODE, STATUS_CODES, InferChannel
-from serving_bench.run.records import STATUSES
+from serving_bench.load.infer_channel import OK_CODE, InferChannel
+from serving_bench.load.outcomes import (ERROR, IN_FLIGHT, OK, Arrays, FailureJudge, dropped_error,
+                                         unreachable_error)
 
-OK, ERROR, TIMEOUT, REJECTED, NOT_SENT = (STATUSES.index(s) for s in ("ok", "error", "timeout", "rejected",
-                                                                       "not_sent"))
-IN_FLIGHT = 100  # internal, never left in finished records
-INSTANCE_DIED = "model instance died"  # stop_reason prefix when the python backend reports a dead stub
 GRPC_OPTIONS = (("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1))
 
 
@@ -87,35 +84,6 @@ class Share:
     grace_s: float
 
 
-@dataclass
-class Arrays:
-    """Per-request outcome, written by the senders and read by the parent (numpy views; shared memory across
-    processes)."""
-
-    sent: np.ndarray
-    done: np.ndarray
-    status: np.ndarray
-
-    @classmethod
-    def allocate(cls, n: int, shared: bool) -> tuple["Arrays", Any]:
-        if not shared:
-            arrays = cls(np.full(n, np.nan), np.full(n, np.nan), np.full(n, NOT_SENT, dtype=np.int8))
-            return arrays, None
-        size = max(1, n) * (8 + 8 + 1)
-        shm = shared_memory.SharedMemory(create=True, size=size)
-        arrays = cls.attach(shm.buf, n)
-        arrays.sent[:] = np.nan
-        arrays.done[:] = np.nan
-        arrays.status[:] = NOT_SENT
-        return arrays, shm
-
-    @classmethod
-    def attach(cls, buf, n: int) -> "Arrays":
-        m = max(1, n)
-        return cls(np.ndarray((n,), np.float64, buf, 0), np.ndarray((n,), np.float64, buf, 8 * m),
-                   np.ndarray((n,), np.int8, buf, 16 * m))
-
-
 _WAKE = object()  # tag of the call that wakes the completion thread at the end
 
 
@@ -136,7 +104,7 @@ class _Sender:
         self.stopping = False
         self.cancel_at_once = False  # a stop whose in-flight requests cannot be answered any more
         self.stop_reason: str | None = None
-        self.unavailable_streak = 0
+        self.judge = FailureJudge(share.timeout_s)
         self.lock = threading.Lock()
         self.sent = 0                  # calls started (under lock)
         self.finished = 0              # outcomes recorded (under lock)
@@ -159,7 +127,7 @@ class _Sender:
                 self.channel.infer_blocking(self.share.payloads[k], max(self.share.timeout_s, 30.0))
         except (grpc.FutureTimeoutError, grpc.RpcError) as err:
             self.channel.close()
-            raise ServerError(f"cannot reach Triton at {self.share.url} before the run: {_describe(err)}") from None
+            raise ServerError(unreachable_error(self.share.url, _describe(err))) from None
 
     def run(self) -> None:
         completer = threading.Thread(target=self._completions, name="serving-bench-completions", daemon=True)
@@ -200,7 +168,7 @@ class _Sender:
                 return
             if cap is not None and self.sent - self.finished >= cap:
                 if share.on_cap == "drop":
-                    self.errors[i] = f"dropped: max_in_flight={cap} requests were outstanding"
+                    self.errors[i] = dropped_error(cap)
                     continue
                 if not self._wait_for_slot(cap):
                     return
@@ -323,7 +291,7 @@ class _Sender:
         arrays.done[i] = time.perf_counter() - self.t0
         if code == OK_CODE:
             arrays.status[i] = OK
-            self.unavailable_streak = 0
+            self.judge.answered_ok()
         else:
             self._failed(i, code, details or "")
         self.live.pop(i, None)
@@ -335,37 +303,10 @@ class _Sender:
             self.slot_free.set()
 
     def _failed(self, i: int, code: int, details: str) -> None:
-        arrays, status = self.arrays, STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN)
-        if status == grpc.StatusCode.DEADLINE_EXCEEDED:
-            arrays.done[i] = math.nan  # no response
-            arrays.status[i] = TIMEOUT
-            self.errors[i] = f"timeout: no response within {self.share.timeout_s:g} s"
-        elif "timeout expired" in details.lower():  # Triton's queue policy dropped it (default_timeout_us)
-            arrays.done[i] = math.nan  # no answer, as the simulator records it
-            arrays.status[i] = TIMEOUT
-            self.errors[i] = f"timeout: {status.name}: {details}"
-        elif status == grpc.StatusCode.CANCELLED:
-            arrays.done[i] = math.nan
-            arrays.status[i] = ERROR
-            self.errors[i] = "cancelled: the run stopped before the response"
-        elif "is not healthy" in details:  # the python backend: this model instance's stub process died
-            arrays.status[i] = ERROR
-            self.errors[i] = f"{status.name}: {details}"
-            self._stop(f"{INSTANCE_DIED}: {details}", at_once=True)
-        else:
-            rejected = status == grpc.StatusCode.RESOURCE_EXHAUSTED or "queue" in details.lower()
-            arrays.status[i] = REJECTED if rejected else ERROR
-            self.errors[i] = f"{status.name}: {details}"
-            if status == grpc.StatusCode.UNAVAILABLE and not rejected:
-                self._note_unavailable(details)
-
-    def _note_unavailable(self, details: str) -> None:
-        """The server is gone when the transport says so (refused, reset, closed) or a run of requests fail."""
-        self.unavailable_streak += 1
-        lost = any(s in details.lower() for s in ("connect", "refused", "reset", "socket closed", "broken pipe",
-                                                  "unavailable", "eof"))
-        if lost or self.unavailable_streak >= 20:
-            self._stop(f"server unavailable: {details}")
+        failure = self.judge.judge(code, details)
+        failure.record(self.arrays, self.errors, i)
+        if failure.stop:
+            self._stop(failure.stop, at_once=failure.at_once)
 
     def _stop(self, reason: str, at_once: bool = False) -> None:
         """Stop sending; ``at_once``: cancel what is in flight without waiting for it (it cannot be answered)."""
@@ -374,6 +315,11 @@ class _Sender:
             self.stopping = True
             self.slot_free.set()
         self.cancel_at_once = self.cancel_at_once or at_once
+
+
+def describe_failure(err: BaseException) -> str:
+    """A sender's failure as the parent reports it: ``Type: message``."""
+    return f"{type(err).__name__}: {err}"
 
 
 def _describe(err: BaseException) -> str:
@@ -418,7 +364,7 @@ def sender_main(share, arrays: Arrays | None, shm_name: str | None, n: int, mess
         cpu = time.process_time() - cpu  # the whole process: this sender's threads and gRPC's own
         messages.put(("done", (sender.errors, sender.stop_reason, cpu)))
     except BaseException as err:  # report, never hang the parent
-        messages.put(("failed", f"{type(err).__name__}: {err}"))
+        messages.put(("failed", describe_failure(err)))
     finally:
         gc.unfreeze()
         sys.setswitchinterval(switch_interval)

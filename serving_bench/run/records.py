@@ -60,13 +60,14 @@ class RunInfo:
     name -> members, ``platforms``, ``instances``, ``queue_policies``), ``partial`` (cut short: Ctrl-C, server or
     instance death, ``stop()``) with ``stop_reason``, ``mode`` (``open``/``closed``), ``concurrency`` (closed loop,
     per model). The real target:
-    ``senders`` (sender processes), ``url``, ``timeout_s`` (per-request deadline), ``elapsed_s`` (wall time of the
-    run), ``t0_s`` (the run's start on ``time.perf_counter``), ``t0_unix`` (the same instant on the wall clock),
-    ``sender_cpu_s`` (CPU time of the senders), ``dropped`` (requests not sent at the open-loop cap),
-    ``server_stats`` (Triton's statistics during the run, per model), ``batch_busy_s`` (Triton's busy time per model
-    from its per-batch-size statistics, set by ``validate``), ``restarts`` (replays repeated on a new server),
-    ``queue_policy_collapse`` (per model, the bundled Triton's queue-policy stall seen in the run:
-    :mod:`serving_bench.load.collapse`). The simulator: ``sim``."""
+    ``senders`` (sender processes), ``sender`` (``native`` or ``python``: which sender ran), ``url``, ``timeout_s``
+    (per-request deadline), ``elapsed_s`` (wall time of the run), ``t0_s`` (the run's start on
+    ``time.perf_counter``), ``t0_unix`` (the same instant on the wall clock), ``sender_cpu_s`` (CPU time of the
+    senders), ``dropped`` (requests not sent at the open-loop cap), ``server_stats`` (Triton's statistics during the
+    run, per model), ``batch_busy_s`` (Triton's busy time per model from its per-batch-size statistics, set by
+    ``validate``), ``restarts`` (replays repeated on a new server), ``queue_policy_collapse`` (per model, the
+    bundled Triton's queue-policy stall seen in the run: :mod:`serving_bench.load.collapse`). The simulator:
+    ``sim``."""
 
     target: str
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -75,6 +76,7 @@ class RunInfo:
     mode: str | None = None
     concurrency: Mapping[str, int] | None = None
     senders: int | None = None
+    sender: str | None = None
     url: str | None = None
     timeout_s: float | None = None
     elapsed_s: float | None = None
