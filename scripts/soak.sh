@@ -3,7 +3,8 @@
 # repository's HEAD (its own ./.venv, installed by `make demo` itself), and writes
 # benchmarks/results/soak_<date>_<host>.json (or OUT.json):
 #   {"runs": N, "passed": P, "commit": ..., "host": ..., "results": [{"run", "passed", "exit_code", "seconds",
-#    "stages": {stage: {"status", "seconds", "detail"}}, "log_tail"}]}
+#    "stages": {stage: {"status", "seconds", "detail"}}, "validation": {model: {metric: relative error}}, "log_tail"}]}
+# ("validation": the demo's own simulated-vs-measured p50 / p99 / throughput errors, so a soak also gives their spread).
 # A run passes when `make demo` exits 0 and every stage in results/demo/demo.json is ok. The result file is
 # rewritten after every run, so a soak cut short keeps what it measured ("complete": false).
 set -uo pipefail
@@ -41,9 +42,17 @@ for i in $(seq 1 "$N"); do
   (cd "$clone" && make demo) > "$WORK/demo-$i.log" 2>&1
   code=$?
   seconds=$(python3 -c "import time; print(round(time.time() - $start, 1))")
-  python3 - "$clone/results/demo/demo.json" "$WORK/demo-$i.log" "$i" "$code" "$seconds" >> "$RUNS" <<'PYEOF'
-import json, sys
-demo_json, log, run, code, seconds = sys.argv[1:]
+  python3 - "$clone/results/demo/demo.json" "$WORK/demo-$i.log" "$i" "$code" "$seconds" \
+      "$clone/results/demo/validate/validation.csv" >> "$RUNS" <<'PYEOF'
+import csv, json, sys
+demo_json, log, run, code, seconds, validation_csv = sys.argv[1:]
+validation = {}
+try:
+    for row in csv.DictReader(open(validation_csv)):
+        if row["metric"] in ("p50", "p99", "throughput") and row["rel_error"]:
+            validation.setdefault(row["model"], {})[row["metric"]] = round(float(row["rel_error"]), 4)
+except OSError:
+    pass
 try:
     stages = json.load(open(demo_json))
 except (OSError, ValueError):
@@ -51,7 +60,7 @@ except (OSError, ValueError):
 passed = int(code) == 0 and bool(stages) and all(s["status"] == "ok" for s in stages.values())
 tail = open(log, errors="replace").read().splitlines()[-15:]
 print(json.dumps({"run": int(run), "passed": passed, "exit_code": int(code), "seconds": float(seconds),
-                  "stages": stages, "log_tail": [] if passed else tail}))
+                  "stages": stages, "validation": validation, "log_tail": [] if passed else tail}))
 PYEOF
   echo "soak run $i/$N: exit $code in ${seconds} s"
   rm -rf "$clone"
