@@ -352,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = table(args, ma, ma_serving, sb, cmp, wall_ratio)
     print(text)
-    path = write_result("vs_model_analyzer", result, quick=args.quick, out_dir=args.out, markdown=text)
+    name = "vs_model_analyzer" + ("" if args.model == "sleep_python" else f"_{args.model}")  # one file per model
+    path = write_result(name, result, quick=args.quick, out_dir=args.out, markdown=text)
     log(f"wrote {path} and {path.with_suffix('.md').name}")
     print(ratio_line("measured throughput of each tool's pick", cmp, unit="infer/s", target=">= 1.0",
                      peer="Model Analyzer")
