@@ -490,6 +490,21 @@ def test_demand_from_a_saturating_curve_and_the_cpu_default():
         pytest.approx(0.4 + 3 / 7 * 0.4)
 
 
+def test_hand_off_share_psi_scales_the_hop_and_the_ways_in_and_out():
+    """A batch of 6 ms whose last 2 ms are the hop (Triton <-> stub): the runtime's 4 ms at its demand 1.0, the hop
+    at the hand-off demand; with a measured hand-off demand 1.0 scaled by psi = 0.5: (1.0 x 4 + 0.5 x 2) / 6 = 5/6.
+    psi defaults to 1 and never reaches the law's own parameters."""
+    from serving_bench.sim.spec import batch_demand, device_law, handoff_share
+
+    info = DeviceInfo("cpu", "cpu", cores=2, law={"name": "pool_eff", "eta": 0.8, "psi": 0.5})
+    md = ModelOnDevice("n/a", {1: Dist.constant(0.006)}, demand={1: 1.0}, hop_s=0.002)
+    assert handoff_share(info) == 0.5 and handoff_share(DeviceInfo("cpu", "cpu", cores=2)) == 1.0
+    assert batch_demand(info, md, 1, None, handoff=1.0 * handoff_share(info)) == pytest.approx(5 / 6)
+    assert batch_demand(info, md, 1, None) == 1.0  # no hand-off demand measured: the runner's alone
+    assert device_law(info).speedup(2, 1.0) == device_law(DeviceInfo("cpu", "cpu", cores=2, law={
+        "name": "pool_eff", "eta": 0.8})).speedup(2, 1.0)
+
+
 def _hosted_profile(request_demand=1.0, dispatch=0.001, overhead=0.001):
     """The sleep model (6 ms, demand 1) whose requests' ways in and out (1 ms each) are work on the same 2 cores."""
     data = _demand_profile({"sleep_python": 1.0}).to_json()
