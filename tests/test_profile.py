@@ -358,3 +358,24 @@ def test_padded_sizes_come_from_the_runtime_and_set_the_measured_sizes():
     assert padded_sizes(torch_cpu, "all") == []  # CUDA graphs only on GPU instances
     with pytest.raises(InputError, match=r"--cuda-graphs: 1,99: cuda_graphs='1,99': expected"):
         padded_sizes(torch_gpu, "1,99")
+
+
+def test_a_runs_cpu_counts_the_sender_processes_that_ended(tmp_path):
+    """The host CPU a profile run charges to its requests includes the client's sender processes (the native
+    sender is always one), which have ended by the time the run's CPU is read: a child that burns ~0.3 s of CPU
+    and exits shows up."""
+    import subprocess
+    import sys
+
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.profiles.session import Session
+    from serving_bench.serve.server import TritonServer
+
+    repo = tmp_path / "repo"
+    write_sleep_entry(repo, "sleep_python", base_ms=1.0, per_item_ms=0.0, max_batch_size=1)
+    with TritonServer(repo, execution_log=True) as server:
+        session = Session(server.endpoints, server)
+        before = session.cpu_seconds()
+        subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 0.3: pass"], check=True)
+        assert session.cpu_seconds() - before >= 0.28

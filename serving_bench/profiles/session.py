@@ -111,19 +111,19 @@ class Session:
         return run
 
     def cpu_seconds(self) -> float | None:
-        """CPU seconds used so far by the embedded server, its stubs and this process (the client): everything a
-        request costs on the host's cores. None for an external server."""
+        """CPU seconds used so far by the embedded server, its stubs and the client — this process and its sender
+        processes once they have ended (a native sender is always a process of its own): everything a request costs
+        on the host's cores. None for an external server."""
         if self.server is None or self.server.pid is None:
             return None
         try:
-            processes = [psutil.Process(self.server.pid)]
-            processes += processes[0].children(recursive=True)
-            processes.append(psutil.Process())
+            server = psutil.Process(self.server.pid)
             total = 0.0
-            for p in processes:
+            for p in [server, *server.children(recursive=True)]:
                 t = p.cpu_times()
                 total += t.user + t.system
-            return total
+            me = psutil.Process().cpu_times()  # children_*: the ended (waited-for) sender processes of the runs
+            return total + me.user + me.system + me.children_user + me.children_system
         except psutil.Error:  # a process ended meanwhile: no figure for this run
             return None
 
