@@ -7,7 +7,8 @@ A solo profile is measured first (no co-located run: per batch size service time
 in and out); then, on the real server:
 
 (a) instances: tiny_cnn_onnxruntime with k = 1, 2, 4, 8 instances and k clients (closed loop): the sharing law is
-    fitted on k <= 4 and k = 8 is predicted;
+    fitted on k <= 4 and k = 8 is predicted; each k's host CPU per request and requests per executed batch are
+    printed and saved beside it (Triton batches more as k grows, which amortises the per-batch hand-offs);
 (b) co-location: every entry alone, every pair, then all together (one instance and one client each): the law is
     fitted on the solo runs and pairs and "all together" is predicted;
 (c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
@@ -81,9 +82,17 @@ def figures(latency: np.ndarray, rps: float) -> dict:
 
 
 def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dict[str, dict]:
-    """Measured p50, p99 (send to answer) and answered requests per second per stream of one closed loop."""
+    """Measured p50, p99 (send to answer) and answered requests per second per stream of one closed loop; where
+    the session's server logs its executions, also the host's CPU per request (ms: server, stubs and client) and
+    requests per executed batch (``cpu_ms``, ``per_batch``; one stream only)."""
     run = session.run({m: (1, c) for m, c in clients.items()}, seconds)
-    return {m: figures(run.latency[m], len(run.latency[m]) / seconds) for m in clients}
+    out = {m: figures(run.latency[m], len(run.latency[m]) / seconds) for m in clients}
+    if len(clients) == 1 and run.cpu_s is not None and run.executions:
+        (m,) = clients
+        answered = len(run.latency[m])
+        out[m]["cpu_ms"] = run.cpu_s / answered * 1e3
+        out[m]["per_batch"] = answered / max(len(run.executions[m]), 1)
+    return out
 
 
 def simulated(profile: Profile, obs: Observation, seconds: float) -> dict[str, dict]:
@@ -173,13 +182,15 @@ def measure(quick: bool) -> dict:
 
         print(f"== (a) {SCALED} with k instances and k clients", flush=True)
         scaled = {}
-        with TritonServer(repo, models=[SCALED], instances={SCALED: max(INSTANCES)}) as server:
-            session = Session(server.endpoints)
+        with TritonServer(repo, models=[SCALED], instances={SCALED: max(INSTANCES)}, execution_log=True) as server:
+            session = Session(server.endpoints, server)
             for k in INSTANCES:
                 real = closed_run(session, {SCALED: k}, seconds)
                 serving_k = {SCALED: calibration_serving(configs[SCALED], "cpu", k, largest[SCALED])}
                 scaled[k] = {"obs": observation(serving_k, {SCALED: k}, real).to_json(), "real": real}
-                print(f"  k = {k}: {real[SCALED]['throughput']:.0f} req/s, p99 {real[SCALED]['p99'] * 1e3:.2f} ms")
+                r = real[SCALED]
+                print(f"  k = {k}: {r['throughput']:.0f} req/s, p99 {r['p99'] * 1e3:.2f} ms, "
+                      f"{r['cpu_ms']:.3f} ms of CPU per request, {r['per_batch']:.2f} requests per batch")
 
         print("== (b) every entry alone, every pair, all together (one instance, one client each)", flush=True)
         serving = {m: calibration_serving(configs[m], "cpu", 1, largest[m]) for m in served}

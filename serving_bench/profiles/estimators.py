@@ -115,6 +115,16 @@ def served_by(run: LoopRun, batches: Executions, model: str) -> tuple[np.ndarray
     return matched, batches.select(j[matched])
 
 
+def matched_batches(run: LoopRun, model: str, minimum: int) -> tuple[np.ndarray, Executions] | None:
+    """:func:`served_by` on the model's logged batches of a one-at-a-time run, or None where the server did not log
+    them or fewer than ``minimum`` requests were matched."""
+    executed = batches_of(run, model)
+    if executed is None:
+        return None
+    matched, batches = served_by(run, executed, model)
+    return (matched, batches) if len(batches) >= minimum else None
+
+
 def hop_s(run: LoopRun, batches: Executions, model: str) -> float:
     """What Triton counts as compute beyond what the runner logged (the shared-memory hop to the stub and back, on
     the instance's clock): Triton's mean compute per request of the run minus the logged mean, at least 0. Runs of
@@ -136,15 +146,14 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
     Without: service = latency - ``overhead`` - ``wait_s`` (``overhead`` given) or, if None, latency - (mean latency -
     Triton's mean compute), the overhead being that constant mean and the dispatch part of it."""
     latency = run.latency[model]
-    executed = batches_of(run, model)
-    if executed is not None:
-        matched, batches = served_by(run, executed, model)
-        if len(batches) >= 5:
-            h = hop_s(run, batches, model)
-            sent = run.sent[model][matched]
-            dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
-            back = latency[matched] - (batches.end_s - sent) - h / 2
-            return batches.duration_s + h, back, dispatch
+    found = matched_batches(run, model, 5)
+    if found is not None:
+        matched, batches = found
+        h = hop_s(run, batches, model)
+        sent = run.sent[model][matched]
+        dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
+        back = latency[matched] - (batches.end_s - sent) - h / 2
+        return batches.duration_s + h, back, dispatch
     compute = run.compute_s(model)
     if overhead is None:
         overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
@@ -164,12 +173,10 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
       busy): the sharing law's ``psi`` scales it (:mod:`serving_bench.sim.spec`).
 
     Demands are None where the server did not say."""
-    executed = batches_of(run, model)
-    if executed is None:
+    found = matched_batches(run, model, 5)
+    if found is None or np.isnan(found[1].cpu_s).any():
         return None, 0.0, None
-    matched, batches = served_by(run, executed, model)
-    if len(batches) < 5 or np.isnan(batches.cpu_s).any():
-        return None, 0.0, None
+    matched, batches = found
     h = hop_s(run, batches, model)
     runner_cpu = float(batches.cpu_s.sum())
     runner = runner_cpu / float(batches.duration_s.sum()) if batches.duration_s.sum() > 0 else None
@@ -237,21 +244,20 @@ def medians(run: LoopRun, model: str, wait_s: float) -> tuple[float, float, floa
     overlap) count as one batch: the service is that of single-request batches, the idle time the one between
     consecutive batches. Without executed batches the dispatch is part of the overhead (0)."""
     latency = run.latency[model]
-    executed = batches_of(run, model)
-    if executed is not None:
-        matched, batches = served_by(run, executed, model)
-        if len(batches) >= 3:
-            h = hop_s(run, batches, model)
-            sent = run.sent[model][matched]
-            starts, first = np.unique(batches.start_s, return_index=True)
-            distinct = batches.select(first)
-            single = distinct.requests <= 1
-            service = distinct.duration_s[single] if single.any() else distinct.duration_s
-            idle = np.clip(starts[1:] - distinct.end_s[:-1] - h, 0.0, None)
-            dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
-            return (float(np.median(service)) + h,
-                    float(np.median(latency[matched] - (batches.end_s - sent) - h / 2)),
-                    float(np.median(dispatch)), float(np.median(idle)) if len(idle) else None)
+    found = matched_batches(run, model, 3)
+    if found is not None:
+        matched, batches = found
+        h = hop_s(run, batches, model)
+        sent = run.sent[model][matched]
+        starts, first = np.unique(batches.start_s, return_index=True)
+        distinct = batches.select(first)
+        single = distinct.requests <= 1
+        service = distinct.duration_s[single] if single.any() else distinct.duration_s
+        idle = np.clip(starts[1:] - distinct.end_s[:-1] - h, 0.0, None)
+        dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
+        return (float(np.median(service)) + h,
+                float(np.median(latency[matched] - (batches.end_s - sent) - h / 2)),
+                float(np.median(dispatch)), float(np.median(idle)) if len(idle) else None)
     compute = run.compute_s(model)
     return compute, float(np.median(latency)) - compute - wait_s, 0.0, None
 

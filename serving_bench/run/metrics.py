@@ -12,15 +12,17 @@ miss. All times in seconds; rates per second.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from serving_bench.run.records import Records, counts
+from serving_bench.run.records import STATUSES, Records, counts_of_codes, status_column_codes
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
+OK = STATUSES.index("ok")
 
 
 @dataclass(frozen=True)
@@ -78,17 +80,33 @@ def slo_verdict(checks) -> bool | None:
     return None if any(c is None for c in checks) else True
 
 
-def summarize_group(table: pd.DataFrame, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
-    """Summary of one group of requests (a records table: a model's rows, or all); ``window`` = (start_s, end_s) of
-    the measurement."""
+@dataclass(frozen=True)
+class Columns:
+    """A records table's columns as arrays, for summarising millions of rows without per-group table copies."""
+
+    status: np.ndarray  # codes into STATUSES
+    intended: np.ndarray
+    sent: np.ndarray
+    done: np.ndarray
+    batch: np.ndarray
+    exec_batch: np.ndarray
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> "Columns":
+        return cls(status_column_codes(table["status"]), table["intended_s"].to_numpy(), table["sent_s"].to_numpy(),
+                   table["done_s"].to_numpy(), table["batch"].to_numpy(), table["exec_batch"].to_numpy())
+
+    def take(self, rows: np.ndarray) -> "Columns":
+        return Columns(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
+
+
+def summarize_group(cols: Columns, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
+    """Summary of one group of requests (a model's rows, or all); ``window`` = (start_s, end_s) of the
+    measurement."""
     start, end = window
     length = max(end - start, 1e-12)
-    status = table["status"].astype(str).to_numpy()
-    intended = table["intended_s"].to_numpy()
-    sent = table["sent_s"].to_numpy()
-    done = table["done_s"].to_numpy()
-    batch = table["batch"].to_numpy()
-    ok = status == "ok"
+    intended, sent, done, batch = cols.intended, cols.sent, cols.done, cols.batch
+    ok = cols.status == OK
     in_window = (intended >= start) & (intended < end)
     measured = ok & in_window
     latency = done[measured] - intended[measured]
@@ -97,7 +115,7 @@ def summarize_group(table: pd.DataFrame, *, window: tuple[float, float], slo: Sl
     lateness = sent[was_sent] - intended[was_sent]
     completed = ok & (done >= start) & (done < end)
 
-    out: dict = {"counts": counts(table), "window_s": [start, end]}
+    out: dict = {"counts": counts_of_codes(cols.status), "window_s": [start, end]}
     out.update(_percentiles(latency))
     out["mean_s"] = float(latency.mean()) if len(latency) else None
     service_q = _percentiles(service, "service_")
@@ -110,7 +128,7 @@ def summarize_group(table: pd.DataFrame, *, window: tuple[float, float], slo: Sl
         out["lateness_max_s"] = float(lateness.max())
     else:
         out["lateness_p50_s"] = out["lateness_p99_s"] = out["lateness_max_s"] = None
-    out["mean_exec_batch"] = per_execution_batch(batch[measured], table["exec_batch"].to_numpy()[measured])
+    out["mean_exec_batch"] = per_execution_batch(batch[measured], cols.exec_batch[measured])
 
     if slo:
         deadline = max(slo.values())
@@ -127,6 +145,18 @@ def summarize_group(table: pd.DataFrame, *, window: tuple[float, float], slo: Sl
     return out
 
 
+def _rows_by_model(model: pd.Series) -> dict[str, np.ndarray]:
+    """Row indices of each model (categories in their order, else sorted names), ascending within a model."""
+    if hasattr(model, "cat"):
+        names, codes = [str(m) for m in model.cat.categories], model.cat.codes.to_numpy()
+    else:
+        uniques, codes = np.unique(model.to_numpy().astype(str), return_inverse=True)
+        names = [str(m) for m in uniques]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    return {name: order[bounds[i]:bounds[i + 1]] for i, name in enumerate(names)}
+
+
 def summarize(records: Records, *, slos: Mapping[str, Slo] | None = None, warmup_s: float | None = None,
               cooldown_s: float | None = None, duration_s: float | None = None,
               telemetry: Mapping | None = None) -> dict:
@@ -139,14 +169,13 @@ def summarize(records: Records, *, slos: Mapping[str, Slo] | None = None, warmup
     if duration_s is None:
         duration_s = float(meta.get("duration_s", table["intended_s"].max() if len(table) else 0.0))
     window = (warmup_s, max(duration_s - cooldown_s, warmup_s))
-    models = [str(m) for m in table["model"].cat.categories] if hasattr(table["model"], "cat") \
-        else sorted(table["model"].unique())
+    cols = Columns.of(table)
     summary = {
         "target": records.info.target,
         "partial": bool(records.info.partial),
-        "overall": summarize_group(table, window=window),
-        "models": {m: summarize_group(table[table["model"] == m], window=window, slo=slos.get(m))
-                   for m in models},
+        "overall": summarize_group(cols, window=window),
+        "models": {m: summarize_group(cols.take(rows), window=window, slo=slos.get(m))
+                   for m, rows in _rows_by_model(table["model"]).items()},
     }
     ensembles = meta.get("ensembles") or {}
     if ensembles:  # an ensemble is requested like a model; listed again here with the members it calls
