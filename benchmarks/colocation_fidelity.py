@@ -33,8 +33,11 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +55,8 @@ from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
-from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json, simulate, throughput,  # noqa: E402
-                                             with_law)
+from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json,  # noqa: E402
+                                             simulate, throughput, with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
 ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
@@ -219,6 +222,22 @@ def measure(quick: bool) -> dict:
             "replays": replays, "seconds": seconds, "replay_s": replay_s}
 
 
+def fit_law(profile: Profile, runs: list[Observation], law: str) -> dict:
+    return fit(profile, "cpu", runs, law)[0]
+
+
+def fit_all(profile: Profile, train: dict[str, list[Observation]]) -> dict[str, dict[str, dict]]:
+    """Every compared law fitted on every training set (case -> law -> parameters), the fits — each a series of
+    simulations, deterministic — spread over the machine's cores."""
+    jobs = [(case, law) for case in train for law in LAWS_COMPARED]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        laws = list(pool.map(partial(fit_law, profile), [train[case] for case, _ in jobs], [law for _, law in jobs]))
+    fitted: dict[str, dict[str, dict]] = {case: {} for case in train}
+    for (case, law), params in zip(jobs, laws):
+        fitted[case][law] = params
+    return fitted
+
+
 def evaluate(data: dict) -> tuple[list[dict], dict, dict]:
     """Fit the laws on the training runs, predict the held-out ones and the replays; (rows, held-out error of each
     law, fitted laws)."""
@@ -230,7 +249,7 @@ def evaluate(data: dict) -> tuple[list[dict], dict, dict]:
     k_max = max(scaled)
     train = {"a": [obs for k, (obs, _) in scaled.items() if k != k_max],
              "b": [obs for name, (obs, _) in cases.items() if name != "all together"]}
-    fitted = {case: {law: fit(profile, "cpu", runs, law)[0] for law in LAWS_COMPARED} for case, runs in train.items()}
+    fitted = fit_all(profile, train)
     held_out = {f"(a) k = {k_max}": {law: tput_error(with_law(profile, "cpu", fitted["a"][law]), scaled[k_max][0],
                                                      seconds) for law in LAWS_COMPARED},
                 "(b) all together": {law: tput_error(with_law(profile, "cpu", fitted["b"][law]),
