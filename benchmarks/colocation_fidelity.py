@@ -192,8 +192,9 @@ def measure(quick: bool) -> dict:
                 serving_k = {SCALED: calibration_serving(configs[SCALED], "cpu", k, largest[SCALED])}
                 scaled[k] = {"obs": observation(serving_k, {SCALED: k}, real).to_json(), "real": real}
                 r = real[SCALED]
-                print(f"  k = {k}: {r['throughput']:.0f} req/s, p99 {r['p99'] * 1e3:.2f} ms, "
-                      f"{r['cpu_ms']:.3f} ms of CPU per request, {r['per_batch']:.2f} requests per batch")
+                cost = (f", {r['cpu_ms']:.3f} ms of CPU per request, {r['per_batch']:.2f} requests per batch"
+                        if "cpu_ms" in r else "")
+                print(f"  k = {k}: {r['throughput']:.0f} req/s, p99 {r['p99'] * 1e3:.2f} ms{cost}")
 
         print("== (b) every entry alone, every pair, all together (one instance, one client each)", flush=True)
         serving = {m: calibration_serving(configs[m], "cpu", 1, largest[m]) for m in served}
