@@ -214,7 +214,7 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
     doc = run_tune(TuneOptions(load=str(load), profile=str(work / "sb_profile.json"), out=str(work / "sb_tune"),
                                repo=str(repo), instances=instances, max_batch_sizes=batches,
                                queue_delays_us=(0, 500, 2000), max_scale=128.0, verify_top=0, report=False,
-                               quiet=True))
+                               quiet=True, workers=0))  # every core, as Model Analyzer's runs use them; same result
     wall = time.perf_counter() - t0
     best = doc["best"]
     capped = " (the search ceiling)" if best["result"]["capacity_capped"] else ""
