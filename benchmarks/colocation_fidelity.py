@@ -33,7 +33,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
@@ -53,6 +52,7 @@ from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
+from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json,  # noqa: E402
@@ -231,7 +231,7 @@ def fit_all(profile: Profile, train: dict[str, list[Observation]]) -> dict[str, 
     """Every compared law fitted on every training set (case -> law -> parameters), the fits — each a series of
     simulations, deterministic — spread over the machine's cores."""
     jobs = [(case, law) for case in train for law in LAWS_COMPARED]
-    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    with ProcessPoolExecutor(max_workers=cpu_cores()) as pool:
         laws = list(pool.map(partial(fit_law, profile), [train[case] for case, _ in jobs], [law for _, law in jobs]))
     fitted: dict[str, dict[str, dict]] = {case: {} for case in train}
     for (case, law), params in zip(jobs, laws):

@@ -150,12 +150,6 @@ def not_sent_records(schedule: Schedule, target: str, reason: str) -> Records:
     return new_records(schedule, target).with_info(partial=True, stop_reason=reason)
 
 
-def status_codes(statuses) -> np.ndarray:
-    """int codes (index into :data:`STATUSES`) for an array of status strings."""
-    lookup = {s: i for i, s in enumerate(STATUSES)}
-    return np.fromiter((lookup[s] for s in statuses), dtype=np.int8, count=len(statuses))
-
-
 def status_column_codes(status: pd.Series) -> np.ndarray:
     """The int codes (index into :data:`STATUSES`) of a table's status column, categorical or text."""
     if not (hasattr(status, "cat") and tuple(status.cat.categories) == STATUSES):
