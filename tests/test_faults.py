@@ -43,11 +43,17 @@ def profile(tmp_path):
     return path
 
 
+def _terminal_signals() -> None:
+    """Ctrl-C as a terminal's foreground command has it: a test run started in the background (``cmd &`` in a
+    script) ignores SIGINT, and a process started with SIGINT ignored keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
     """``serving-bench ARGS`` in a process group of its own (as a shell runs a command), output to a file."""
     log = open(tmp_path / "cli.log", "w")
     return subprocess.Popen([sys.executable, "-m", "serving_bench.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=tmp_path)
+                            start_new_session=True, cwd=tmp_path, preexec_fn=_terminal_signals)
 
 
 def _output(tmp_path: Path) -> str:
