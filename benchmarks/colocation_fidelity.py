@@ -56,7 +56,7 @@ from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json,  # noqa: E402
-                                             simulate, throughput, with_law)
+                                             simulate, tail_error, throughput, with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
 ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
@@ -121,7 +121,14 @@ def observation(serving: dict, clients: dict[str, int], real: dict[str, dict]) -
                                                                    m in ENSEMBLE[1] + ("tiny_ensemble_combiner",))}
     return Observation("cpu", members, clients, {m: real[m]["throughput"] for m in clients},
                        ensembles={ENSEMBLE[0]: ENSEMBLE[1] + ("tiny_ensemble_combiner",)}
-                       if ENSEMBLE[0] in clients else {})
+                       if ENSEMBLE[0] in clients else {}, measured_p99={m: real[m]["p99"] for m in clients})
+
+
+def saved_observation(saved: dict) -> Observation:
+    """A saved run's observation, with its measured p99s (data saved before observations carried them)."""
+    obs = Observation.from_json(saved["obs"])
+    return obs if obs.measured_p99 else dataclasses.replace(
+        obs, measured_p99={m: saved["real"][m]["p99"] for m in obs.clients})
 
 
 def tput_error(profile: Profile, obs: Observation, seconds: float) -> float:
@@ -244,17 +251,18 @@ def evaluate(data: dict) -> tuple[list[dict], dict, dict]:
     law, fitted laws)."""
     profile = Profile.from_json(data["profile"], "solo profile")
     seconds = data["seconds"]
-    scaled = {int(k): (Observation.from_json(v["obs"]), v["real"]) for k, v in data["scaled"].items()}
-    cases = {name: (Observation.from_json(v["obs"]), v["real"]) for name, v in data["cases"].items()}
+    scaled = {int(k): (saved_observation(v), v["real"]) for k, v in data["scaled"].items()}
+    cases = {name: (saved_observation(v), v["real"]) for name, v in data["cases"].items()}
     serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
     k_max = max(scaled)
     train = {"a": [obs for k, (obs, _) in scaled.items() if k != k_max],
              "b": [obs for name, (obs, _) in cases.items() if name != "all together"]}
     fitted = fit_all(profile, train)
-    held_out = {f"(a) k = {k_max}": {law: tput_error(with_law(profile, "cpu", fitted["a"][law]), scaled[k_max][0],
-                                                     seconds) for law in LAWS_COMPARED},
-                "(b) all together": {law: tput_error(with_law(profile, "cpu", fitted["b"][law]),
-                                                     cases["all together"][0], seconds) for law in LAWS_COMPARED}}
+    held = {f"(a) k = {k_max}": ("a", scaled[k_max][0]), "(b) all together": ("b", cases["all together"][0])}
+    held_out = {case: {law: tput_error(with_law(profile, "cpu", fitted[train_set][law]), obs, seconds)
+                       for law in LAWS_COMPARED} for case, (train_set, obs) in held.items()}
+    held_out_p99 = {case: {law: tail_error(with_law(profile, "cpu", fitted[train_set][law]), [obs])
+                           for law in LAWS_COMPARED} for case, (train_set, obs) in held.items()}
     rows: list[dict] = []
     print(f"\n== relative errors in %: full model (law {DEFAULT_LAW}) p50 p99 throughput | baseline (solo profile, "
           "no interference) p50 p99 throughput   (* outside the target)")
@@ -271,10 +279,11 @@ def evaluate(data: dict) -> tuple[list[dict], dict, dict]:
                             for k in TARGETS} for side, s in sims.items()}
             rows.append({"scenario": "(c)", "case": f"load {load}", "entry": m, **entry, "measured": real})
             print(line("(c)", f"load {load}", m, entry["full"], entry["baseline"]))
-    print("\n== held-out throughput error of each law (mean |log error|): the form is chosen by this")
-    for case, by_law in held_out.items():
-        print(f"  {case:<18} " + "  ".join(f"{law} {err * 100:.1f} %" for law, err in by_law.items()))
-    return rows, held_out, fitted
+    for what, table in (("throughput", held_out), ("p99", held_out_p99)):
+        print(f"\n== held-out {what} error of each law (mean |log error|): the form is chosen by these")
+        for case, by_law in table.items():
+            print(f"  {case:<18} " + "  ".join(f"{law} {err * 100:.1f} %" for law, err in by_law.items()))
+    return rows, {"throughput": held_out, "p99": held_out_p99}, fitted
 
 
 def main() -> int:

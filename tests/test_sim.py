@@ -546,6 +546,73 @@ def test_hosted_requests_engines_agree_open_and_closed():
         assert_target_contract(sched, fast, closed_loop=mode is not None)
 
 
+def test_core_wait_probability_and_length_by_hand():
+    """p = 0.5, slice 2 ms, 2 cores. Beside one long execution of demand 1 and nothing else (D = 1): q = 0.5 x 1 /
+    max(2, 1) = 0.25, so a draw u = 0.1 waits (0.1 / 0.25) x 2 ms = 0.8 ms and u = 0.3 does not wait. With D = 4 of
+    which 1 long: q = 0.5 / 4 = 0.125. Nothing long running: no wait whatever the rest."""
+    from serving_bench.sim.spec import CoreWait
+
+    wait = CoreWait(0.5, 0.002)
+    assert wait.wait_s(1.0, 1.0, 2.0, 0.1) == pytest.approx(0.0008)
+    assert wait.wait_s(1.0, 1.0, 2.0, 0.3) == 0.0
+    assert wait.wait_s(4.0, 1.0, 2.0, 0.1) == pytest.approx(0.1 / 0.125 * 0.002)
+    assert wait.wait_s(4.0, 1.0, 2.0, 0.13) == 0.0
+    assert wait.wait_s(3.0, 0.0, 2.0, 0.0) == 0.0
+
+
+def _waiting_profile(wait_p=1.0, wait_s=0.002):
+    """On 2 cores: "long" (10 ms batches of demand 2: both cores) and "short" (1 ms batches of demand 1) whose
+    requests' ways in and out (1 ms each, demand 0) run on the host and wait for a core behind long executions."""
+    data = _demand_profile({"long": 2.0, "short": 1.0}, threads=2).to_json()
+    data["models"]["long"]["devices"]["cpu"]["batches"] = {"1": {"constant_s": 0.010}}
+    data["models"]["short"]["devices"]["cpu"]["batches"] = {"1": {"constant_s": 0.001}}
+    data["models"]["short"]["devices"]["cpu"]["threads"] = 1
+    short = data["models"]["short"]
+    short["request_demand"] = 0.0
+    short["dispatch"] = {"constant_s": 0.001}
+    short["overhead"] = {"constant_s": 0.001}
+    data["request_device"] = "cpu"
+    data["devices"]["cpu"]["law"] = {"name": "pool", "wait_p": wait_p, "wait_s": wait_s}
+    return Profile.from_json(data, "p.json")
+
+
+def test_a_way_in_or_out_waits_for_a_core_behind_a_long_execution():
+    """"long" starts at 0 and keeps both cores (D = D_long = 2, so q = p = 1: every phase of "short" beside it waits
+    u x 2 ms, u its request's draw). "short" sent at 2 ms: waits W_in, 1 ms in, its batch (D = 3 on 2 cores: 1.5 ms),
+    waits W_out, 1 ms out: answered at 5.5 ms + W_in + W_out, all before "long" ends. Without the wait: 5.5 ms. The
+    long execution itself is not delayed by waiting phases (they use no core)."""
+    config = ServingConfig((ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1)))
+    sched = Schedule(np.array([0.0, 0.002]), np.array([0, 1]), ("long", "short"), np.zeros(2), np.ones(2), {})
+    records = SimTarget(_waiting_profile(), config, seed=7).run(sched).table
+    u_in, u_out = np.random.default_rng((7, 4)).random((2, 2))[1]  # the Workload's draws of request 1
+    assert records["done_s"][1] == pytest.approx(0.0055 + 0.002 * (u_in + u_out))
+    plain = SimTarget(_waiting_profile(wait_p=1e-12), config, seed=7).run(sched).table
+    assert plain["done_s"][1] == pytest.approx(0.0055)
+    assert records["done_s"][0] == pytest.approx(plain["done_s"][0])  # 10 ms + 1.5 ms x (1 - 1/1.5) stretched
+
+
+def test_core_waits_engines_agree_open_and_closed():
+    profile = _waiting_profile(wait_p=0.6, wait_s=0.003)
+    config = ServingConfig((ModelServing("long", max_batch_size=2, dynamic_batching=True),
+                            ModelServing("short", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 2),))))
+    data = profile.to_json()
+    data["models"]["long"]["devices"]["cpu"]["batches"]["2"] = {"constant_s": 0.018}
+    data["models"]["short"]["devices"]["cpu"]["batches"]["8"] = {"samples_s": [0.0015, 0.002, 0.004]}
+    profile = Profile.from_json(data, "p.json")
+    sched = poisson(300, 3000, seed=5, models=("long", "short"))
+    for mode in (None, _Closed({"long": 1, "short": 4}, 1.0)):
+        fast = SimTarget(profile, config, seed=3).run(sched, mode)
+        assert fast.table.equals(SimTarget(profile, config, seed=3, engine="simpy").run(sched, mode).table)
+        assert_target_contract(sched, fast, closed_loop=mode is not None)
+
+
+def test_a_wait_probability_above_one_is_refused():
+    data = _waiting_profile().to_json()
+    data["devices"]["cpu"]["law"]["wait_p"] = 1.5
+    with pytest.raises(InputError, match=r"^p\.json: devices\.cpu\.law\.wait_p: expected a probability in \(0, 1\]$"):
+        Profile.from_json(data, "p.json")
+
+
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     """Observations made with an effective capacity of 70 % of two cores: fitting pool_eff recovers eta = 0.7; on
     held-out observations the fitted law beats plain processor sharing (which has nothing to fit)."""
@@ -564,6 +631,8 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     held_out = leave_one_out(base, "cpu", runs, ("pool", "pool_eff"))
     assert held_out["pool_eff"] < 0.02 < held_out["pool"]
     assert Observation.from_json(runs[0].to_json()) == runs[0]
+    tail = dataclasses.replace(runs[0], measured_p99={"a": 0.012})
+    assert Observation.from_json(tail.to_json()) == tail
 
 
 def test_both_targets_implement_the_target_protocol():

@@ -105,6 +105,9 @@ CASES = {
     "hosted_open": lambda: _hosted(None),
     "hosted_closed": lambda: _hosted(T._Closed(6, 1.0)),
     "hosted_psi": lambda: _hosted(None, psi=0.4),
+    "core_waits": lambda: SimTarget(T._waiting_profile(wait_p=0.6, wait_s=0.003), ServingConfig((
+        ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1, instances=(("cpu", 2),)))),
+        seed=4).run(T.poisson(300, 2000, seed=6, models=("long", "short")), T._Closed({"long": 1, "short": 3}, 1.0)),
     "ensembles_closed": _ensembles_closed,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from serving_bench.errors import InputError
@@ -47,10 +48,14 @@ class Dist:
         return s[i] + w * (s[i + 1] - s[i])
 
     def grid(self, points: int) -> list[float]:
-        """Q at ``points`` evenly spaced probabilities 0..1 (what the simulator samples from)."""
-        return [self.quantile(i / (points - 1)) for i in range(points)]
+        """Q at ``points`` evenly spaced probabilities 0..1 (what the simulator samples from; a new list each call,
+        computed once per ``points``)."""
+        cache = self.__dict__.setdefault("_grids", {})  # a frozen value's derived data, not a field
+        if points not in cache:
+            cache[points] = tuple(self.quantile(i / (points - 1)) for i in range(points))
+        return list(cache[points])
 
-    @property
+    @cached_property  # a frozen value: computed once (simulations of one profile ask it again and again)
     def mean(self) -> float:
         """Mean of the piecewise-linear quantile function (trapezoids)."""
         return sum((self.q[i + 1] - self.q[i]) * (self.s[i] + self.s[i + 1]) / 2 for i in range(len(self.q) - 1))

@@ -89,12 +89,12 @@ from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_ses
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serving_config import ModelServing, model_serving_from_config
-from serving_bench.sim.interference import Observation, with_law
+from serving_bench.sim.interference import Observation, tail_error, with_law
 from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
 DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is fitted to
-DEFAULT_LAW = "pool_eff"  # chosen by held-out error: benchmarks/colocation_fidelity.py
+DEFAULT_LAW = "pool_eff+wait"  # chosen by held-out error: benchmarks/colocation_fidelity.py
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
@@ -366,12 +366,15 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         def observe(clients: dict[str, int]) -> Step:
             def measure(session: Session) -> Observation:
                 rates: dict[str, list[float]] = {m: [] for m in clients}
+                tails: dict[str, list[float]] = {m: [] for m in clients}
                 for _ in range(rounds):
                     run = session.run({m: (1, c) for m, c in clients.items()}, seconds)
                     for m in clients:
                         rates[m].append(len(run.latency[m]) / seconds)
+                        tails[m].append(float(np.percentile(run.latency[m], 99)))
                 obs = Observation(device, {m: serving[m] for m in clients}, clients,
-                                  {m: float(np.median(v)) for m, v in rates.items()})
+                                  {m: float(np.median(v)) for m, v in rates.items()},
+                                  measured_p99={m: float(np.median(v)) for m, v in tails.items()})
                 log(f"co-located: {obs.label()}: " + ", ".join(f"{m} {r:.1f} req/s"
                                                                for m, r in obs.measured_rps.items()))
                 return obs
@@ -427,8 +430,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         profile = dataclasses.replace(with_law(profile, observations[0].device, fitted),
                                       calibration=tuple(o.to_json() for o in observations))
         text = ", ".join(f"{k} {v:.3g}" for k, v in fitted.items() if k != "name")
+        tails = (f" and p99 error of {tail_error(profile, observations) * 100:.1f} %" if "wait_p" in fitted else "")
         log(f"{observations[0].device}: sharing law {law}" + (f" ({text})" if text else "") +
-            f" fits the {len(observations)} co-located runs with a mean throughput error of {err * 100:.1f} %")
+            f" fits the {len(observations)} co-located runs with a mean throughput error of {err * 100:.1f} %{tails}")
     if out_path is not None:
         profile.save(out_path)
     return profile

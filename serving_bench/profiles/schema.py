@@ -39,7 +39,8 @@ nearest outside), ``hop_s`` the part of a batch's time on the instance spent out
 the python-backend stub and back); ``request_demand`` is the same ratio for everything a request costs outside the
 runtime — its way in and out and the hop (client, Triton's threads, the stubs) — on ``request_device``; a device's
 ``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
-``psi`` scales the hand-off demands).
+``psi`` scales the hand-off demands; ``wait_p`` and ``wait_s``, on the request device, are the probability and mean
+wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -72,12 +73,13 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
-OPTIONAL_LAW_PARAMETERS = ("psi",)
+OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s")  # the hand-off share; waiting for a core (sim.spec.CoreWait)
 
 
 def parse_law(data: Any, source: str, where: str) -> dict | None:
     """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
-    "psi": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off demands)."""
+    "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
+    demands; ``wait_p`` (at most 1) and ``wait_s``, optional, are the wait for a core)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
@@ -89,6 +91,8 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
         out[key] = number(data[key], source, f"{where}.{key}")
         if out[key] <= 0:
             raise InputError(source, f"{where}.{key}", "expected a number > 0")
+        if key == "wait_p" and out[key] > 1:
+            raise InputError(source, f"{where}.{key}", "expected a probability in (0, 1]")
     return out
 
 
@@ -165,12 +169,16 @@ class ModelOnDevice:
             return self.batches[batch]
         if batch < sizes[0] or batch > sizes[-1]:
             raise KeyError(batch)
-        hi = sizes[bisect.bisect_left(sizes, batch)]
-        lo = sizes[bisect.bisect_left(sizes, batch) - 1]
-        a, b = self.batches[lo], self.batches[hi]
-        qs = sorted(set(a.q) | set(b.q))
-        w = (batch - lo) / (hi - lo)
-        return Dist(tuple(qs), tuple(a.quantile(u) + w * (b.quantile(u) - a.quantile(u)) for u in qs))
+        interpolated = self.__dict__.setdefault("_interpolated", {})  # derived once per size, not a field
+        if batch not in interpolated:
+            hi = sizes[bisect.bisect_left(sizes, batch)]
+            lo = sizes[bisect.bisect_left(sizes, batch) - 1]
+            a, b = self.batches[lo], self.batches[hi]
+            qs = sorted(set(a.q) | set(b.q))
+            w = (batch - lo) / (hi - lo)
+            interpolated[batch] = Dist(tuple(qs), tuple(a.quantile(u) + w * (b.quantile(u) - a.quantile(u))
+                                                        for u in qs))
+        return interpolated[batch]
 
     def to_json(self) -> dict:
         out = {"execution_mode": self.execution_mode, "threads": self.threads, "memory_bytes": self.memory_bytes,

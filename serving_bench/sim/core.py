@@ -33,6 +33,7 @@ overhead (all of it on the return path; the server sees the request at its send 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from serving_bench.sim.device import Device
 from serving_bench.sim.spec import SimSpec
@@ -63,7 +64,9 @@ class Server:
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule), i)
+        wait = spec.core_wait
+        self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule), i,
+                                     wait.slice_s if wait is not None and name == spec.request_device else INF)
                         for i, (name, rule) in enumerate(spec.devices.items())}
         for st in self.models:
             ms = st.spec
@@ -179,9 +182,20 @@ class Server:
             else:
                 self.release(m, instance, now)
 
-    def start_phase(self, device: str, kind, work: float, payload, now: float) -> None:
-        """Start ``work`` solo seconds of a request's way in or out on ``device``; ``on_phase(payload, t)`` when done."""
+    def start_phase(self, device: str, kind, work: float, payload, now: float, u: float = 1.0) -> None:
+        """Start ``work`` solo seconds of a request's way in or out on ``device`` — after waiting for a core where
+        the spec says so (``u``: the phase's uniform draw for that, :class:`~serving_bench.sim.spec.CoreWait`);
+        ``on_phase(payload, t)`` when done."""
         dev = self.devices[device]
+        wait = self.spec.core_wait
+        if wait is not None and dev.long_demand > 0.0:
+            w = wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u)
+            if w > 0.0:
+                self.clock.call(now + w, partial(self._run_phase, dev, kind, work, payload))
+                return
+        self._run_phase(dev, kind, work, payload, now)
+
+    def _run_phase(self, dev: Device, kind, work: float, payload, now: float) -> None:
         self.job_seq += 1
         dev.add(now, work, kind, self.job_seq, payload, -1, -1)
         self.clock.device_changed(dev)

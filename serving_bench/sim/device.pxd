@@ -28,6 +28,7 @@ cdef class Job(Entry):
     cdef public object payload
     cdef public int model, instance
     cdef public double start
+    cdef public bint long
 
 
 cdef class _Running:
@@ -46,7 +47,7 @@ cdef class Device:
     cdef public bint overrides
     cdef public dict pairs, running, executions
     cdef public list active
-    cdef public double last, busy_s, next, demand
+    cdef public double last, busy_s, next, demand, long_s, long_demand
     cdef public long long version
     cdef public bint dirty
     cdef public int jobs

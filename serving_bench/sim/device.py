@@ -106,9 +106,10 @@ class Kind:
 class Job(Entry):
     """One piece of work (made by :meth:`Device.add`): ``work`` solo seconds of kind ``kind`` started at ``start``;
     ``payload``, ``model`` and ``instance`` are the engine's (-1: a request's way in or out, not a batch). Its
-    ``key`` is the virtual time at which it finishes, ``seq`` its start order."""
+    ``key`` is the virtual time at which it finishes, ``seq`` its start order; ``long``: an execution longer than
+    the device's ``long_s`` (it holds a core for a whole scheduler slice)."""
 
-    __slots__ = ("work", "kind", "payload", "model", "instance", "start")
+    __slots__ = ("work", "kind", "payload", "model", "instance", "start", "long")
 
 
 class _Running:
@@ -132,13 +133,15 @@ class Device:
     indices to their measured pair curves, by increasing batch size (each with ``batch`` and ``__call__(k)``);
     ``curves``: whether any kind that runs here has a measured co-location curve (without one, and without pairs, no
     override ever applies and the device does not count executions per model); ``index``: its place among the run's
-    devices (the engines' handle on it)."""
+    devices (the engines' handle on it); ``long_s``: executions of more solo seconds than this are *long*, and
+    ``long_demand`` is the summed demand of those running (what a way in or out may wait behind:
+    :class:`~serving_bench.sim.spec.CoreWait`)."""
 
     __slots__ = ("name", "index", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
-                 "demand", "executions", "dirty", "jobs")
+                 "demand", "executions", "dirty", "jobs", "long_s", "long_demand")
 
     def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None, curves: bool = True,
-                 index: int = 0):
+                 index: int = 0, long_s: float = INF):
         self.name = name
         self.index = index
         self.law = law or Law()
@@ -154,6 +157,8 @@ class Device:
         self.executions: dict[int, int] = {}  # model -> running executions (batch jobs)
         self.dirty = False  # jobs came or went since the rates were last set (see flush)
         self.jobs = 0
+        self.long_s = long_s
+        self.long_demand = 0.0
 
     # -- time --------------------------------------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -225,6 +230,9 @@ class Device:
         job.model = model
         job.instance = instance
         job.start = now
+        job.long = instance >= 0 and work > self.long_s
+        if job.long:
+            self.long_demand += kind.demand
         r = self.running.get(kind)
         if r is None:
             r = self.running[kind] = _Running(kind)
@@ -276,6 +284,8 @@ class Device:
             kind = job.kind
             self.jobs -= 1
             self.demand -= kind.demand
+            if job.long:
+                self.long_demand -= kind.demand
             if kind.batch and self.overrides:
                 c = self.executions[kind.model] - 1
                 if c:
@@ -283,7 +293,7 @@ class Device:
                 else:
                     del self.executions[kind.model]
         if self.jobs == 0:
-            self.demand = 0.0  # no rounding left behind
+            self.demand = self.long_demand = 0.0  # no rounding left behind
         if kept < len(active):
             del active[kept:]
         self.dirty = True

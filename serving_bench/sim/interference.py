@@ -27,6 +27,7 @@ from serving_bench.sim.target import SimTarget
 ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
 POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
 SIM_SECONDS = 0.5  # simulated closed-loop seconds per observation
+TAIL_SECONDS = 1.0  # ... where its p99 is compared
 MAX_RATE_RPS = 10_000  # per stream: the schedule a simulated closed loop draws its requests from holds this many/s
 
 
@@ -41,6 +42,7 @@ class Observation:
     measured_rps: Mapping[str, float]
     rows: int = 1
     ensembles: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # clients may call them
+    measured_p99: Mapping[str, float] = dataclasses.field(default_factory=dict)  # s, where measured (the wait's fit)
 
     @property
     def instances(self) -> dict[str, int]:
@@ -51,13 +53,16 @@ class Observation:
                "rows": self.rows, "serving": {m: dataclasses.asdict(s) for m, s in self.serving.items()}}
         if self.ensembles:
             out["ensembles"] = {e: list(members) for e, members in self.ensembles.items()}
+        if self.measured_p99:
+            out["measured_p99"] = dict(self.measured_p99)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Observation":
         serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
         return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
-                   int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()})
+                   int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()},
+                   dict(data.get("measured_p99") or {}))
 
     def label(self) -> str:
         return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
@@ -111,6 +116,29 @@ def error(profile: Profile, observations: Sequence[Observation]) -> float:
     return float(np.mean(errs)) if errs else 0.0
 
 
+def p99(records: Records, seconds: float) -> dict[str, float]:
+    """Per model the 99th percentile of the answered requests' latency (send to answer, s) within ``seconds``."""
+    table = records.table
+    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+    latency = (ok["done_s"] - ok["sent_s"]).to_numpy()
+    models = ok["model"].astype(str).to_numpy()
+    return {m: float(np.percentile(latency[models == m], 99)) for m in np.unique(models)}
+
+
+def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
+    """Mean absolute log error of the simulated against the measured p99 over every model of every observation
+    that measured one (each simulated for :data:`TAIL_SECONDS`: a p99 needs more answers than a throughput)."""
+    errs = []
+    for obs in observations:
+        if not obs.measured_p99:
+            continue
+        pred = p99(simulate(profile, obs, TAIL_SECONDS), TAIL_SECONDS)
+        for m, measured in obs.measured_p99.items():
+            if measured > 0:
+                errs.append(abs(math.log(max(pred.get(m, 0.0), 1e-9) / measured)))
+    return float(np.mean(errs)) if errs else 0.0
+
+
 def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) -> tuple[float, float]:
     """Minimise ``f`` on [lo, hi] by golden-section search (``steps`` evaluations after two); (argmin, min)."""
     g = (math.sqrt(5) - 1) / 2
@@ -129,27 +157,33 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) 
     return (c, fc) if fc <= fd else (d, fd)
 
 
-FORMS = ("pool", "pool_eff", "soft", "pool+psi", "pool_eff+psi", "soft+psi")  # what the fit can choose among
+FORMS = ("pool", "pool_eff", "soft", "pool+psi", "pool_eff+psi", "soft+psi",  # what the fit can choose among
+         "pool_eff+wait")
 PSI_RANGE = (0.1, 1.0)  # the share of the measured hand-off demand that competes for the cores
+WAIT_P_RANGE = (0.001, 1.0)  # the probability that a way in or out waits for a core taken by a long execution
+WAIT_S_RANGE = (2e-4, 1e-2)  # the scheduler's slice, s
 
 
 def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str) -> tuple[dict, float]:
-    """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too: :data:`FORMS`) that
-    fit ``observations`` best, by golden-section search one parameter at a time (two rounds when there are two);
-    (law, mean absolute log error on them)."""
-    name, _, extra = form.partition("+")
+    """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too and ``+wait`` the
+    wait for a core: :data:`FORMS`) that fit ``observations`` best, by golden-section search one parameter at a
+    time (two rounds when there are two or more): the law's own and ``psi`` on the throughputs (:func:`error`), the
+    wait's on the p99s (:func:`tail_error`); (law, mean absolute log error of the throughputs)."""
+    name, *extras = form.split("+")
     law: dict = {"name": name}
     if name == "soft":
         law["power"] = POWERS[-1]
-    searched = ([("eta", ETA_RANGE)] if name in ("pool_eff", "soft") else []) + \
-        ([("psi", PSI_RANGE)] if extra == "psi" else [])
-    err = error(with_law(profile, device, {**law, **{k: 1.0 for k, _ in searched}}), observations)
-    law.update({k: 1.0 for k, _ in searched})
+    searched = ([("eta", ETA_RANGE, error)] if name in ("pool_eff", "soft") else []) + \
+        ([("psi", PSI_RANGE, error)] if "psi" in extras else []) + \
+        ([("wait_p", WAIT_P_RANGE, tail_error), ("wait_s", WAIT_S_RANGE, tail_error)] if "wait" in extras else [])
+    law.update({k: 1.0 for k, _, objective in searched if objective is error})
+    if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
+        law.update({"wait_p": 0.05, "wait_s": 3e-3})
     for _ in range(2 if len(searched) > 1 else 1):
-        for key, bounds in searched:
-            value, err = _golden(lambda v: error(with_law(profile, device, {**law, key: v}), observations), *bounds,
-                                 steps=10)
-            law[key] = value
+        for key, bounds, objective in searched:
+            law[key], _ = _golden(lambda v: objective(with_law(profile, device, {**law, key: v}), observations),
+                                  *bounds, steps=10 if objective is error else 7)
+    err = error(with_law(profile, device, law), observations)
     if name == "soft":  # the onset's sharpness: the best of a few
         best = (law, err)
         for power in POWERS[:-1]:

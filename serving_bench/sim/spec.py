@@ -81,6 +81,28 @@ class EnsembleSpec:
     overhead_grid: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CoreWait:
+    """Waiting for a core on a CPU host (the law's ``wait_p`` and ``wait_s``): the operating system's scheduler lets
+    a thread that keeps computing finish its time slice, so a request's way in or out (short bursts of several
+    threads: client, Triton, the stub) that starts while the cores are all taken, one of them by a *long* execution
+    (more than ``slice_s`` solo seconds: resnet50 beside tiny models), may wait for the rest of that slice.
+
+    With ``D`` the summed demand running on the host's ``C`` cores and ``D_long`` that of its long executions, the
+    phase waits with probability ``q = p D_long / max(C, D)`` (the chance the cores are taken, ``min(1, D / C)``,
+    times the chance the one it waits behind is long, ``D_long / D``) a time uniform on (0, ``slice_s``)."""
+
+    p: float
+    slice_s: float
+
+    def wait_s(self, demand: float, long_demand: float, capacity: float, u: float) -> float:
+        """The wait (s) of a phase that starts beside ``demand`` (of which ``long_demand`` long) on ``capacity``
+        cores, for its uniform draw ``u`` in [0, 1): ``(u / q) slice_s`` if ``u < q``, else 0 (``u / q`` is uniform
+        on [0, 1) given ``u < q``, so one draw decides both whether and how long)."""
+        q = self.p * long_demand / max(capacity, demand) if long_demand > 0.0 else 0.0
+        return u / q * self.slice_s if u < q else 0.0
+
+
 @dataclass
 class SimSpec:
     models: list[ModelSpec]
@@ -89,6 +111,7 @@ class SimSpec:
     step_s: float  # ensemble scheduler cost per step
     source: str
     request_device: str | None = None  # where requests' ways in and out run (see ModelSpec.request_kind)
+    core_wait: CoreWait | None = None  # requests' ways in and out wait for a core on the request device
 
     def served_index(self, name: str) -> tuple[str, int] | None:
         for m in self.models:
@@ -112,10 +135,19 @@ class DeviceRule:
     pairs: dict[frozenset, list[Curve]] = field(default_factory=dict)
 
 
+HOST_PARAMETERS = ("psi", "wait_p", "wait_s")  # a law's parameters for the requests on the host, not for Law itself
+
+
 def device_law(info) -> Law:
     """The device's sharing law from the profile (default: processor sharing over its capacity)."""
-    law = {k: v for k, v in (info.law or {"name": "pool"}).items() if k != "psi"}
+    law = {k: v for k, v in (info.law or {"name": "pool"}).items() if k not in HOST_PARAMETERS}
     return Law(law.pop("name"), info.capacity, **law)
+
+
+def core_wait(info) -> CoreWait | None:
+    """The law's wait for a core (``wait_p``, ``wait_s``) of requests on this host; None without one."""
+    law = info.law or {}
+    return CoreWait(float(law["wait_p"]), float(law["wait_s"])) if "wait_p" in law and "wait_s" in law else None
 
 
 def handoff_share(info) -> float:
@@ -284,4 +316,5 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                 m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, psi * demand)
     else:
         host = None
-    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host)
+    wait = core_wait(profile.devices[host]) if host is not None else None
+    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host, wait)

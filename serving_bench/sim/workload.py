@@ -88,6 +88,8 @@ class Workload:
         rng = np.random.default_rng((seed, 3))
         self.u_dispatch = rng.random(n)
         self.u_overhead = np.random.default_rng((seed, 2)).random(n)
+        # where ways in and out wait for a core: per request one draw for each (column 0 in, 1 out)
+        self.u_wait = np.random.default_rng((seed, 4)).random((n, 2)) if spec.core_wait is not None else None
         self.sent_s = np.full(n, np.nan) if closed else intended_s.astype(np.float64)
         self.since_s = np.full(n, np.inf)  # time since the previous request reached the server (cold starts)
         self.overhead_s = np.full(n, np.nan)  # return overhead: open loop drawn up front, closed loop when answered
@@ -223,7 +225,7 @@ class Workload:
         work = float(self.dispatch_s(m, rid, self.since_s[rid]) if self.closed else self.dispatch_work_s[rid])
         if work > 0.0:
             self.server.start_phase(self.spec.request_device, self.spec.models[m].request_kind, work,
-                                    ("in", m, rid, items), t)
+                                    ("in", m, rid, items), t, self._u_wait(rid, 0))
         else:
             self.server.arrive(m, t, rid, items)
 
@@ -235,13 +237,17 @@ class Workload:
         overhead = float(self.overhead_of(stream, rid) if self.closed else self.overhead_s[rid])
         if kind == "model" and index in self.hosted:
             self.server.start_phase(self.spec.request_device, self.spec.models[index].request_kind, overhead,
-                                    ("out", rid), now)
+                                    ("out", rid), now, self._u_wait(rid, 1))
             return
         if self.closed is None:
             return
         s = int(self.stream_of[rid])
         self.overhead_s[rid] = overhead
         self.clock.call(now + overhead, lambda t, s=s: self._send(s, t))
+
+    def _u_wait(self, rid: int, way: int) -> float:
+        """Request ``rid``'s draw for waiting for a core on its way in (``way`` 0) or out (1); 1.0: never waits."""
+        return 1.0 if self.u_wait is None else float(self.u_wait[rid, way])
 
     def on_phase(self, payload: tuple, now: float) -> None:
         """A request's way in (it reaches its model's batcher) or way out (its client has the answer) is done."""
