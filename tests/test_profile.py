@@ -5,6 +5,7 @@ Runtime model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -178,6 +179,29 @@ def test_service_dispatch_and_overhead_from_executed_batches():
     service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
     assert service == pytest.approx(np.full(10, 0.00034)) and dispatch is None
     assert overhead == pytest.approx([0.00055 - 0.00034 - 0.00005])
+
+
+def test_host_cpu_split_into_per_request_and_per_batch():
+    """One at a time: 100 requests in 100 batches, 65 ms of host CPU of which the runner's 10 ms: 0.55 ms outside
+    it per request. Batched: 100 requests in 40 batches (2.5 each), 40 ms of which the runner's 8 ms: 0.32 ms. From
+    o = c_r + c_b / n: c_b = (0.55 - 0.32) / (1 - 1 / 2.5) = 0.3833 ms per batch, c_r = 0.1667 ms per request. Runs
+    that batch alike cannot tell them apart. The take-up of a lone payload: Triton's queue time 150 us less the
+    batcher's own 50 us delay, at most the 80 us dispatch."""
+    from serving_bench.profiles.estimators import LoopRun, handoff_split, pickup_s
+
+    def run(n_batches, batch_s, cpu_s, queue_s=0.0):
+        batches = [(1.0 + i * 0.01, 1.0 + i * 0.01 + batch_s, 1) for i in range(n_batches)]
+        sent = 1.0 + np.arange(100) * 0.004
+        return LoopRun({"m": np.full(100, 0.001)}, {"m": {"queue_mean_s": queue_s}}, (0.0, 10.0), {"m": sent},
+                       {"m": sent + 0.001}, {"m": _executions(batches)}, cpu_s)
+
+    alone, batched = run(100, 0.0001, 0.065, queue_s=0.00015), run(40, 0.0002, 0.040)
+    per_request, per_batch = handoff_split(alone, batched, "m")
+    assert per_batch == pytest.approx(0.00023 / 0.6) and per_request == pytest.approx(0.00055 - 0.00023 / 0.6)
+    assert handoff_split(alone, run(95, 0.0001, 0.06), "m") is None
+    assert handoff_split(alone, dataclasses.replace(batched, cpu_s=None), "m") is None
+    assert pickup_s(alone, "m", 0.00005, 0.00008) == pytest.approx(0.00008)
+    assert pickup_s(alone, "m", 0.00005, 0.001) == pytest.approx(0.0001)
 
 
 def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():

@@ -613,6 +613,63 @@ def test_a_wait_probability_above_one_is_refused():
         Profile.from_json(data, "p.json")
 
 
+def _pickup_profile(pickup_s=0.001, hog=True):
+    """On 2 cores: "a" (2 ms batches that use no core: a sleep) whose idle instance takes ``pickup_s`` to take up a
+    payload, and "hog" (100 ms batches of demand 4: four threads on two cores)."""
+    data = _demand_profile({"a": 0.0, "hog": 4.0}, threads=4).to_json()
+    data["models"]["a"]["devices"]["cpu"]["batches"] = {"1": {"constant_s": 0.002}, "8": {"constant_s": 0.002}}
+    data["models"]["a"]["devices"]["cpu"]["pickup_s"] = pickup_s
+    data["models"]["hog"]["devices"]["cpu"]["batches"] = {"1": {"constant_s": 0.100}}
+    return Profile.from_json(data, "p.json")
+
+
+def _a_config():
+    return ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True),
+                          ModelServing("hog", max_batch_size=1)))
+
+
+def test_a_payload_grows_while_its_instance_takes_it_up():
+    """Pickup 1 ms. Request 0 at 0: the idle instance takes its payload up from 0 to 1 ms; request 1 at 0.5 ms
+    joins it, so both run in one batch, 1 to 3 ms. Request 2 at 1.5 ms finds the payload executing: a new one, taken
+    up when the instance frees at 3 ms, run from 4 to 6 ms. Without the take-up: 0-2 ms, 2-4 ms (1 and 2 together)."""
+    sched = Schedule(np.array([0.0, 0.0005, 0.0015]), np.zeros(3, dtype=np.int32), ("a",), np.zeros(3), np.ones(3),
+                     {})
+    table = SimTarget(_pickup_profile(), _a_config()).run(sched).table
+    assert table["done_s"].tolist() == pytest.approx([0.003, 0.003, 0.006])
+    assert table["exec_batch"].tolist() == [2, 2, 1]
+    table = SimTarget(_pickup_profile(pickup_s=0.0), _a_config()).run(sched).table
+    assert table["done_s"].tolist() == pytest.approx([0.002, 0.004, 0.004])
+
+
+def test_taking_up_a_payload_waits_for_a_core():
+    """"hog" keeps D = 4 on 2 cores (stretch 2) from 0: "a"'s take-up (a thread waking up, CPU-bound, no demand of
+    its own) takes 2 ms instead of 1, its sleep does not stretch: answered 4 ms after it arrived instead of 3."""
+    sched = Schedule(np.array([0.0, 0.001]), np.array([1, 0]), ("a", "hog"), np.zeros(2), np.ones(2), {})
+    table = SimTarget(_pickup_profile(), _a_config()).run(sched).table
+    assert table["done_s"][1] - 0.001 == pytest.approx(0.004)
+    alone = Schedule(np.array([0.001]), np.zeros(1, dtype=np.int32), ("a",), np.zeros(1), np.ones(1), {})
+    assert SimTarget(_pickup_profile(), _a_config()).run(alone).table["done_s"][0] - 0.001 == pytest.approx(0.003)
+
+
+def test_pickup_engines_agree_open_and_closed():
+    data = _pickup_profile().to_json()
+    data["models"]["a"]["devices"]["cpu"]["demand"] = {"1": 0.7, "8": 0.9}
+    data["models"]["a"]["devices"]["cpu"]["batches"]["8"] = {"samples_s": [0.003, 0.004, 0.006]}
+    data["models"]["a"]["devices"]["cpu"]["handoff_cpu_s"] = 0.0005
+    data["models"]["a"]["devices"]["cpu"]["hop_s"] = 0.0003
+    data["models"]["a"]["request_demand"] = 0.6
+    data["models"]["a"]["dispatch"] = {"samples_s": [0.0009, 0.0012, 0.003]}
+    data["request_device"] = "cpu"
+    profile = Profile.from_json(data, "p.json")
+    config = ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
+                            ModelServing("hog", max_batch_size=1)))
+    sched = poisson(900, 4000, seed=21, models=("a", "hog"))
+    for mode in (None, _Closed({"a": 6, "hog": 1}, 1.0)):
+        fast = SimTarget(profile, config, seed=6).run(sched, mode)
+        assert fast.table.equals(SimTarget(profile, config, seed=6, engine="simpy").run(sched, mode).table)
+        assert_target_contract(sched, fast, closed_loop=mode is not None)
+
+
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     """Observations made with an effective capacity of 70 % of two cores: fitting pool_eff recovers eta = 0.7; on
     held-out observations the fitted law beats plain processor sharing (which has nothing to fit)."""

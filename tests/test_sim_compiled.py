@@ -109,6 +109,9 @@ CASES = {
         ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1, instances=(("cpu", 2),)))),
         seed=4).run(T.poisson(300, 2000, seed=6, models=("long", "short")), T._Closed({"long": 1, "short": 3}, 1.0)),
     "ensembles_closed": _ensembles_closed,
+    "pickup": lambda: SimTarget(T._pickup_profile(), ServingConfig((
+        ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
+        ModelServing("hog", max_batch_size=1))), seed=2).run(T.poisson(900, 3000, seed=4, models=("a", "hog"))),
 }
 
 

@@ -187,6 +187,38 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
     return runner, h, handoff
 
 
+def handoff_split(alone: LoopRun, batched: LoopRun, model: str) -> tuple[float, float] | None:
+    """(per request, per batch) host CPU seconds outside the runner, from two runs of one-row requests whose
+    batches held different numbers of requests — one request at a time (``alone``), and several in flight on one
+    instance with dynamic batching (``batched``, the per-request cost run): a run's CPU outside its logged batches
+    per answered request is ``c_r + c_b / n``, ``n`` its requests per executed batch, so the two runs give both (each
+    at least 0). None where the server did not say, or where the two runs batched alike (``n`` within 10 %)."""
+    points = []
+    for run in (alone, batched):
+        executed = batches_of(run, model)
+        answered = len(run.latency.get(model, ()))
+        if executed is None or run.cpu_s is None or not len(executed) or not answered or \
+                np.isnan(executed.cpu_s).any():
+            return None
+        points.append((answered / len(executed), (run.cpu_s - float(executed.cpu_s.sum())) / answered))
+    (n1, o1), (n2, o2) = points
+    if n2 < 1.1 * n1:
+        return None
+    per_batch = max((o1 - o2) / (1 / n1 - 1 / n2), 0.0)
+    per_request = o1 - per_batch / n1
+    if per_request < 0:  # all of it per batch
+        return 0.0, o1 * n1
+    return per_request, per_batch
+
+
+def pickup_s(run: LoopRun, model: str, wait_s: float, dispatch_mean_s: float) -> float:
+    """How long an idle instance takes to take up a lone request's payload: Triton's mean queue time in a
+    one-at-a-time run, less the batcher's own delay ``wait_s`` (which the simulator imposes itself), between 0 and
+    the request's measured dispatch (the take-up is the end of it)."""
+    queue = (run.stats.get(model) or {}).get("queue_mean_s") or 0.0
+    return min(max(queue - wait_s, 0.0), dispatch_mean_s)
+
+
 def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
     """Gap (s) between a batch's end and the next one's start on a busy single instance (requests of the largest
     size, so one per batch, in send order), and how many transitions it rests on: only those where the next request

@@ -39,7 +39,11 @@ and the client's own jitter on a busy machine must not leak into service times:
   batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance); per model, the
   cores a request keeps busy on its way in and out (the rest of the run's CPU — client, Triton's threads, the stubs
   outside their batches — over the time requests spend outside the instance). The requests are handled on the
-  host's cores (``request_device``).
+  host's cores (``request_device``). Where the per-request cost run batched requests (more requests per executed
+  batch than one at a time), the host CPU outside the runner is split into a part per request and a part per batch
+  (``estimators.handoff_split``): the ways in and out then carry only the first (``request_demand``), each batch
+  the second (``handoff_cpu_s``), and an idle instance takes ``pickup_s`` (Triton's queue time of a lone request)
+  to take up a payload, which grows meanwhile.
 * **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
   alone with ``calibrate`` clients, then all models together with one client each and with ``calibrate`` each —
   ``rounds`` times, the median answered requests per second; the device's sharing law (``law``, default
@@ -82,8 +86,9 @@ import numpy as np
 from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
-from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, idle_effect,
-                                              lone_wait_s, per_request_cost, service_and_overhead, thin)
+from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, handoff_split,
+                                              idle_effect, lone_wait_s, per_request_cost, pickup_s,
+                                              service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
@@ -164,6 +169,8 @@ class _ModelResult:
     demand: dict[int, float] = field(default_factory=dict)
     request_demand: float | None = None
     hop_s: float = 0.0
+    handoff_cpu_s: float = 0.0
+    pickup_s: float = 0.0
 
 
 def _device_of(config) -> str:
@@ -237,8 +244,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         def measure(session: Session) -> tuple:
             before = session.batch_stats([m])[m]
             with session.untraced():  # statistics only; see Session.untraced
-                session.run({m: (1, min(configs[m].max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
-            return before, session.batch_stats([m])[m]
+                run = session.run({m: (1, min(configs[m].max_batch_size, PER_REQUEST_CONCURRENCY))}, seconds)
+            return before, session.batch_stats([m])[m], run
         return (m, "per_request"), measure
 
     def pair(a: str, b: str, pb: int) -> Step:
@@ -306,10 +313,20 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 except KeyError:
                     return None
 
-            before, after = runs[(m, "per_request")]
+            before, after, batched = runs[(m, "per_request")]
             r.per_request_s, used = per_request_cost(before, after, service_mean)
             log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us (from {used} batches of 2+ "
                 "requests)")
+            alone = runs[(m, "solo", sizes[m][0])]
+            split = handoff_split(alone, batched, m) if sizes[m][0] == 1 and r.dispatch is not None else None
+            if split is not None:  # the ways in and out cost per request, the hand-offs per batch
+                r.pickup_s = pickup_s(alone, m, lone_wait_s(config, 1), r.dispatch.mean)
+                outside = r.dispatch.mean - r.pickup_s + r.overhead.mean
+                r.request_demand = split[0] / outside if outside > 0 else r.request_demand
+                r.handoff_cpu_s = split[1]
+                log(f"{m}: host CPU outside the runtime {split[0] * 1e6:.0f} us per request "
+                    f"({r.request_demand:.2f} cores on the way in and out) + {split[1] * 1e6:.0f} us per batch; "
+                    f"an idle instance takes up a payload in {r.pickup_s * 1e6:.0f} us")
 
         r.idle = idle_effect(runs, m, lone_wait_s(config, 1))
         if r.idle is not None:
@@ -403,7 +420,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r = results[m]
         md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
                            tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
-                           r.idle, tuple(padded[m]), r.demand, r.hop_s)
+                           r.idle, tuple(padded[m]), r.demand, r.hop_s, r.handoff_cpu_s, r.pickup_s)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
                                    r.dispatch, r.request_demand)
     hosted = any(r.request_demand is not None for r in results.values())

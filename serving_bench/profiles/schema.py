@@ -23,6 +23,8 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "padded_sizes": [1, 4, 8],             # optional: a batch runs padded to the next of these sizes
              "demand": {"1": 0.97, "8": 0.99},      # optional: cores (GPU fraction) the runtime keeps busy, solo
              "hop_s": 0.0002,                       # optional: Triton's compute time outside the runtime (mean)
+             "handoff_cpu_s": 0.0005,               # optional: host CPU per batch outside the runtime
+             "pickup_s": 0.00005,                   # optional: an idle instance taking up a payload
              "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
@@ -37,7 +39,11 @@ Distributions, curves and the cold-start effect are in :mod:`serving_bench.profi
 size is the runtime's CPU seconds over its wall seconds in the solo batches (linear between measured sizes, the
 nearest outside), ``hop_s`` the part of a batch's time on the instance spent outside the runtime (the hand-over to
 the python-backend stub and back); ``request_demand`` is the same ratio for everything a request costs outside the
-runtime — its way in and out and the hop (client, Triton's threads, the stubs) — on ``request_device``; a device's
+runtime — its way in and out and the hop (client, Triton's threads, the stubs) — on ``request_device``. Where the
+profile split that cost (``handoff_cpu_s`` measured), ``request_demand`` is only the part each request costs and
+``handoff_cpu_s`` the host CPU seconds each executed batch costs outside the runtime, however many requests it holds
+(the hand-offs between Triton and the stub); ``pickup_s`` is how long an idle instance takes to take up a payload
+(its thread waking up), while which the payload still grows. A device's
 ``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
 ``psi`` scales the hand-off demands; ``wait_p`` and ``wait_s``, on the request device, are the probability and mean
 wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`).
@@ -144,6 +150,8 @@ class ModelOnDevice:
     padded_sizes: tuple[int, ...] = ()
     demand: Mapping[int, float] = field(default_factory=dict)
     hop_s: float = 0.0
+    handoff_cpu_s: float = 0.0  # host CPU per batch outside the runtime (0: not measured, the hop's demand rule)
+    pickup_s: float = 0.0  # an idle instance taking up a payload (0: at once)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -193,6 +201,10 @@ class ModelOnDevice:
             out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
         if self.hop_s:
             out["hop_s"] = self.hop_s
+        if self.handoff_cpu_s:
+            out["handoff_cpu_s"] = self.handoff_cpu_s
+        if self.pickup_s:
+            out["pickup_s"] = self.pickup_s
         return out
 
 
@@ -378,7 +390,10 @@ class Profile:
                                                 number(md.get("batch_gap_s", 0.0), source, f"{dwhere}.batch_gap_s"),
                                                 parse_idle(md["idle"], source, f"{dwhere}.idle")
                                                 if md.get("idle") is not None else None, tuple(padded), demand,
-                                                number(md.get("hop_s", 0.0), source, f"{dwhere}.hop_s"))
+                                                number(md.get("hop_s", 0.0), source, f"{dwhere}.hop_s"),
+                                                number(md.get("handoff_cpu_s", 0.0), source,
+                                                       f"{dwhere}.handoff_cpu_s"),
+                                                number(md.get("pickup_s", 0.0), source, f"{dwhere}.pickup_s"))
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
             request_demand = m.get("request_demand")

@@ -27,6 +27,12 @@ cdef class Server:
     @cython.locals(p=Payload, f=Payload)
     cdef _dispatch(self, ModelState st, double now)
 
+    @cython.locals(pickup=double, dev=Device)
+    cdef _take(self, ModelState st, Payload p, int instance, double now)
+
+    @cython.locals(picked=list, k=cython.Py_ssize_t, p=Payload, instance=int)
+    cdef _start_picked(self, ModelState st, double now)
+
     @cython.locals(items=cython.longlong, ui=cython.Py_ssize_t, u=double, last=cython.Py_ssize_t, x=double,
                    i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device)
     cdef _start(self, ModelState st, Payload p, int instance, double now)

@@ -74,6 +74,7 @@ class Server:
                 kinds = spec.devices[device].kinds
                 st.inst_device.append(self.devices[device])
                 st.inst_kinds.append([None] + [kinds[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
+                st.inst_pickup_kind.append(kinds.get((ms.index, -1)))
         self.job_seq = 0
 
     # -- the step ----------------------------------------------------------------------------------------------------
@@ -89,6 +90,8 @@ class Server:
             self._absorb(st, now)
         self._dispatch(st, now)
         self._batcher_loop(st, now)
+        if st.picked:
+            self._start_picked(st, now)
 
     def _direct(self, st: ModelState, now: float) -> None:
         """No dynamic batching: each request is a payload of its own, taken in arrival order by idle instances."""
@@ -121,7 +124,31 @@ class Server:
             if st.pq_head > 64 and st.pq_head * 2 > len(st.pqueue):
                 del st.pqueue[:st.pq_head]
                 st.pq_head = 0
-            self._start(st, p, st.take_idle(), now)
+            self._take(st, p, st.take_idle(), now)
+
+    def _take(self, st: ModelState, p: Payload, instance: int, now: float) -> None:
+        """Instance ``instance`` takes payload ``p``: at once, or after taking it up (its thread waking up: solo
+        seconds on its device that stretch when the device is busy). Until then the payload keeps growing — Triton
+        marks a payload executing only when its instance runs it — and it starts at the model's step after."""
+        pickup = st.inst_pickup[instance]
+        if pickup <= 0.0:
+            self._start(st, p, instance, now)
+            return
+        p.state = SCHEDULED
+        dev = st.inst_device[instance]
+        self.job_seq += 1
+        dev.add(now, pickup, st.inst_pickup_kind[instance], self.job_seq, p, st.m, instance)
+        self.clock.device_changed(dev)
+
+    def _start_picked(self, st: ModelState, now: float) -> None:
+        """The payloads whose instance took them up this instant stop growing and start (at the end of the
+        instant: requests that arrived in it joined them first)."""
+        picked = st.picked
+        st.picked = []
+        for k in range(len(picked)):
+            p, instance = picked[k]
+            p.state = EXECUTING
+            self._start(st, p, instance, now)
 
     def _start(self, st: ModelState, p: Payload, instance: int, now: float) -> None:
         """Instance ``instance`` starts payload ``p``: one service-time draw, plus the per-request cost of every
@@ -166,6 +193,10 @@ class Server:
             m, instance = job.model, job.instance
             st = self.models[m]
             p = job.payload
+            if job.kind.batch < 0:  # the instance has taken up its payload: it starts at the model's step
+                st.picked.append((p, instance))
+                self.clock.notify(m)
+                continue
             st.executed.add(p.a, p.b, now, p.items, instance)
             if p.more is not None:
                 more = p.more

@@ -86,17 +86,18 @@ class Law:
 
 
 class Kind:
-    """What a job is, for sharing: ``model`` index (-1: none), ``batch`` (executions; 0 for request phases),
-    ``demand`` d, ``phi`` (its CPU-bound share) and the model's co-location ``curve`` (None: none measured)."""
+    """What a job is, for sharing: ``model`` index (-1: none), ``batch`` (executions; 0 for request phases, -1 for an
+    instance taking up its payload), ``demand`` d, ``phi`` (its CPU-bound share: ``min(1, d / threads)`` unless
+    given) and the model's co-location ``curve`` (None: none measured)."""
 
     __slots__ = ("key", "model", "batch", "demand", "phi", "curve")
 
-    def __init__(self, key, model: int, batch: int, demand: float, threads: int = 1, curve=None):
+    def __init__(self, key, model: int, batch: int, demand: float, threads: int = 1, curve=None, phi=None):
         self.key = key
         self.model = model
         self.batch = batch
         self.demand = float(demand)
-        self.phi = min(1.0, self.demand / max(threads, 1))
+        self.phi = min(1.0, self.demand / max(threads, 1)) if phi is None else float(phi)
         self.curve = curve
 
     def __repr__(self) -> str:
@@ -198,7 +199,7 @@ class Device:
             rates = {}
             for r in self.active:
                 curve = r.kind.curve
-                if r.kind.model != m or r.kind.batch == 0:
+                if r.kind.model != m or r.kind.batch <= 0:
                     continue
                 if curve is None:
                     return None
@@ -208,13 +209,13 @@ class Device:
         if len(models) == 2 and self.pairs:
             curves = self.pairs.get(frozenset(models))
             if curves is not None:
-                biggest = max(r.kind.batch for r in self.active if r.kind.batch)
+                biggest = max(r.kind.batch for r in self.active if r.kind.batch > 0)
                 k = float(sum(models.values()))
                 for curve in curves:
                     if curve.batch >= biggest:
                         s = curve(k)
                         rate = s / k if s < k else 1.0
-                        return {r.kind.key: rate for r in self.active if r.kind.batch}
+                        return {r.kind.key: rate for r in self.active if r.kind.batch > 0}
         return None
 
     # -- the engines' interface --------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ class Device:
         job.model = model
         job.instance = instance
         job.start = now
-        job.long = instance >= 0 and work > self.long_s
+        job.long = kind.batch > 0 and work > self.long_s
         if job.long:
             self.long_demand += kind.demand
         r = self.running.get(kind)
@@ -242,7 +243,7 @@ class Device:
         r.heap.push(job)
         self.jobs += 1
         self.demand += kind.demand
-        if kind.batch and self.overrides:
+        if kind.batch > 0 and self.overrides:
             self.executions[kind.model] = self.executions.get(kind.model, 0) + 1
         self.dirty = True
         self.version += 1
@@ -286,7 +287,7 @@ class Device:
             self.demand -= kind.demand
             if job.long:
                 self.long_demand -= kind.demand
-            if kind.batch and self.overrides:
+            if kind.batch > 0 and self.overrides:
                 c = self.executions[kind.model] - 1
                 if c:
                     self.executions[kind.model] = c

@@ -65,6 +65,7 @@ class ModelSpec:
     dispatch_grid: list[float] = field(default_factory=list)  # empty: no measured dispatch time
     max_preferred_size: int = 0  # the largest preferred batch size (0: none)
     request_kind: Kind | None = None  # a request's way in and out as work on the host's cores (None: pure delays)
+    pickup_s: dict[str, float] = field(default_factory=dict)  # per device: an idle instance taking up a payload
 
     def __post_init__(self):
         self.max_preferred_size = max(self.preferred) if self.preferred else 0
@@ -155,18 +156,23 @@ def handoff_share(info) -> float:
     return float((info.law or {}).get("psi", 1.0))
 
 
-def batch_demand(info, md: ModelOnDevice, batch: int, curve: Curve | None, handoff: float | None = None) -> float:
-    """The demand of a batch of ``batch`` items (the order of the module docstring). With the model's ``handoff``
-    demand (already scaled by psi) and a measured hop, the batch's time on the instance is the runtime's part at its
-    own demand and the hop at the hand-off demand."""
+def batch_demand(info, md: ModelOnDevice, batch: int, curve: Curve | None, handoff: float | None = None,
+                 psi: float = 1.0) -> float:
+    """The demand of a batch of ``batch`` items (the order of the module docstring). Where the profile measured the
+    host CPU each batch costs outside the runtime (``handoff_cpu_s``), the batch's time on the instance carries the
+    runtime's CPU and that CPU (scaled by ``psi``); else, with the model's ``handoff`` demand (already scaled by psi)
+    and a measured hop, the runtime's part runs at its own demand and the hop at the hand-off demand."""
     runs_at = md.executed_size(batch)
     measured = md.demand_at(runs_at)
     if measured is not None:
-        if handoff is None or md.hop_s <= 0:
+        if md.handoff_cpu_s <= 0 and (handoff is None or md.hop_s <= 0):
             return measured
         whole = md.service(runs_at).mean
         runtime = max(whole - md.hop_s, 0.0)
-        return (measured * runtime + handoff * md.hop_s) / whole if whole > 0 else measured
+        if whole <= 0:
+            return measured
+        hop_cpu = psi * md.handoff_cpu_s if md.handoff_cpu_s > 0 else handoff * md.hop_s
+        return (measured * runtime + hop_cpu) / whole
     if curve is not None and curve.speedup[-1] < curve.k[-1] - 1e-9:
         return info.capacity / curve.speedup[-1]
     if info.kind == "cpu":
@@ -254,6 +260,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             spec.per_request_s[device] = md.per_request_s
             spec.batch_gap_s[device] = md.batch_gap_s
             spec.idle[device] = md.idle
+            spec.pickup_s[device] = md.pickup_s if dynamic else 0.0
         spec.instance_tables = np.stack([spec.tables[device] for device in devices]) if devices else None
         spec.overhead_grid = _grid(profile.overhead_for(ms.name))
         if mp.dispatch is not None:
@@ -286,12 +293,15 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                 continue
             md = profile.on_device(m.name, device)
             handoff = profile.models[m.name].request_demand
+            psi = handoff_share(profile.devices[host]) if host is not None else 1.0
             if handoff is not None and host is not None:
-                handoff *= handoff_share(profile.devices[host])
+                handoff *= psi
             for b in range(1, max(m.max_batch, 1) + 1):
                 curve = _curve_for(md.colocation, b)
-                rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b, batch_demand(info, md, b, curve, handoff),
-                                                md.threads, curve)
+                rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b,
+                                                batch_demand(info, md, b, curve, handoff, psi), md.threads, curve)
+            if m.pickup_s.get(device, 0.0) > 0.0:  # a thread waking up: it waits for a core, its CPU is the batch's
+                rule.kinds[(m.index, -1)] = Kind((m.index, -1), m.index, -1, 0.0, phi=1.0)
         rules[device] = rule
 
     ensembles: list[EnsembleSpec] = []

@@ -69,8 +69,8 @@ cdef class ModelState:
     cdef public double busy_s
     cdef public long long executions, executed_items
     cdef public double[:, :, :] inst_table
-    cdef public double[:] inst_per_request, inst_gap, inst_free_at
-    cdef public list inst_device, inst_kinds, inst_idle
+    cdef public double[:] inst_per_request, inst_gap, inst_free_at, inst_pickup
+    cdef public list inst_device, inst_kinds, inst_idle, inst_pickup_kind, picked
 
     @cython.locals(arrived=cython.longlong, taken=cython.longlong)
     cpdef long long queued_items(self) except? -1

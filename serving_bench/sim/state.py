@@ -12,7 +12,7 @@ import numpy as np
 from serving_bench.sim.device import Device
 from serving_bench.sim.spec import DEFAULT_WAIT_S
 
-PAYLOAD_STATES = (0, 1, 2, 3)  # a payload: being formed (not handed over), ready, in the payload queue, executing
+PAYLOAD_STATES = (0, 1, 2, 3)  # a payload: being formed, ready, queued or being taken up, executing
 UNINIT, READY, SCHEDULED, EXECUTING = PAYLOAD_STATES
 INF = math.inf
 
@@ -178,6 +178,12 @@ class ModelState:
         self.inst_free_at = np.full(n_inst, -INF)
         self.inst_device: list = []
         self.inst_kinds: list = []
+        # taking up a payload (dynamic batching): per instance its solo seconds (0: at once) and job kind; the
+        # (payload, instance) pairs whose take-up ended this instant, started at the model's next step
+        self.inst_pickup = np.array([spec.pickup_s.get(d, 0.0) if spec.dynamic else 0.0 for d in devices],
+                                    dtype=np.float64)
+        self.inst_pickup_kind: list = []
+        self.picked: list = []
 
     # -- arrivals ---------------------------------------------------------------------------------------------------
     def arrivals(self) -> tuple[np.ndarray, np.ndarray]:

@@ -120,15 +120,19 @@ class Workload:
 
     # -- per-request draws ----------------------------------------------------------------------------------------
     def dispatch_s(self, m: int, rids, since) -> np.ndarray:
-        """Time from send to the batcher for requests ``rids`` of model ``m`` (0 where nothing was measured)."""
+        """Time from send to the batcher for requests ``rids`` of model ``m`` (0 where nothing was measured): the
+        measured time from send to the batch's start, less the instance's taking up of the payload where the engine
+        simulates that (``ModelSpec.pickup_s``)."""
         ms = self.spec.models[m]
         if m not in self.dispatch_grid:
             return np.zeros(np.shape(rids))
         out = self.dispatch_grid[m](self.u_dispatch[rids])
-        idle = ms.idle.get(ms.instance_devices[0]) if ms.instance_devices else None
+        device = ms.instance_devices[0] if ms.instance_devices else None
+        idle = ms.idle.get(device)
         if idle is not None and idle.dispatch_extra_s:
             out = out + np.interp(since, idle.overhead_gap_s, idle.dispatch_extra_s)
-        return out
+        pickup = ms.pickup_s.get(device, 0.0)
+        return np.maximum(out - pickup, 0.0) if pickup > 0.0 else out
 
     def overhead_of(self, stream: int, rids) -> np.ndarray:
         """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream``, plus the model's
