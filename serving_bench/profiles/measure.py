@@ -322,7 +322,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             if split is not None:  # the ways in and out cost per request, the hand-offs per batch
                 r.pickup_s = pickup_s(alone, m, lone_wait_s(config, 1), r.dispatch.mean)
                 outside = r.dispatch.mean - r.pickup_s + r.overhead.mean
-                r.request_demand = split[0] / outside if outside > 0 else r.request_demand
+                # at most one core: a request's ways are a chain of hand-offs, one thread at a time (more is the
+                # server's background CPU, its idle stubs' pollers, counted in the run)
+                r.request_demand = min(split[0] / outside, 1.0) if outside > 0 else r.request_demand
                 r.handoff_cpu_s = split[1]
                 log(f"{m}: host CPU outside the runtime {split[0] * 1e6:.0f} us per request "
                     f"({r.request_demand:.2f} cores on the way in and out) + {split[1] * 1e6:.0f} us per batch; "
