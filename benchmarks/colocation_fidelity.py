@@ -56,8 +56,8 @@ from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
-from serving_bench.sim.interference import (FORMS, Observation, fit, serving_from_json,  # noqa: E402
-                                             simulate, tail_error, throughput, with_law)
+from serving_bench.sim.interference import (FORMS, Observation, answered, fit,  # noqa: E402
+                                             serving_from_json, simulate, tail_error, throughput, with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
 ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
@@ -93,17 +93,16 @@ def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dic
     out = {m: figures(run.latency[m], len(run.latency[m]) / seconds) for m in clients}
     if len(clients) == 1 and run.cpu_s is not None and run.executions:
         (m,) = clients
-        answered = len(run.latency[m])
-        out[m]["cpu_ms"] = run.cpu_s / answered * 1e3
-        out[m]["per_batch"] = answered / max(len(run.executions[m]), 1)
+        n_answered = len(run.latency[m])
+        out[m]["cpu_ms"] = run.cpu_s / n_answered * 1e3
+        out[m]["per_batch"] = n_answered / max(len(run.executions[m]), 1)
     return out
 
 
 def simulated(profile: Profile, obs: Observation, seconds: float) -> dict[str, dict]:
     records = simulate(profile, obs, seconds)
     rps = throughput(records, seconds)
-    table = records.table
-    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+    ok = answered(records, seconds)
     out = {}
     for m in obs.clients:
         rows = ok[ok["model"].astype(str) == m]
@@ -269,8 +268,7 @@ def evaluate(data: dict) -> tuple[list[dict], dict, dict, dict]:
           "(measured in brackets)")
     for k, (obs, real) in sorted(scaled.items()):
         records = simulate(with_law(profile, "cpu", fitted["a"][DEFAULT_LAW]), obs, seconds)
-        table = records.table
-        ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+        ok = answered(records, seconds)
         per_batch = len(ok) / float((1.0 / ok["exec_batch"].to_numpy(dtype=float)).sum()) if len(ok) else math.nan
         batching[k] = {"throughput": throughput(records, seconds)[SCALED], "per_batch": per_batch}
         measured = real[SCALED]

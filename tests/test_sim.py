@@ -533,17 +533,22 @@ def test_requests_ways_in_and_out_share_the_cores():
     assert len(records) == pytest.approx(4 / 0.014, abs=4)
 
 
+def _engines_agree_open_and_closed(profile, config, sched, closed, seed):
+    """The fast engine and the SimPy reference give identical records of ``sched`` in open loop and in the closed
+    loop ``closed``, both meeting the target contract."""
+    for mode in (None, closed):
+        fast = SimTarget(profile, config, seed=seed).run(sched, mode)
+        assert fast.table.equals(SimTarget(profile, config, seed=seed, engine="simpy").run(sched, mode).table)
+        assert_target_contract(sched, fast, closed_loop=mode is not None)
+
+
 def test_hosted_requests_engines_agree_open_and_closed():
     data = _hosted_profile(request_demand=0.8).to_json()
     data["models"]["sleep_python"]["dispatch"] = {"samples_s": [0.0003, 0.0008, 0.002]}
     data["models"]["sleep_python"]["overhead"] = {"samples_s": [0.0002, 0.0005, 0.003]}
     profile = Profile.from_json(data, "p.json")
     config = one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=400, instances=(("cpu", 2),))
-    sched = poisson(400, 3000, seed=11)
-    for mode in (None, _Closed(6, 2.0)):
-        fast = SimTarget(profile, config, seed=2).run(sched, mode)
-        assert fast.table.equals(SimTarget(profile, config, seed=2, engine="simpy").run(sched, mode).table)
-        assert_target_contract(sched, fast, closed_loop=mode is not None)
+    _engines_agree_open_and_closed(profile, config, poisson(400, 3000, seed=11), _Closed(6, 2.0), seed=2)
 
 
 def test_core_wait_probability_and_length_by_hand():
@@ -599,11 +604,8 @@ def test_core_waits_engines_agree_open_and_closed():
     data["models"]["long"]["devices"]["cpu"]["batches"]["2"] = {"constant_s": 0.018}
     data["models"]["short"]["devices"]["cpu"]["batches"]["8"] = {"samples_s": [0.0015, 0.002, 0.004]}
     profile = Profile.from_json(data, "p.json")
-    sched = poisson(300, 3000, seed=5, models=("long", "short"))
-    for mode in (None, _Closed({"long": 1, "short": 4}, 1.0)):
-        fast = SimTarget(profile, config, seed=3).run(sched, mode)
-        assert fast.table.equals(SimTarget(profile, config, seed=3, engine="simpy").run(sched, mode).table)
-        assert_target_contract(sched, fast, closed_loop=mode is not None)
+    _engines_agree_open_and_closed(profile, config, poisson(300, 3000, seed=5, models=("long", "short")),
+                                   _Closed({"long": 1, "short": 4}, 1.0), seed=3)
 
 
 def test_a_wait_probability_above_one_is_refused():
@@ -663,11 +665,8 @@ def test_pickup_engines_agree_open_and_closed():
     profile = Profile.from_json(data, "p.json")
     config = ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
                             ModelServing("hog", max_batch_size=1)))
-    sched = poisson(900, 4000, seed=21, models=("a", "hog"))
-    for mode in (None, _Closed({"a": 6, "hog": 1}, 1.0)):
-        fast = SimTarget(profile, config, seed=6).run(sched, mode)
-        assert fast.table.equals(SimTarget(profile, config, seed=6, engine="simpy").run(sched, mode).table)
-        assert_target_contract(sched, fast, closed_loop=mode is not None)
+    _engines_agree_open_and_closed(profile, config, poisson(900, 4000, seed=21, models=("a", "hog")),
+                                   _Closed({"a": 6, "hog": 1}, 1.0), seed=6)
 
 
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():

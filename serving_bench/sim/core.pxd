@@ -11,7 +11,7 @@ cdef long long NEVER
 
 
 cdef class Server:
-    cdef public object spec, on_done, on_failed, on_phase
+    cdef public object spec, on_done, on_failed, on_phase, core_wait
     cdef public bint report_all, lazy
     cdef public Clock clock
     cdef public list models

@@ -64,7 +64,7 @@ class Server:
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
         self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        wait = spec.core_wait
+        self.core_wait = wait = spec.core_wait  # read per request phase: kept at hand
         self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule), i,
                                      wait.slice_s if wait is not None and name == spec.request_device else INF)
                         for i, (name, rule) in enumerate(spec.devices.items())}
@@ -218,7 +218,7 @@ class Server:
         the spec says so (``u``: the phase's uniform draw for that, :class:`~serving_bench.sim.spec.CoreWait`);
         ``on_phase(payload, t)`` when done."""
         dev = self.devices[device]
-        wait = self.spec.core_wait
+        wait = self.core_wait
         if wait is not None and dev.long_demand > 0.0:
             w = wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u)
             if w > 0.0:

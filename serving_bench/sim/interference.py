@@ -91,12 +91,17 @@ def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, s
     return SimTarget(profile, config, seed=seed).run(schedule, ClosedLoop(dict(obs.clients), seconds))
 
 
-def throughput(records: Records, seconds: float) -> dict[str, float]:
-    """Answered requests per second per model over ``seconds`` (a closed loop's last answers trail its end: those
-    after it do not count, as in the measurement)."""
+def answered(records: Records, seconds: float):
+    """The rows of the requests answered within ``seconds`` (a closed loop's last answers trail its end: those after
+    it do not count, as in the measurement)."""
     table = records.table
-    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
-    counts = ok.groupby("model", observed=True).size()
+    return table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+
+
+def throughput(records: Records, seconds: float) -> dict[str, float]:
+    """Answered requests per second per model over ``seconds`` (:func:`answered`)."""
+    table = records.table
+    counts = answered(records, seconds).groupby("model", observed=True).size()
     return {str(m): float(counts.get(m, 0)) / seconds for m in table["model"].cat.categories}
 
 
@@ -118,8 +123,7 @@ def error(profile: Profile, observations: Sequence[Observation]) -> float:
 
 def p99(records: Records, seconds: float) -> dict[str, float]:
     """Per model the 99th percentile of the answered requests' latency (send to answer, s) within ``seconds``."""
-    table = records.table
-    ok = table[(table["status"].astype(str) == "ok") & (table["done_s"] <= seconds)]
+    ok = answered(records, seconds)
     latency = (ok["done_s"] - ok["sent_s"]).to_numpy()
     models = ok["model"].astype(str).to_numpy()
     return {m: float(np.percentile(latency[models == m], 99)) for m in np.unique(models)}

@@ -180,8 +180,7 @@ class ModelState:
         self.inst_kinds: list = []
         # taking up a payload (dynamic batching): per instance its solo seconds (0: at once) and job kind; the
         # (payload, instance) pairs whose take-up ended this instant, started at the model's next step
-        self.inst_pickup = np.array([spec.pickup_s.get(d, 0.0) if spec.dynamic else 0.0 for d in devices],
-                                    dtype=np.float64)
+        self.inst_pickup = np.array([spec.pickup_s.get(d, 0.0) for d in devices], dtype=np.float64)
         self.inst_pickup_kind: list = []
         self.picked: list = []
 
