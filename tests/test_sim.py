@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import warnings
 
 import numpy as np
@@ -689,6 +690,23 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     assert Observation.from_json(runs[0].to_json()) == runs[0]
     tail = dataclasses.replace(runs[0], measured_p99={"a": 0.012})
     assert Observation.from_json(tail.to_json()) == tail
+
+
+def test_an_observation_is_simulated_long_enough_for_its_slowest_model():
+    """A 300 ms model measured at 1 / 0.3 s = 3.33 req/s: half a simulated second holds one answer (2 req/s, a 40 %
+    error from the start alone); the simulated time grows to 20 answers (6 s), capped at 5 s: 16 answers, -4 %. A
+    fast model keeps the half second; a p99 asks for 100 answers, in a second at least."""
+    from serving_bench.sim.interference import Observation, error, predict, sim_seconds
+
+    slow = sleep_profile(base=0.299, per=0.001)
+    obs = Observation("cpu", {"sleep_python": ModelServing("sleep_python")}, {"sleep_python": 1},
+                      {"sleep_python": 1 / 0.3})
+    assert predict(slow, obs, seconds=0.5)["sleep_python"] == pytest.approx(2.0)
+    assert sim_seconds(obs) == 5.0 and predict(slow, obs)["sleep_python"] == pytest.approx(16 / 5)
+    assert error(slow, [obs]) == pytest.approx(abs(math.log(3.2 * 0.3)))
+    fast = dataclasses.replace(obs, measured_rps={"sleep_python": 160.0})
+    assert sim_seconds(fast) == 0.5 and sim_seconds(fast, tail=True) == 1.0  # at least a second for a p99
+    assert sim_seconds(dataclasses.replace(obs, measured_rps={"sleep_python": 50.0}), tail=True) == 2.0
 
 
 def test_both_targets_implement_the_target_protocol():

@@ -26,8 +26,11 @@ from serving_bench.sim.target import SimTarget
 
 ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
 POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
-SIM_SECONDS = 0.5  # simulated closed-loop seconds per observation
+SIM_SECONDS = 0.5  # simulated closed-loop seconds per observation, at least
 TAIL_SECONDS = 1.0  # ... where its p99 is compared
+ANSWERS = 20  # ... or long enough for its slowest model to answer this many times at its measured rate
+TAIL_ANSWERS = 100  # ... this many where its p99 is compared
+LONGEST_SECONDS = 5.0  # ... at most
 MAX_RATE_RPS = 10_000  # per stream: the schedule a simulated closed loop draws its requests from holds this many/s
 
 
@@ -81,6 +84,16 @@ def with_law(profile: Profile, device: str, law: Mapping) -> Profile:
     return dataclasses.replace(profile, devices=devices)
 
 
+def sim_seconds(obs: Observation, tail: bool = False) -> float:
+    """Simulated seconds for ``obs``: :data:`SIM_SECONDS` (:data:`TAIL_SECONDS` for a p99), or long enough for its
+    slowest model to answer :data:`ANSWERS` (:data:`TAIL_ANSWERS`) times at its measured rate, at most
+    :data:`LONGEST_SECONDS`. (A resnet50 beside five tiny models answers ~6 times a second: half a second held
+    three answers, so a start-up transient alone could make it 0.)"""
+    least, answers = (TAIL_SECONDS, TAIL_ANSWERS) if tail else (SIM_SECONDS, ANSWERS)
+    slowest = min((r for r in obs.measured_rps.values() if r > 0), default=math.inf)
+    return min(max(least, answers / slowest), max(least, LONGEST_SECONDS))
+
+
 def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
     """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
     names = tuple(sorted(obs.clients))
@@ -105,8 +118,10 @@ def throughput(records: Records, seconds: float) -> dict[str, float]:
     return {str(m): float(counts.get(m, 0)) / seconds for m in table["model"].cat.categories}
 
 
-def predict(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> dict[str, float]:
-    """Simulated answered requests per second of each model (or ensemble) in the observation's configuration."""
+def predict(profile: Profile, obs: Observation, seconds: float | None = None, seed: int = 0) -> dict[str, float]:
+    """Simulated answered requests per second of each model (or ensemble) in the observation's configuration, over
+    ``seconds`` (default :func:`sim_seconds`)."""
+    seconds = sim_seconds(obs) if seconds is None else seconds
     return throughput(simulate(profile, obs, seconds, seed), seconds)
 
 
@@ -131,12 +146,13 @@ def p99(records: Records, seconds: float) -> dict[str, float]:
 
 def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
     """Mean absolute log error of the simulated against the measured p99 over every model of every observation
-    that measured one (each simulated for :data:`TAIL_SECONDS`: a p99 needs more answers than a throughput)."""
+    that measured one (each simulated for :func:`sim_seconds` of a tail: a p99 needs more answers than a throughput)."""
     errs = []
     for obs in observations:
         if not obs.measured_p99:
             continue
-        pred = p99(simulate(profile, obs, TAIL_SECONDS), TAIL_SECONDS)
+        seconds = sim_seconds(obs, tail=True)
+        pred = p99(simulate(profile, obs, seconds), seconds)
         for m, measured in obs.measured_p99.items():
             if measured > 0:
                 errs.append(abs(math.log(max(pred.get(m, 0.0), 1e-9) / measured)))
