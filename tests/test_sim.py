@@ -597,6 +597,26 @@ def test_a_way_in_or_out_waits_for_a_core_behind_a_long_execution():
     assert records["done_s"][0] == pytest.approx(plain["done_s"][0])  # 10 ms + 1.5 ms x (1 - 1/1.5) stretched
 
 
+def test_an_ensemble_step_waits_for_a_core_behind_a_long_execution():
+    """The ensemble "pipe" (two steps of "short", one after the other) sent at 2 ms beside "long" (q = 1, as
+    above): each step's hand-off waits u x 2 ms (u its draw for that step), then runs 1.5 ms (D = 3 on 2 cores):
+    answered at 5 ms + W_0 + W_1. Without the wait: 5 ms."""
+    config = ServingConfig((ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1)),
+                           (("pipe", ("short", "short")),))
+    deps = {"pipe": ((), (0,))}
+    sched = Schedule(np.array([0.0, 0.002]), np.array([0, 1]), ("long", "pipe"), np.zeros(2), np.ones(2), {})
+    done = SimTarget(_waiting_profile(), config, seed=7, ensemble_deps=deps).run(sched).table["done_s"]
+    u_0, u_1 = np.random.default_rng((7, 5)).random((2, 2))[1]  # the Workload's step draws of request 1
+    assert done[1] == pytest.approx(0.005 + 0.002 * (u_0 + u_1))
+    plain = SimTarget(_waiting_profile(wait_p=1e-12), config, seed=7, ensemble_deps=deps).run(sched).table
+    assert plain["done_s"][1] == pytest.approx(0.005)
+    busy = SimTarget(_waiting_profile(0.6, 0.003), config, seed=4, ensemble_deps=deps)
+    sched = poisson(200, 2000, seed=8, models=("long", "pipe"))
+    for mode in (None, _Closed({"long": 1, "pipe": 3}, 1.0)):  # both engines, open and closed loop
+        reference = SimTarget(busy.profile, config, seed=4, ensemble_deps=deps, engine="simpy").run(sched, mode)
+        assert busy.run(sched, mode).table.equals(reference.table)
+
+
 def test_core_waits_engines_agree_open_and_closed():
     profile = _waiting_profile(wait_p=0.6, wait_s=0.003)
     config = ServingConfig((ModelServing("long", max_batch_size=2, dynamic_batching=True),

@@ -41,6 +41,8 @@ cdef class Server:
                    k=cython.Py_ssize_t, gap=double)
     cpdef complete(self, Device dev, double now)
 
+    cpdef double wait_for_core(self, Device dev, double u) except? -1.0
+
     @cython.locals(st=ModelState)
     cpdef arrive(self, int m, double now, long long owner, long long items)
 

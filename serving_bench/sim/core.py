@@ -218,13 +218,19 @@ class Server:
         the spec says so (``u``: the phase's uniform draw for that, :class:`~serving_bench.sim.spec.CoreWait`);
         ``on_phase(payload, t)`` when done."""
         dev = self.devices[device]
-        wait = self.core_wait
-        if wait is not None and dev.long_demand > 0.0:
-            w = wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u)
-            if w > 0.0:
-                self.clock.call(now + w, partial(self._run_phase, dev, kind, work, payload))
-                return
+        w = self.wait_for_core(dev, u)
+        if w > 0.0:
+            self.clock.call(now + w, partial(self._run_phase, dev, kind, work, payload))
+            return
         self._run_phase(dev, kind, work, payload, now)
+
+    def wait_for_core(self, dev: Device, u: float) -> float:
+        """How long a thread that starts now on ``dev`` waits for a core (s; 0 without a
+        :class:`~serving_bench.sim.spec.CoreWait` or a long execution), for its uniform draw ``u``."""
+        wait = self.core_wait
+        if wait is None or dev.long_demand <= 0.0:
+            return 0.0
+        return wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u)
 
     def _run_phase(self, dev: Device, kind, work: float, payload, now: float) -> None:
         self.job_seq += 1

@@ -11,12 +11,14 @@
 * **The host's cores** (where the profile says): a request's way in (the dispatch draw) and way out (the overhead
   draw) are work on the cores it shares with the batches (:meth:`Server.start_phase`), so they stretch when the
   cores are busy; otherwise they are plain delays.
-* **Ensembles**: a request's steps are issued when their inputs are ready (``ensemble_step_s`` later), each as a
-  request to the member model with a negative owner naming (slot, step); the ensemble is answered when every step is,
-  and fails with its first failed step.
+* **Ensembles**: a request's steps are issued when their inputs are ready (``ensemble_step_s`` later, plus on a CPU
+  host the wait for a core of the thread handing the step over, as a way in or out waits), each as a request to the
+  member model with a negative owner naming (slot, step); the ensemble is answered when every step is, and fails with
+  its first failed step.
 
-Per request ``rid`` (its schedule row): two uniforms fixed by the seed, one for the dispatch draw and one for the
-overhead draw, so a request's draws do not depend on the order events happen in.
+Per request ``rid`` (its schedule row): uniforms fixed by the seed — one for the dispatch draw, one for the overhead
+draw, one per way and per ensemble step for the wait for a core — so a request's draws do not depend on the order
+events happen in.
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ class Workload:
         self.u_overhead = np.random.default_rng((seed, 2)).random(n)
         # where ways in and out wait for a core: per request one draw for each (column 0 in, 1 out)
         self.u_wait = np.random.default_rng((seed, 4)).random((n, 2)) if spec.core_wait is not None else None
+        # ... and where each ensemble step's hand-off does (one column per step)
+        steps = max((len(e.steps) for e in spec.ensembles), default=0)
+        self.u_step = (np.random.default_rng((seed, 5)).random((n, steps))
+                       if steps and spec.core_wait is not None and spec.request_device is not None else None)
         self.sent_s = np.full(n, np.nan) if closed else intended_s.astype(np.float64)
         self.since_s = np.full(n, np.inf)  # time since the previous request reached the server (cold starts)
         self.overhead_s = np.full(n, np.nan)  # return overhead: open loop drawn up front, closed loop when answered
@@ -308,8 +314,14 @@ class Workload:
                 self._issue(slot, step, t)
 
     def _issue(self, slot: int, step: int, t: float) -> None:
+        """Issue step ``step`` of the ensemble request in ``slot`` at ``t``: it reaches its member's queue after the
+        scheduler's cost per step, and on a CPU host after the wait for a core of the thread that hands it over."""
         entry = self.ensembles[slot]
         entry.issued.add(step)
         self.step_of.append((slot, step))
         owner = -len(self.step_of)
-        self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], t + self.spec.step_s, owner, entry.items)
+        at = t + self.spec.step_s
+        if self.u_step is not None:
+            at += self.server.wait_for_core(self.server.devices[self.spec.request_device],
+                                            float(self.u_step[entry.rid, step]))
+        self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], at, owner, entry.items)
