@@ -5,7 +5,8 @@ Stages, each a call into the package that owns it (nothing here measures, simula
 1. export ``tiny_cnn``, ``tiny_mlp`` and ``resnet50`` to ONNX Runtime, TorchScript and TVM, plus an ensemble
    (``serving_bench.export.api.export_models``);
 2. serve them co-located on real tritonserver and replay ``load_profiles/demo.yaml`` (Poisson plus a burst) against
-   single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``);
+   single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``) — once more
+   when its sends ran late (:data:`LATE_LIMIT_S`: a busy machine);
 3. profile the served models on the same server (``serving_bench.profiles``);
 4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
 6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
@@ -30,7 +31,7 @@ from serving_bench.errors import InputError, ServerError
 from serving_bench.export.api import export_models
 from serving_bench.export.repository import load_manifest
 from serving_bench.report.cli import write_report
-from serving_bench.run.results import write_results
+from serving_bench.run.results import run_summary, write_results
 from serving_bench.serve.server import TritonServer
 from serving_bench.serving_config import ServingConfig
 from serving_bench.telemetry import Telemetry
@@ -46,6 +47,11 @@ ENSEMBLE = "tiny_ensemble=tiny_cnn_onnxruntime,tiny_cnn_torchscript"
 # but left out of the replay so the demo stays near 10 minutes. The demo profile names the replayed entries.
 # resnet50 batches at most 2 rows: on 2 busy cores one batch-4 inference takes ~0.8 s, too slow to profile in seconds.
 MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
+
+
+# A replay whose sends ran later than this at p99 measured a busy machine (its sender could not keep the schedule):
+# the demo replays once more, as the comparison with the simulator needs the server's figures, not the machine's.
+LATE_LIMIT_S = 1e-3
 
 
 @dataclass
@@ -124,10 +130,19 @@ class Demo:
         out = self.out / "replay"
         self.say(f"  {len(self.schedule)} requests over {self.schedule.duration_s:.0f} s to "
                  f"{', '.join(self.schedule.models)}")
-        with TritonServer(self.repo, models=list(self.schedule.models)) as server:
-            self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving {', '.join(server.served_models)}")
-            with Telemetry(server.endpoints.metrics_url, interval_s=0.5) as telemetry:
-                records = adapters.replay(server, self.schedule, progress=self.show_progress)
+        for attempt in (1, 2):
+            with TritonServer(self.repo, models=list(self.schedule.models)) as server:
+                self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving "
+                         f"{', '.join(server.served_models)}")
+                with Telemetry(server.endpoints.metrics_url, interval_s=0.5) as telemetry:
+                    records = adapters.replay(server, self.schedule, progress=self.show_progress)
+            late = run_summary(records)["overall"]["lateness_p99_s"] or 0.0
+            if late <= LATE_LIMIT_S:
+                break
+            self.say(f"  the replay sent its requests {late * 1e3:.1f} ms late at p99 (over "
+                     f"{LATE_LIMIT_S * 1e3:.0f} ms): something else kept this machine busy, so it measured the machine"
+                     + (", not the server; replaying once more" if attempt == 1 else
+                        " again: the validation below compares against a disturbed replay"))
         summary = write_results(out, records, self.schedule, telemetry=telemetry)
         return "; ".join(f"{m} p99 {s['p99_s'] * 1e3:.1f} ms" for m, s in summary["models"].items()
                          if s.get("p99_s") is not None)
