@@ -5,8 +5,8 @@ Stages, each a call into the package that owns it (nothing here measures, simula
 1. export ``tiny_cnn``, ``tiny_mlp`` and ``resnet50`` to ONNX Runtime, TorchScript and TVM, plus an ensemble
    (``serving_bench.export.api.export_models``);
 2. serve them co-located on real tritonserver and replay ``load_profiles/demo.yaml`` (Poisson plus a burst) against
-   single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``) — once more
-   when its sends ran late (:data:`LATE_LIMIT_S`: a busy machine);
+   single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``), after the
+   machine settled from the export (:data:`SETTLE_S`) — once more when its sends ran late (:data:`LATE_LIMIT_S`);
 3. profile the served models on the same server (``serving_bench.profiles``);
 4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
 6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
@@ -52,6 +52,11 @@ MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 # A replay whose sends ran later than this at p99 measured a busy machine (its sender could not keep the schedule):
 # the demo replays once more, as the comparison with the simulator needs the server's figures, not the machine's.
 LATE_LIMIT_S = 1e-3
+# Idle seconds before a replay after the export: right after writing the repository (~300 MB; a few GB of memory
+# used and freed) this 2-core VM ran the replay's sends 1.2-4.1 ms late at p99 (three trials), a replay straight
+# after that one still 3.0 ms; after 45 s idle 0.21-0.26 ms, as in a process that exported nothing (2026-12-01). An
+# idle sleep gives no sign of it (a 1 ms sleep overslept 0.2-0.3 ms at p99 throughout), so the demo waits.
+SETTLE_S = 45.0
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Demo:
         self.stages: list[Stage] = []
         self.schedule = None
         self.profile_path: Path | None = None
+        self.exported_at = -SETTLE_S  # when this run last wrote the repository (perf_counter s)
 
     # -- plumbing --------------------------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -122,6 +128,7 @@ class Demo:
         failed = [r for r in records if r["status"] == "failed"]
         if failed:
             raise RuntimeError("export failed for " + ", ".join(f"{r['name']} ({r['reason']})" for r in failed))
+        self.exported_at = time.perf_counter()
         counts = {s: sum(r["status"] == s for r in records) for s in ("exported", "skipped")}
         return f"{counts['exported']} entries exported, {counts['skipped']} skipped, in {self.repo}"
 
@@ -131,6 +138,11 @@ class Demo:
         self.say(f"  {len(self.schedule)} requests over {self.schedule.duration_s:.0f} s to "
                  f"{', '.join(self.schedule.models)}")
         for attempt in (1, 2):
+            settle = SETTLE_S - (time.perf_counter() - self.exported_at) if attempt == 1 else SETTLE_S
+            if settle > 0:
+                self.say(f"  letting the machine settle for {settle:.0f} s (after "
+                         + ("the export" if attempt == 1 else "a late replay") + ", replays on this VM run late)")
+                time.sleep(settle)
             with TritonServer(self.repo, models=list(self.schedule.models)) as server:
                 self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving "
                          f"{', '.join(server.served_models)}")
