@@ -53,8 +53,8 @@ MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 # the demo replays once more, as the comparison with the simulator needs the server's figures, not the machine's.
 LATE_LIMIT_S = 1e-3
 # Idle seconds before a replay after the export: right after writing the repository (~300 MB; a few GB of memory
-# used and freed) this 2-core VM ran the replay's sends 1.2-4.1 ms late at p99 (three trials), a replay straight
-# after that one still 3.0 ms; after 45 s idle 0.21-0.26 ms, as in a process that exported nothing (2026-12-01). An
+# used and freed) this 2-core VM ran the replay's sends 1.2-7.1 ms late at p99 (four trials), a replay straight
+# after that one still 3.0 ms; after 45 s idle 0.21-0.87 ms, as in a process that exported nothing (2026-12-01). An
 # idle sleep gives no sign of it (a 1 ms sleep overslept 0.2-0.3 ms at p99 throughout), so the demo waits.
 SETTLE_S = 45.0
 
