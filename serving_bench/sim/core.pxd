@@ -3,7 +3,7 @@ cimport cython
 from libc cimport math
 
 from serving_bench.sim.device cimport Device, Job, Kind
-from serving_bench.sim.state cimport Clock, Executed, ModelState, Payload
+from serving_bench.sim.state cimport Clock, Executed, ModelState, Payload, Piecewise
 
 cdef int UNINIT, READY, SCHEDULED, EXECUTING
 cdef double EPS_S, TIMER_RESOLUTION_S, INF
@@ -34,7 +34,8 @@ cdef class Server:
     cdef _start_picked(self, ModelState st, double now)
 
     @cython.locals(items=cython.longlong, ui=cython.Py_ssize_t, u=double, last=cython.Py_ssize_t, x=double,
-                   i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device)
+                   i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device,
+                   idle=Piecewise)
     cdef _start(self, ModelState st, Payload p, int instance, double now)
 
     @cython.locals(done=list, job=Job, m=int, instance=int, st=ModelState, p=Payload, more=list,

@@ -175,7 +175,7 @@ class Server:
             work += per_request * (p.nreq - 1)
         idle = st.inst_idle[instance]
         if idle is not None:
-            work += idle.service_extra(now - st.inst_free_at[instance])
+            work += idle.at(now - st.inst_free_at[instance])
         dev = st.inst_device[instance]
         self.job_seq += 1
         dev.add(now, work, st.inst_kinds[instance][items], self.job_seq, p, st.m, instance)

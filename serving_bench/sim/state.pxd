@@ -12,6 +12,14 @@ ctypedef fused Number:
     long long
 
 
+cdef class Piecewise:
+    cdef public double[:] xs, ys
+    cdef public Py_ssize_t n
+
+    @cython.locals(last=cython.Py_ssize_t, i=cython.Py_ssize_t)
+    cpdef double at(self, double x) except? -1.0
+
+
 cdef class Payload:
     cdef public Py_ssize_t a, b
     cdef public list more

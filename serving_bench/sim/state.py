@@ -17,6 +17,30 @@ UNINIT, READY, SCHEDULED, EXECUTING = PAYLOAD_STATES
 INF = math.inf
 
 
+class Piecewise:
+    """A piecewise linear curve through points ``(xs[i], ys[i])`` (``xs`` increasing), constant beyond its ends:
+    ``at(x)`` computes what :func:`serving_bench.profiles.distributions.interp` does, float for float."""
+
+    __slots__ = ("xs", "ys", "n")
+
+    def __init__(self, xs, ys):
+        self.xs = np.asarray(xs, dtype=np.float64)
+        self.ys = np.asarray(ys, dtype=np.float64)
+        self.n = len(self.xs)
+
+    def at(self, x: float) -> float:
+        xs, ys = self.xs, self.ys
+        last = self.n - 1
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[last]:
+            return ys[last]
+        i = 0
+        while xs[i + 1] <= x:
+            i += 1
+        return ys[i] + (x - xs[i]) / (xs[i + 1] - xs[i]) * (ys[i + 1] - ys[i])
+
+
 class Payload:
     """A batch being formed / waiting / running: requests are the local index ranges ``[a, b)`` of its model — the
     first one ``[a, b)``, any further ones flat in ``more`` (``a1, b1, a2, b2, ...``; None: none)."""
@@ -168,13 +192,15 @@ class ModelState:
         self.executions = 0  # executed batches
         self.executed_items = 0
         # per instance: its service-time table (``[batch size, quantile point]``), per-request cost, gap before it
-        # takes the next payload, cold starts (IdleEffect or None), when it last became free (-inf: never busy); the
+        # takes the next payload, cold start extra per idle second (a Piecewise, or None), when it last became free
+        # (-inf: never busy); the
         # Server adds its device and its sharing rule per batch size
         devices = spec.instance_devices
         self.inst_table = spec.instance_tables
         self.inst_per_request = np.array([spec.per_request_s[d] for d in devices], dtype=np.float64)
         self.inst_gap = np.array([spec.batch_gap_s.get(d, 0.0) for d in devices], dtype=np.float64)
-        self.inst_idle: list = [spec.idle.get(d) for d in devices]
+        self.inst_idle: list = [None if spec.idle.get(d) is None else
+                                Piecewise(spec.idle[d].service_idle_s, spec.idle[d].service_extra_s) for d in devices]
         self.inst_free_at = np.full(n_inst, -INF)
         self.inst_device: list = []
         self.inst_kinds: list = []
