@@ -36,6 +36,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -44,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving_bench.export.api import export_models  # noqa: E402
+from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
@@ -77,6 +78,7 @@ def export(repo: Path) -> list[str]:
     export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=8)
     export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
     export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=2)
+    settle_after_export(time.perf_counter(), print)
     return ["tiny_cnn_onnxruntime", "tiny_cnn_torchscript", "tiny_cnn_tvm", "tiny_mlp_torchscript", "sleep_python",
             "resnet50_onnxruntime", "tiny_ensemble_combiner"]
 

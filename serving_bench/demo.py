@@ -6,7 +6,7 @@ Stages, each a call into the package that owns it (nothing here measures, simula
    (``serving_bench.export.api.export_models``);
 2. serve them co-located on real tritonserver and replay ``load_profiles/demo.yaml`` (Poisson plus a burst) against
    single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``), after the
-   machine settled from the export (:data:`SETTLE_S`) — once more when its sends ran late (:data:`LATE_LIMIT_S`);
+   machine settled from the export (``settle_after_export``) — once more when its sends ran late (:data:`LATE_LIMIT_S`);
 3. profile the served models on the same server (``serving_bench.profiles``);
 4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
 6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving_bench.errors import InputError, ServerError
-from serving_bench.export.api import export_models
+from serving_bench.export.api import SETTLE_AFTER_EXPORT_S, export_models, settle_after_export
 from serving_bench.export.repository import load_manifest
 from serving_bench.report.cli import write_report
 from serving_bench.run.results import run_summary, write_results
@@ -52,11 +52,6 @@ MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 # A replay whose sends ran later than this at p99 measured a busy machine (its sender could not keep the schedule):
 # the demo replays once more, as the comparison with the simulator needs the server's figures, not the machine's.
 LATE_LIMIT_S = 1e-3
-# Idle seconds before a replay after the export: right after writing the repository (~300 MB; a few GB of memory
-# used and freed) this 2-core VM ran the replay's sends 1.2-7.1 ms late at p99 (four trials), a replay straight
-# after that one still 3.0 ms; after 45 s idle 0.21-0.87 ms, as in a process that exported nothing (2026-12-01). An
-# idle sleep gives no sign of it (a 1 ms sleep overslept 0.2-0.3 ms at p99 throughout), so the demo waits.
-SETTLE_S = 45.0
 
 
 @dataclass
@@ -79,7 +74,7 @@ class Demo:
         self.stages: list[Stage] = []
         self.schedule = None
         self.profile_path: Path | None = None
-        self.exported_at = -SETTLE_S  # when this run last wrote the repository (perf_counter s)
+        self.exported_at = -SETTLE_AFTER_EXPORT_S  # when this run last wrote the repository (perf_counter s)
 
     # -- plumbing --------------------------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -138,11 +133,11 @@ class Demo:
         self.say(f"  {len(self.schedule)} requests over {self.schedule.duration_s:.0f} s to "
                  f"{', '.join(self.schedule.models)}")
         for attempt in (1, 2):
-            settle = SETTLE_S - (time.perf_counter() - self.exported_at) if attempt == 1 else SETTLE_S
-            if settle > 0:
-                self.say(f"  letting the machine settle for {settle:.0f} s (after "
-                         + ("the export" if attempt == 1 else "a late replay") + ", replays on this VM run late)")
-                time.sleep(settle)
+            if attempt == 1:
+                settle_after_export(self.exported_at, lambda line: self.say("  " + line))
+            else:
+                self.say(f"  waiting {SETTLE_AFTER_EXPORT_S:.0f} s before replaying again")
+                time.sleep(SETTLE_AFTER_EXPORT_S)
             with TritonServer(self.repo, models=list(self.schedule.models)) as server:
                 self.say(f"  tritonserver ready at {server.endpoints.grpc_url} serving "
                          f"{', '.join(server.served_models)}")

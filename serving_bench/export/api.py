@@ -30,6 +30,11 @@ from serving_bench.export.sleep import write_sleep_entry
 from serving_bench.models import MODEL_OPTIONS, PRECISIONS, ModelSpec, get_model
 
 SLEEP_ENTRY = "sleep_python"
+# Idle seconds to leave the machine after an export before measuring on it. Right after writing a repository (~300
+# MB; a few GB of memory used and freed) this 2-core VM ran a replay's sends 1.2-7.1 ms late at p99 (four trials), a
+# replay straight after that one still 3.0 ms; after 45 s idle 0.21-0.87 ms, as in a process that exported nothing
+# (2026-12-01). An idle 1 ms sleep overslept 0.2-0.3 ms at p99 throughout, so no probe tells when it is over: wait.
+SETTLE_AFTER_EXPORT_S = 45.0
 # <framework>_model.py for each python-backend framework
 RUNNERS_DIR = Path(__file__).resolve().parents[1] / "serve" / "runners"
 
@@ -253,3 +258,13 @@ def _summary_line(record: dict) -> str:
     if record.get("members"):
         parts.append("members " + ", ".join(record["members"]))
     return f"{name}: exported" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def settle_after_export(exported_at: float, log: Callable[[str], None] | None = None) -> None:
+    """Sleep until :data:`SETTLE_AFTER_EXPORT_S` seconds after ``exported_at`` (``time.perf_counter``), telling
+    ``log`` once, before measuring anything on this machine."""
+    left = SETTLE_AFTER_EXPORT_S - (time.perf_counter() - exported_at)
+    if left > 0:
+        if log is not None:
+            log(f"letting the machine settle for {left:.0f} s after the export (measurements right after one run late)")
+        time.sleep(left)
