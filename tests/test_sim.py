@@ -712,6 +712,18 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     assert Observation.from_json(tail.to_json()) == tail
 
 
+def test_the_engines_cold_start_curve_is_the_profiles_interpolation():
+    """``state.Piecewise`` (the engine's typed copy) gives what ``distributions.interp`` gives, float for float:
+    inside, at the points, beyond both ends and after an idle of inf (an instance never busy)."""
+    from serving_bench.profiles.distributions import interp
+    from serving_bench.sim.state import Piecewise
+
+    xs, ys = (0.0003, 0.0021, 0.008, 0.0318, 0.0636), (0.0, 0.00015, 0.00031, 0.00059, 0.00068)
+    curve = Piecewise(xs, ys)
+    for x in [0.0, *xs, *np.random.default_rng(3).random(500) * 0.08, math.inf]:
+        assert curve.at(float(x)) == interp(float(x), xs, ys)
+
+
 def test_an_observation_is_simulated_long_enough_for_its_slowest_model():
     """A 300 ms model measured at 1 / 0.3 s = 3.33 req/s: half a simulated second holds one answer (2 req/s, a 40 %
     error from the start alone); the simulated time grows to 20 answers (6 s), capped at 5 s: 16 answers, -4 %. A
