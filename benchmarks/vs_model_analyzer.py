@@ -103,11 +103,11 @@ def run_model_analyzer(view: Path, model: str, p99_ms: float, work: Path, quick:
     """Model Analyzer's brute-force search in local mode; returns its best config and wall time."""
     import yaml
 
-    from serving_bench.serve.ports import free_port
+    from serving_bench.serve.ports import free_ports
     from serving_bench.serve.install import find_tritonserver
 
     install = find_tritonserver()
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     env = install.env
     config = {
         "model_repository": str(view),

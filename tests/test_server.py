@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from serving_bench.errors import InputError, ServerError
-from serving_bench.serve.ports import free_port
+from serving_bench.serve.ports import free_port, free_ports, port_is_free
 from serving_bench.serve.server import Endpoints, TritonServer
 
 pytestmark = pytest.mark.server
@@ -59,6 +59,14 @@ def test_model_that_fails_to_load_is_named_with_reason(tmp_path):
 def test_unknown_model_lists_available(sleep_repo):
     with pytest.raises(InputError, match="available: sleep_python, sleep_zero"):
         TritonServer(sleep_repo, models=["nope"]).start()
+
+
+def test_free_ports_are_distinct_and_free():
+    """The three ports of one server are chosen together: never the same one twice (one `make test` saw HTTP and
+    metrics handed the same port by two calls of free_port)."""
+    for _ in range(50):
+        ports = free_ports(3)
+        assert len(set(ports)) == 3 and all(port_is_free(p) for p in ports)
 
 
 def test_external_endpoints_follow_triton_port_layout():

@@ -35,7 +35,7 @@ from serving_bench.errors import InputError, ServerDied, ServerError
 from serving_bench.serve.control import Control, metrics_answer
 from serving_bench.serve.execution_log import Executions, read_execution_logs
 from serving_bench.serve.install import TritonInstall, die_with_parent_prefix, find_tritonserver, mkdir
-from serving_bench.serve.ports import free_port, port_is_free
+from serving_bench.serve.ports import free_ports, port_is_free
 from serving_bench.serve.runtime_view import build_runtime_repo
 from serving_bench.serve.shm import next_shm_prefix, remove_orphaned_shm_regions, remove_shm_regions
 
@@ -143,7 +143,8 @@ class TritonServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             for attempt in range(3):
-                ports = {k: v if v is not None else free_port(self.host) for k, v in self.requested_ports.items()}
+                chosen = iter(free_ports(len(self.requested_ports), self.host))
+                ports = {k: v if v is not None else next(chosen) for k, v in self.requested_ports.items()}
                 self._launch(install, view, ports)
                 try:
                     self._wait_ready()
