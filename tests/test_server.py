@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from serving_bench.errors import InputError, ServerError
-from serving_bench.serve.ports import free_port, free_ports, port_is_free
+from serving_bench.serve.ports import free_ports, port_is_free
 from serving_bench.serve.server import Endpoints, TritonServer
 
 pytestmark = pytest.mark.server
