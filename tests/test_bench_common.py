@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from serving_bench.peers.perf_analyzer import Unstable, parse_measurement, span_s
-from serving_bench.peers.report import Figure, Spread, compare, figure, interleave, ratio_line
+from serving_bench.peers.report import Figure, Spread, compare, figure, interleave, ratio_line, write_result
 from serving_bench.peers.sustain import Delivery, allowance, judge, max_sustained
 
 
@@ -121,3 +121,10 @@ def test_request_count_is_read_from_the_console():
             "    Inference count: 2880\n    Successful request count: 2880\n")
     m = parse_measurement(row, text, "request_rate", 1000.0)
     assert m.request_count == 2880 and m.p99_s == pytest.approx(0.0012) and m.delayed_pct is None
+
+
+def test_a_second_result_of_the_day_does_not_overwrite_the_first(tmp_path):
+    first = write_result("bench", {"run": 1}, quick=True, out_dir=tmp_path)
+    second = write_result("bench", {"run": 2}, quick=True, out_dir=tmp_path)
+    assert second.name == first.name.replace(".json", "_2.json")
+    assert '"run": 1' in first.read_text() and '"run": 2' in second.read_text()

@@ -48,11 +48,15 @@ def machine() -> dict:
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None,
                  markdown: str | None = None) -> Path:
     """Write ``data`` (plus :func:`machine`) as JSON, and ``markdown`` beside it as ``.md`` if given; returns the
-    JSON path."""
+    JSON path: ``NAME[_quick]_DATE_HOST.json``, or ``..._2.json``, ``_3``, ... when an earlier run of the day has it
+    (a committed result is never overwritten)."""
     facts = machine()
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}{'_quick' if quick else ''}_{facts['date']}_{facts['host']}.json"
+    stem = f"{name}{'_quick' if quick else ''}_{facts['date']}_{facts['host']}"
+    path, n = out_dir / f"{stem}.json", 2
+    while path.exists():
+        path, n = out_dir / f"{stem}_{n}.json", n + 1
     atomic_write_json(path, {**facts, **data}, sort_keys=False)
     if markdown is not None:
         atomic_write_text(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n")
