@@ -192,9 +192,8 @@ class ModelState:
         self.executions = 0  # executed batches
         self.executed_items = 0
         # per instance: its service-time table (``[batch size, quantile point]``), per-request cost, gap before it
-        # takes the next payload, cold start extra per idle second (a Piecewise, or None), when it last became free
-        # (-inf: never busy); the
-        # Server adds its device and its sharing rule per batch size
+        # takes the next payload, cold-start extra by idle seconds (a Piecewise, or None), when it last became free
+        # (-inf: never busy); the Server adds its device and its sharing rule per batch size
         devices = spec.instance_devices
         self.inst_table = spec.instance_tables
         self.inst_per_request = np.array([spec.per_request_s[d] for d in devices], dtype=np.float64)
