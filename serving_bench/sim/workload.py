@@ -16,6 +16,8 @@
   member model with a negative owner naming (slot, step); the ensemble is answered when every step is, and fails with
   its first failed step.
 
+A way in or out is a job whose payload is the request's row: ``rid`` on its way in, ``-1 - rid`` on its way out.
+
 Per request ``rid`` (its schedule row): uniforms fixed by the seed — one for the dispatch draw, one for the overhead
 draw, one per way and per ensemble step for the wait for a core — so a request's draws do not depend on the order
 events happen in.
@@ -107,6 +109,14 @@ class Workload:
         self.feeds: list[tuple] = []  # open loop, arrivals one event each: (times, rids, items, handler)
         members = {m for e in spec.ensembles for m in e.steps}
         self.hosted = {m.index for m in spec.models if m.request_kind is not None}  # ways in and out on the cores
+        # at hand per request: its stream, the model of a stream whose ways are simulated (-1: none), per model the
+        # kind of its ways and whether it batches (a request's items are its rows only then)
+        self.stream_v = np.ascontiguousarray(model, dtype=np.int64)
+        self.hosted_v = np.array([index if kind == "model" and index in self.hosted else -1
+                                  for kind, index in kinds], dtype=np.int64)
+        self.request_kind = [m.request_kind for m in spec.models]
+        self.batching_v = np.array([m.max_batch > 0 for m in spec.models], dtype=np.uint8)
+        self.items_v = np.ascontiguousarray(items, dtype=np.int64)
         self.dynamic = members | self.hosted | {m.index for m in spec.models if m.max_queue_size}
         self.clock = None
         self.server = None
@@ -123,6 +133,13 @@ class Workload:
         else:
             self.dynamic |= {m.index for m in spec.models}
             self._closed_loop(*closed)
+        # the per-request hooks read and write these arrays through typed views of the same memory (compiled)
+        self.open_loop = closed is None
+        self.waits = self.u_wait is not None
+        self.wait_v = self.u_wait if self.waits else np.ones((1, 2))
+        self.step_v = self.u_step if self.u_step is not None else np.ones((1, 1))
+        self.sent_v, self.since_v, self.overhead_v = self.sent_s, self.since_s, self.overhead_s
+        self.client_done_v, self.work_in_v = self.client_done_s, self.dispatch_work_s
 
     # -- per-request draws ----------------------------------------------------------------------------------------
     def dispatch_s(self, m: int, rids, since) -> np.ndarray:
@@ -208,7 +225,7 @@ class Workload:
             return
         for s, stream in enumerate(self.streams):
             for _ in range(self.concurrency.get(s, 0)):
-                clock.call(0.0, lambda t, s=s: self._send(s, t))
+                clock.call(0.0, partial(self._send, s))
 
     def _send(self, s: int, t: float) -> None:
         """A closed-loop client of stream ``s`` sends its next request at ``t`` (none after the run's end)."""
@@ -216,59 +233,58 @@ class Workload:
         if not stream.queue or t >= self.duration_s:
             return
         rid = stream.queue.popleft()
-        self.sent_s[rid] = t
-        self.since_s[rid] = t - self.last_send_s
+        self.sent_v[rid] = t
+        self.since_v[rid] = t - self.last_send_s
         self.last_send_s = t
-        items = int(self.items[rid])
         if stream.kind == "ensemble":
-            self.ensemble_arrival(stream.index, rid, t, items)
+            self.ensemble_arrival(stream.index, rid, t, self.items_v[rid])
+            return
+        m = stream.index
+        if self.hosted_v[self.stream_v[rid]] >= 0:
+            self._way_in(m, rid, t, self._items(m, rid))
         else:
-            m = stream.index
-            items = items if self.spec.models[m].max_batch > 0 else 1
-            if m in self.hosted:
-                self._way_in(m, rid, t, items)
-            else:
-                self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_s[rid])), rid, items)
+            self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_v[rid])), rid, self._items(m, rid))
+
+    def _items(self, m: int, rid: int) -> int:
+        """Request ``rid``'s items at model ``m``: its batch rows where the model batches, else 1."""
+        return self.items_v[rid] if self.batching_v[m] else 1
 
     def _way_in(self, m: int, rid: int, t: float, items: int) -> None:
         """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
-        work = float(self.dispatch_s(m, rid, self.since_s[rid]) if self.closed else self.dispatch_work_s[rid])
+        work = self.work_in_v[rid] if self.open_loop else float(self.dispatch_s(m, rid, self.since_v[rid]))
         if work > 0.0:
-            self.server.start_phase(self.spec.request_device, self.spec.models[m].request_kind, work,
-                                    ("in", m, rid, items), t, self._u_wait(rid, 0))
+            self.server.start_phase(self.spec.request_device, self.request_kind[m], work, rid, t,
+                                    self.wait_v[rid, 0] if self.waits else 1.0)
         else:
             self.server.arrive(m, t, rid, items)
 
     def _answered(self, rid: int, now: float) -> None:
         """Request ``rid`` is answered by the server at ``now``: its way out starts (on the host's cores where that is
         simulated); in a closed loop its client sends the next request once the answer has come back."""
-        stream = int(self.model[rid])
-        kind, index = self.kinds[stream]
-        overhead = float(self.overhead_of(stream, rid) if self.closed else self.overhead_s[rid])
-        if kind == "model" and index in self.hosted:
-            self.server.start_phase(self.spec.request_device, self.spec.models[index].request_kind, overhead,
-                                    ("out", rid), now, self._u_wait(rid, 1))
+        stream = self.stream_v[rid]
+        overhead = self.overhead_v[rid] if self.open_loop else float(self.overhead_of(stream, rid))
+        m = self.hosted_v[stream]
+        if m >= 0:
+            self.server.start_phase(self.spec.request_device, self.request_kind[m], overhead, -1 - rid, now,
+                                    self.wait_v[rid, 1] if self.waits else 1.0)
             return
-        if self.closed is None:
+        if self.open_loop:
             return
-        s = int(self.stream_of[rid])
-        self.overhead_s[rid] = overhead
-        self.clock.call(now + overhead, lambda t, s=s: self._send(s, t))
+        self.overhead_v[rid] = overhead
+        self.clock.call(now + overhead, partial(self._send, self.stream_of[rid]))
 
-    def _u_wait(self, rid: int, way: int) -> float:
-        """Request ``rid``'s draw for waiting for a core on its way in (``way`` 0) or out (1); 1.0: never waits."""
-        return 1.0 if self.u_wait is None else float(self.u_wait[rid, way])
-
-    def on_phase(self, payload: tuple, now: float) -> None:
-        """A request's way in (it reaches its model's batcher) or way out (its client has the answer) is done."""
-        if payload[0] == "in":
-            _, m, rid, items = payload
-            self.server.arrive(m, now, rid, items)
+    def on_phase(self, payload, now: float) -> None:
+        """A request's way in (payload ``rid``: it reaches its model's batcher) or way out (``-1 - rid``: its client
+        has the answer) is done."""
+        rid = payload
+        if rid >= 0:
+            m = self.hosted_v[self.stream_v[rid]]
+            self.server.arrive(m, now, rid, self._items(m, rid))
             return
-        rid = payload[1]
-        self.client_done_s[rid] = now
-        if self.closed is not None:
-            self._send(int(self.stream_of[rid]), now)
+        rid = -1 - rid
+        self.client_done_v[rid] = now
+        if not self.open_loop:
+            self._send(self.stream_of[rid], now)
 
     # -- the engine's hooks ---------------------------------------------------------------------------------------
     def on_done(self, owner: int, now: float) -> None:
@@ -285,7 +301,7 @@ class Workload:
                 self._answered(entry.rid, now)
             return
         for nxt, deps in enumerate(ens.deps):
-            if nxt not in entry.issued and all(d in entry.done for d in deps):
+            if nxt not in entry.issued and entry.done.issuperset(deps):
                 self._issue(slot, nxt, now)
 
     def on_failed(self, owner: int, now: float, outcome: str) -> None:
@@ -322,6 +338,6 @@ class Workload:
         owner = -len(self.step_of)
         at = t + self.spec.step_s
         if self.u_step is not None:
-            at += self.server.wait_for_core(self.server.devices[self.spec.request_device],
-                                            float(self.u_step[entry.rid, step]))
+            rid = entry.rid
+            at += self.server.wait_for_core(self.server.devices[self.spec.request_device], self.step_v[rid, step])
         self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], at, owner, entry.items)
