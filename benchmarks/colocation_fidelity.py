@@ -17,7 +17,8 @@ in and out); then, on the real server:
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
 default, ``serving_bench.profiles.measure.DEFAULT_LAW``) and of the baseline — the same solo profile with no
 interference (law ``none``: every job runs at its solo speed). The held-out throughput and p99 errors of every law
-are printed too: the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per executed
+are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to keep it under 5 minutes):
+the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per executed
 batch beside the measured ones (the batching that amortises the per-batch hand-offs). Targets (quiet 2-core machine): |p50| <= 5 %, |p99| <= 10 %,
 |throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 % throughput. The last line is the worst error
 of each metric over every entry and scenario.
@@ -68,7 +69,16 @@ SCALED = "tiny_cnn_onnxruntime"
 INSTANCES = (1, 2, 4, 8)
 LOADS = (0.3, 0.6, 0.9)
 LAWS_COMPARED = FORMS
+LAWS_QUICK = ("pool", "pool_eff", DEFAULT_LAW)  # --quick: the simplest forms beside the default
 TARGETS = {"p50": 0.05, "p99": 0.10, "throughput": 0.03}
+
+
+STARTED = time.perf_counter()
+
+
+def stage(title: str) -> None:
+    """Print a stage's title with the seconds since the benchmark started."""
+    print(f"== {title} [{time.perf_counter() - STARTED:.0f} s]", flush=True)
 
 
 def export(repo: Path) -> list[str]:
@@ -186,13 +196,13 @@ def measure(quick: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
         repo = Path(tmp) / "repo"
         served = export(repo)
-        print("== solo profile (no co-located run)", flush=True)
+        stage("solo profile (no co-located run)")
         profile = measure_profile(repo, served, Path(tmp) / "solo.json", seconds=1.0 if quick else 2.0, rounds=1,
                                   calibrate=0, pairs=False)
         configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in served}
         largest = {m: max(profile.models[m].devices["cpu"].batch_sizes) for m in served}
 
-        print(f"== (a) {SCALED} with k instances and k clients", flush=True)
+        stage(f"(a) {SCALED} with k instances and k clients")
         scaled = {}
         with TritonServer(repo, models=[SCALED], instances={SCALED: max(INSTANCES)}, execution_log=True) as server:
             session = Session(server.endpoints, server)
@@ -205,7 +215,7 @@ def measure(quick: bool) -> dict:
                         if "cpu_ms" in r else "")
                 print(f"  k = {k}: {r['throughput']:.0f} req/s, p99 {r['p99'] * 1e3:.2f} ms{cost}")
 
-        print("== (b) every entry alone, every pair, all together (one instance, one client each)", flush=True)
+        stage("(b) every entry alone, every pair, all together (one instance, one client each)")
         serving = {m: calibration_serving(configs[m], "cpu", 1, largest[m]) for m in served}
         cases = {}
         with TritonServer(repo, models=list(STREAMS)) as server:
@@ -219,7 +229,7 @@ def measure(quick: bool) -> dict:
             capacity = {m: cases["all together"]["real"][m]["throughput"] for m in STREAMS}
             print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()))
 
-            print("== (c) open-loop replays of all entries together", flush=True)
+            stage("(c) open-loop replays of all entries together")
             replays = {}
             for load in LOADS:
                 seed = int(load * 10)
@@ -236,10 +246,11 @@ def fit_law(profile: Profile, runs: list[Observation], law: str) -> dict:
     return fit(profile, "cpu", runs, law)[0]
 
 
-def fit_all(profile: Profile, train: dict[str, list[Observation]]) -> dict[str, dict[str, dict]]:
-    """Every compared law fitted on every training set (case -> law -> parameters), the fits — each a series of
+def fit_all(profile: Profile, train: dict[str, list[Observation]],
+            laws: tuple[str, ...]) -> dict[str, dict[str, dict]]:
+    """Every law of ``laws`` fitted on every training set (case -> law -> parameters), the fits — each a series of
     simulations, deterministic — spread over the machine's cores."""
-    jobs = [(case, law) for case in train for law in LAWS_COMPARED]
+    jobs = [(case, law) for case in train for law in laws]
     with ProcessPoolExecutor(max_workers=cpu_cores()) as pool:
         laws = list(pool.map(partial(fit_law, profile), [train[case] for case, _ in jobs], [law for _, law in jobs]))
     fitted: dict[str, dict[str, dict]] = {case: {} for case in train}
@@ -248,7 +259,7 @@ def fit_all(profile: Profile, train: dict[str, list[Observation]]) -> dict[str, 
     return fitted
 
 
-def evaluate(data: dict) -> tuple[list[dict], dict, dict, dict]:
+def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED) -> tuple[list[dict], dict, dict, dict]:
     """Fit the laws on the training runs, predict the held-out ones and the replays; (rows, held-out throughput and
     p99 error of each law, fitted laws, part (a)'s simulated throughput and requests per batch per k)."""
     profile = Profile.from_json(data["profile"], "solo profile")
@@ -259,12 +270,13 @@ def evaluate(data: dict) -> tuple[list[dict], dict, dict, dict]:
     k_max = max(scaled)
     train = {"a": [obs for k, (obs, _) in scaled.items() if k != k_max],
              "b": [obs for name, (obs, _) in cases.items() if name != "all together"]}
-    fitted = fit_all(profile, train)
+    stage(f"fitting {len(laws)} laws on {len(train)} training sets")
+    fitted = fit_all(profile, train, laws)
     held = {f"(a) k = {k_max}": ("a", scaled[k_max][0]), "(b) all together": ("b", cases["all together"][0])}
     held_out = {case: {law: tput_error(with_law(profile, "cpu", fitted[train_set][law]), obs, seconds)
-                       for law in LAWS_COMPARED} for case, (train_set, obs) in held.items()}
+                       for law in laws} for case, (train_set, obs) in held.items()}
     held_out_p99 = {case: {law: tail_error(with_law(profile, "cpu", fitted[train_set][law]), [obs])
-                           for law in LAWS_COMPARED} for case, (train_set, obs) in held.items()}
+                           for law in laws} for case, (train_set, obs) in held.items()}
     batching = {}
     print(f"\n== (a) simulated with {DEFAULT_LAW} fitted on k < {k_max}: throughput and requests per executed batch "
           "(measured in brackets)")
@@ -311,7 +323,7 @@ def main() -> int:
     else:
         data = measure(args.quick)
         print(f"measurements: {write_result('colocation_fidelity_data', data, quick=args.quick, out_dir=args.out)}")
-    rows, held_out, fitted, batching = evaluate(data)
+    rows, held_out, fitted, batching = evaluate(data, LAWS_QUICK if args.quick else LAWS_COMPARED)
     worst = {side: {k: max(abs(r[side][k]) for r in rows if not math.isnan(r[side][k])) for k in TARGETS}
              for side in ("full", "baseline")}
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": DEFAULT_LAW,

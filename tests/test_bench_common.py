@@ -3,8 +3,13 @@ plausibility and the ratio line."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import pytest
 
+from serving_bench.peers import report
 from serving_bench.peers.perf_analyzer import Unstable, parse_measurement, span_s
 from serving_bench.peers.report import Figure, Spread, compare, figure, interleave, ratio_line, write_result
 from serving_bench.peers.sustain import Delivery, allowance, judge, max_sustained
@@ -128,3 +133,17 @@ def test_a_second_result_of_the_day_does_not_overwrite_the_first(tmp_path):
     second = write_result("bench", {"run": 2}, quick=True, out_dir=tmp_path)
     assert second.name == first.name.replace(".json", "_2.json")
     assert '"run": 1' in first.read_text() and '"run": 2' in second.read_text()
+
+
+def test_a_result_records_the_hypervisors_steal_and_says_when_the_machine_was_disturbed(tmp_path, monkeypatch, capsys):
+    quiet = write_result("bench", {"run": 1}, quick=True, out_dir=tmp_path)
+    facts = json.loads(quiet.read_text())
+    assert facts["steal_s"] >= 0.0 and 0.0 <= facts["steal_share"] <= 1.0
+    started, stolen = report._STEAL_AT_START
+    span_cpu_s = (time.monotonic() - started) * (os.cpu_count() or 1)
+    # as if the hypervisor had taken a tenth of the machine's CPU time since the start
+    monkeypatch.setattr(report, "_STEAL_AT_START", (started, stolen - 0.1 * span_cpu_s))
+    capsys.readouterr()
+    disturbed = write_result("bench", {"run": 2}, quick=True, out_dir=tmp_path)
+    assert json.loads(disturbed.read_text())["steal_share"] >= 0.09
+    assert f"figures measured in it are not comparable ({disturbed.name})" in capsys.readouterr().out

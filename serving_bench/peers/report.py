@@ -20,20 +20,33 @@ import os
 import platform
 import socket
 import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import psutil
+
 from serving_bench.files import atomic_write_json, atomic_write_text
 from serving_bench.peers.perf_analyzer import Unstable
 
+
+def steal_s() -> float:
+    """CPU seconds the hypervisor gave to other guests instead of this machine, over all cores since boot (0 where
+    the system does not report it): what makes a VM slower than its own load explains."""
+    return float(getattr(psutil.cpu_times(), "steal", 0.0))
+
+
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 _LOAD_AT_START = os.getloadavg()[0]  # benchmarks import this module first thing: the machine before they ran
+_STEAL_AT_START = (time.monotonic(), steal_s())
+DISTURBED_SHARE = 0.01  # hypervisor steal above this share of the machine's CPU time: its figures are suspect
 
 
 def machine() -> dict:
     """Facts that make a figure comparable: date, host, CPU model and count, load average at the start (when this
-    module was imported) and at the end (the benchmark's own load included), Python."""
+    module was imported) and at the end (the benchmark's own load included), Python, and the hypervisor's steal
+    since the start (:func:`steal_since_start`)."""
     cpu = ""
     try:
         cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -42,14 +55,24 @@ def machine() -> dict:
         pass
     return {"date": dt.date.today().isoformat(), "host": socket.gethostname() or platform.node(), "cpu": cpu,
             "cpus": os.cpu_count(), "load_average_1m": _LOAD_AT_START, "load_average_1m_at_end": os.getloadavg()[0],
-            "python": platform.python_version()}
+            "python": platform.python_version(), **steal_since_start()}
+
+
+def steal_since_start() -> dict:
+    """CPU seconds the hypervisor took from this machine since this module was imported, and their share of the
+    machine's CPU time over that span (``steal_s``, ``steal_share``)."""
+    started, stolen = _STEAL_AT_START
+    seconds = steal_s() - stolen
+    span = max(time.monotonic() - started, 1e-9) * (os.cpu_count() or 1)
+    return {"steal_s": round(seconds, 2), "steal_share": round(seconds / span, 4)}
 
 
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None,
                  markdown: str | None = None) -> Path:
     """Write ``data`` (plus :func:`machine`) as JSON, and ``markdown`` beside it as ``.md`` if given; returns the
     JSON path: ``NAME[_quick]_DATE_HOST.json``, or ``..._2.json``, ``_3``, ... when an earlier run of the day has it
-    (a committed result is never overwritten)."""
+    (a committed result is never overwritten). A run on a disturbed machine (hypervisor steal above
+    :data:`DISTURBED_SHARE`) is said so on stdout."""
     facts = machine()
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,6 +81,9 @@ def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | No
     while path.exists():
         path, n = out_dir / f"{stem}_{n}.json", n + 1
     atomic_write_json(path, {**facts, **data}, sort_keys=False)
+    if facts["steal_share"] > DISTURBED_SHARE:
+        print(f"warning: the hypervisor took {facts['steal_share']:.1%} of this machine's CPU time during the run "
+              f"({facts['steal_s']:.0f} s): figures measured in it are not comparable ({path.name})")
     if markdown is not None:
         atomic_write_text(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n")
     return path
