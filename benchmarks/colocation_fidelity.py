@@ -63,6 +63,8 @@ from serving_bench.sim.interference import (FORMS, Observation, answered, fit,  
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
 ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
+ENSEMBLE_STEPS = ENSEMBLE[1] + ("tiny_ensemble_combiner",)
+ENSEMBLE_DEPS = ((), (), (0, 1))  # both members read the request, the combiner their outputs (checked on the export)
 STREAMS = ("tiny_cnn_onnxruntime", "tiny_cnn_tvm", "tiny_mlp_torchscript", "sleep_python", "resnet50_onnxruntime",
            ENSEMBLE[0])
 SCALED = "tiny_cnn_onnxruntime"
@@ -88,6 +90,9 @@ def export(repo: Path) -> list[str]:
     export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=8)
     export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
     export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=2)
+    exported = ServingConfig.from_repo(repo, [ENSEMBLE[0]])
+    assert exported.ensembles == ((ENSEMBLE[0], ENSEMBLE_STEPS),) and \
+        exported.ensemble_deps == ((ENSEMBLE[0], ENSEMBLE_DEPS),), exported
     settle_after_export(time.perf_counter(), print)
     return ["tiny_cnn_onnxruntime", "tiny_cnn_torchscript", "tiny_cnn_tvm", "tiny_mlp_torchscript", "sleep_python",
             "resnet50_onnxruntime", "tiny_ensemble_combiner"]
@@ -129,18 +134,23 @@ def errors(sim: dict[str, dict], real: dict[str, dict]) -> dict[str, dict]:
 
 
 def observation(serving: dict, clients: dict[str, int], real: dict[str, dict]) -> Observation:
-    members = {m: serving[m] for m in serving if m in clients or (ENSEMBLE[0] in clients and
-                                                                   m in ENSEMBLE[1] + ("tiny_ensemble_combiner",))}
+    members = {m: serving[m] for m in serving if m in clients or (ENSEMBLE[0] in clients and m in ENSEMBLE_STEPS)}
+    called = ENSEMBLE[0] in clients
     return Observation("cpu", members, clients, {m: real[m]["throughput"] for m in clients},
-                       ensembles={ENSEMBLE[0]: ENSEMBLE[1] + ("tiny_ensemble_combiner",)}
-                       if ENSEMBLE[0] in clients else {}, measured_p99={m: real[m]["p99"] for m in clients})
+                       ensembles={ENSEMBLE[0]: ENSEMBLE_STEPS} if called else {},
+                       measured_p99={m: real[m]["p99"] for m in clients},
+                       ensemble_deps={ENSEMBLE[0]: ENSEMBLE_DEPS} if called else {})
 
 
 def saved_observation(saved: dict) -> Observation:
-    """A saved run's observation, with its measured p99s (data saved before observations carried them)."""
+    """A saved run's observation, with its measured p99s and its ensemble's step graph (data saved before
+    observations carried them; until 2026-12-02 the simulator then ran the ensemble's steps as a chain)."""
     obs = Observation.from_json(saved["obs"])
-    return obs if obs.measured_p99 else dataclasses.replace(
-        obs, measured_p99={m: saved["real"][m]["p99"] for m in obs.clients})
+    if not obs.measured_p99:
+        obs = dataclasses.replace(obs, measured_p99={m: saved["real"][m]["p99"] for m in obs.clients})
+    if obs.ensembles and not obs.ensemble_deps:
+        obs = dataclasses.replace(obs, ensemble_deps={ENSEMBLE[0]: ENSEMBLE_DEPS})
+    return obs
 
 
 def tput_error(profile: Profile, obs: Observation, seconds: float) -> float:
@@ -167,9 +177,10 @@ def poisson_schedule(capacity: dict[str, float], load: float, seconds: float, se
 
 
 def serving_config(serving: dict, streams) -> ServingConfig:
-    members = [m for m in serving if m in streams or m in ENSEMBLE[1] or m == "tiny_ensemble_combiner"]
-    return ServingConfig(tuple(serving[m] for m in members),
-                         ((ENSEMBLE[0], ENSEMBLE[1] + ("tiny_ensemble_combiner",)),) if ENSEMBLE[0] in streams else ())
+    members = [m for m in serving if m in streams or m in ENSEMBLE_STEPS]
+    called = ENSEMBLE[0] in streams
+    return ServingConfig(tuple(serving[m] for m in members), ((ENSEMBLE[0], ENSEMBLE_STEPS),) if called else (),
+                         ((ENSEMBLE[0], ENSEMBLE_DEPS),) if called else ())
 
 
 def line(label: str, case: str, entry: str, full: dict, base: dict) -> str:

@@ -16,7 +16,7 @@ from typing import Mapping
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, ensemble_members, entry_dir, list_entries,
+from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, ensemble_deps, ensemble_members, entry_dir, list_entries,
                                              read_config, resolve_models, write_config)
 
 
@@ -54,10 +54,13 @@ class ModelServing:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """All served entries; ``ensembles`` maps an ensemble name to its member entry names (in step order)."""
+    """All served entries; ``ensembles`` maps an ensemble name to its member entry names (in step order), and
+    ``ensemble_deps`` an ensemble to the steps each step needs (:func:`ensemble_deps`; an ensemble not listed is a
+    chain, each step needing the one before)."""
 
     models: tuple[ModelServing, ...]
     ensembles: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    ensemble_deps: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = field(default=())
 
     def __getitem__(self, name: str) -> ModelServing:
         for model in self.models:
@@ -82,14 +85,15 @@ class ServingConfig:
     def from_repo(cls, repo: str | Path, models: list[str] | None = None) -> "ServingConfig":
         """Read every (or the named) entry's ``config.pbtxt``; ensembles pull in their members."""
         repo = Path(repo)
-        served, ensembles = [], []
+        served, ensembles, deps = [], [], []
         for name in resolve_models(repo, models or list_entries(repo)):
             config = read_config(entry_dir(repo, name) / CONFIG_NAME)
             if config.platform == "ensemble":
                 ensembles.append((name, tuple(ensemble_members(config))))
+                deps.append((name, ensemble_deps(config)))
             else:
                 served.append(model_serving_from_config(config, name))
-        return cls(tuple(served), tuple(ensembles))
+        return cls(tuple(served), tuple(ensembles), tuple(deps))
 
     def apply_to_repo(self, repo: str | Path) -> None:
         """Patch each entry's ``config.pbtxt`` in ``repo`` with these settings (other fields are kept)."""

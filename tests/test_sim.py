@@ -18,6 +18,7 @@ from serving_bench.run.metrics import summarize
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop, Target
 from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.interference import Observation, predict
 from serving_bench.sim.spec import QueuePolicyNotModelledWarning
 from serving_bench.sim.target import SimTarget
 
@@ -299,6 +300,45 @@ def test_ensemble_fans_out_joins_and_matches_reference():
     assert_target_contract(sched, fast)
     pipe = fast.table[fast.table["model"] == "pipe"]
     assert (pipe["status"] == "ok").all() and ((pipe["done_s"] - pipe["intended_s"]) > 3 * 0.002).all()
+
+
+def _write_pipe_repo(repo):
+    """A repository of three sleep members and the ensemble ``pipe``: ``left`` and ``right`` read the request,
+    ``join`` reads both their outputs."""
+    for name in ("left", "right", "join"):
+        (repo / name).mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+                                                  "dynamic_batching {}\n")
+    steps = "".join(f'  step {{ model_name: "{m}" model_version: -1 input_map {{ key: "{k}" value: "{v}" }} '
+                    f'output_map {{ key: "OUT" value: "{m}_out" }} }}\n'
+                    for m, k, v in (("left", "IN", "IN"), ("right", "IN", "IN")))
+    steps += ('  step { model_name: "join" model_version: -1 input_map { key: "A" value: "left_out" } '
+              'input_map { key: "B" value: "right_out" } output_map { key: "OUT" value: "OUT" } }\n')
+    (repo / "pipe").mkdir()
+    (repo / "pipe" / "config.pbtxt").write_text('name: "pipe"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+                                                 f"ensemble_scheduling {{\n{steps}}}\n")
+
+
+def test_an_ensembles_step_graph_travels_with_its_serving_config(tmp_path):
+    """The members that need only the request run together: read from the repository, the graph is part of the
+    serving config, so the simulator needs no other source for it (the tuner, the profile's fit and the benchmarks
+    build their configs so); a config without a graph runs its steps as a chain. Each member sleeps 6 ms."""
+    _write_pipe_repo(tmp_path)
+    config = ServingConfig.from_repo(tmp_path, ["pipe"])
+    assert config.ensembles == (("pipe", ("left", "right", "join")),)
+    assert config.ensemble_deps == (("pipe", ((), (), (0, 1))),)
+    profile = sleep_profile(names=("left", "right", "join"), base=0.005, per=0.001)
+    sched = Schedule(np.array([0.0]), np.array([0]), ("pipe",), np.zeros(1), np.ones(1), {})
+    graph = SimTarget(profile, config).run(sched).table["done_s"]
+    chain = SimTarget(profile, dataclasses.replace(config, ensemble_deps=())).run(sched).table["done_s"]
+    assert list(graph) == pytest.approx([0.012]) and list(chain) == pytest.approx([0.018])
+    # an observation of a closed loop on the ensemble keeps the graph through its JSON: one client, a 12 ms cycle
+    serving = {m.name: m for m in config.models}
+    obs = Observation("cpu", serving, {"pipe": 1}, {"pipe": 83.3}, ensembles=dict(config.ensembles),
+                      ensemble_deps=dict(config.ensemble_deps))
+    again = Observation.from_json(json.loads(json.dumps(obs.to_json())))
+    assert again == obs
+    assert predict(profile, again, seconds=1.206)["pipe"] == pytest.approx(100 / 1.206)  # a chain: 67 answers
 
 
 def test_records_satisfy_target_contract_and_summarize():

@@ -160,6 +160,15 @@ def ensemble_members(config: ModelConfig) -> list[str]:
     return [step.model_name for step in config.ensemble_scheduling.step]
 
 
+def ensemble_deps(config: ModelConfig) -> tuple[tuple[int, ...], ...]:
+    """Per step of an ensemble (in step order), the steps it needs: step i needs step j when it reads a tensor j
+    writes. Steps that need none start together when the request arrives."""
+    steps = config.ensemble_scheduling.step
+    writers = {tensor: j for j, step in enumerate(steps) for tensor in step.output_map.values()}
+    return tuple(tuple(sorted({writers[t] for t in step.input_map.values() if t in writers} - {i}))
+                 for i, step in enumerate(steps))
+
+
 def resolve_models(repo: Path, models: Sequence[str] | None) -> list[str]:
     """The entries to serve: ``models`` (all entries when None) plus, transitively, every ensemble member."""
     available = list_entries(repo)

@@ -37,7 +37,9 @@ MAX_RATE_RPS = 10_000  # per stream: the schedule a simulated closed loop draws 
 @dataclass(frozen=True)
 class Observation:
     """One co-located closed-loop run on ``device``: per model how it was served (a :class:`ModelServing`, its
-    instances included), its clients (requests of ``rows`` rows) and the measured answered requests per second."""
+    instances included), its clients (requests of ``rows`` rows) and the measured answered requests per second;
+    the ensembles its clients call (members in step order, and each step's needs as ``ServingConfig.ensemble_deps``
+    gives them; without those, a chain)."""
 
     device: str
     serving: Mapping[str, ModelServing]
@@ -46,6 +48,7 @@ class Observation:
     rows: int = 1
     ensembles: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # clients may call them
     measured_p99: Mapping[str, float] = dataclasses.field(default_factory=dict)  # s, where measured (the wait's fit)
+    ensemble_deps: Mapping[str, tuple[tuple[int, ...], ...]] = dataclasses.field(default_factory=dict)  # step graphs
 
     @property
     def instances(self) -> dict[str, int]:
@@ -58,6 +61,8 @@ class Observation:
             out["ensembles"] = {e: list(members) for e, members in self.ensembles.items()}
         if self.measured_p99:
             out["measured_p99"] = dict(self.measured_p99)
+        if self.ensemble_deps:
+            out["ensemble_deps"] = {e: [list(d) for d in deps] for e, deps in self.ensemble_deps.items()}
         return out
 
     @classmethod
@@ -65,7 +70,8 @@ class Observation:
         serving = {m: serving_from_json(s) for m, s in data["serving"].items()}
         return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
                    int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()},
-                   dict(data.get("measured_p99") or {}))
+                   dict(data.get("measured_p99") or {}),
+                   {e: tuple(tuple(d) for d in deps) for e, deps in (data.get("ensemble_deps") or {}).items()})
 
     def label(self) -> str:
         return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
@@ -97,7 +103,7 @@ def sim_seconds(obs: Observation, tail: bool = False) -> float:
 def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
     """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
     names = tuple(sorted(obs.clients))
-    config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()))
+    config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()), tuple(obs.ensemble_deps.items()))
     per = int(MAX_RATE_RPS * seconds) + 1
     schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
                         np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})

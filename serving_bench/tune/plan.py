@@ -194,8 +194,8 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
     """Search the single-GPU configuration of ``group`` with the largest capacity (checkpointed per group)."""
     sub_load = restrict(load, group)
     members = [m for m in base.names if m in _members(base, group)]
-    sub_base = ServingConfig(tuple(base[m] for m in members),
-                             tuple(e for e in base.ensembles if e[0] in group))
+    sub_base = ServingConfig(tuple(base[m] for m in members), tuple(e for e in base.ensembles if e[0] in group),
+                             tuple(d for d in base.ensemble_deps if d[0] in group))
     s = forecast.search
     on_gpu = all(profile.devices[d].kind == "gpu" for m in sub_base.models for d, _ in m.instances)
     caps = {m: adapters.max_servable_batch(profile, m, [d for d, _ in sub_base[m].instances]) for m in members}
