@@ -35,6 +35,7 @@ from serving_bench.run.results import run_summary, write_results
 from serving_bench.serve.server import TritonServer
 from serving_bench.serving_config import ServingConfig
 from serving_bench.telemetry import Telemetry
+from serving_bench.telemetry.cpu import StealClock
 from serving_bench.tune import adapters
 from serving_bench.tune.cli import TuneOptions, run_tune
 
@@ -60,6 +61,7 @@ class Stage:
     status: str = "pending"  # ok | failed | not run | pending
     seconds: float = 0.0
     detail: str = ""
+    steal_share: float = 0.0  # of the machine's CPU time the hypervisor took during the stage (telemetry.cpu)
 
 
 class Demo:
@@ -85,6 +87,7 @@ class Demo:
         self.stages.append(stage)
         self.say(f"stage {number}/{total}: {name}")
         start = time.perf_counter()
+        steal = StealClock()
         try:
             stage.detail = fn() or ""
             stage.status = "ok"
@@ -94,6 +97,10 @@ class Demo:
             stage.status, stage.detail = "failed", f"{type(err).__name__}: {err}"
             traceback.print_exc()
         stage.seconds = time.perf_counter() - start
+        stage.steal_share = steal.share()
+        if steal.disturbed:  # a VM's neighbours took CPU: the stage's timings (replay, profile) are not the server's
+            stage.detail += (("; " if stage.detail else "") + f"the hypervisor took {stage.steal_share:.1%} of this "
+                             "machine's CPU time during it: its timings are not comparable")
         self.say(f"stage {number}/{total}: {name}: {stage.status} in {stage.seconds:.1f} s"
                  + (f" — {stage.detail}" if stage.detail else ""))
         return stage.status == "ok"
@@ -201,8 +208,8 @@ class Demo:
                 self.say(f"stage {i + 1}/{len(stages)}: {name}: not run (needs stage {dep + 1})")
                 continue
             self.run_stage(i + 1, len(stages), name, fn)
-        summary = {s.name: {"status": s.status, "seconds": round(s.seconds, 2), "detail": s.detail}
-                   for s in self.stages}
+        summary = {s.name: {"status": s.status, "seconds": round(s.seconds, 2), "detail": s.detail,
+                            "steal_share": round(s.steal_share, 4)} for s in self.stages}
         (self.out / "demo.json").write_text(json.dumps(summary, indent=1) + "\n")
         self.say("summary: " + ", ".join(f"{s.status}" for s in self.stages))
         report = self.out / "report.html"

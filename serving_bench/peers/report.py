@@ -20,33 +20,24 @@ import os
 import platform
 import socket
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import psutil
-
 from serving_bench.files import atomic_write_json, atomic_write_text
 from serving_bench.peers.perf_analyzer import Unstable
-
-
-def steal_s() -> float:
-    """CPU seconds the hypervisor gave to other guests instead of this machine, over all cores since boot (0 where
-    the system does not report it): what makes a VM slower than its own load explains."""
-    return float(getattr(psutil.cpu_times(), "steal", 0.0))
+from serving_bench.telemetry.cpu import DISTURBED_SHARE, StealClock
 
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 _LOAD_AT_START = os.getloadavg()[0]  # benchmarks import this module first thing: the machine before they ran
-_STEAL_AT_START = (time.monotonic(), steal_s())
-DISTURBED_SHARE = 0.01  # hypervisor steal above this share of the machine's CPU time: its figures are suspect
+_STEAL = StealClock()  # the hypervisor's steal since the start
 
 
 def machine() -> dict:
     """Facts that make a figure comparable: date, host, CPU model and count, load average at the start (when this
     module was imported) and at the end (the benchmark's own load included), Python, and the hypervisor's steal
-    since the start (:func:`steal_since_start`)."""
+    since the start (CPU seconds and their share of the machine's CPU time)."""
     cpu = ""
     try:
         cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -55,16 +46,8 @@ def machine() -> dict:
         pass
     return {"date": dt.date.today().isoformat(), "host": socket.gethostname() or platform.node(), "cpu": cpu,
             "cpus": os.cpu_count(), "load_average_1m": _LOAD_AT_START, "load_average_1m_at_end": os.getloadavg()[0],
-            "python": platform.python_version(), **steal_since_start()}
-
-
-def steal_since_start() -> dict:
-    """CPU seconds the hypervisor took from this machine since this module was imported, and their share of the
-    machine's CPU time over that span (``steal_s``, ``steal_share``)."""
-    started, stolen = _STEAL_AT_START
-    seconds = steal_s() - stolen
-    span = max(time.monotonic() - started, 1e-9) * (os.cpu_count() or 1)
-    return {"steal_s": round(seconds, 2), "steal_share": round(seconds / span, 4)}
+            "python": platform.python_version(), "steal_s": round(_STEAL.seconds(), 2),
+            "steal_share": round(_STEAL.share(), 4)}
 
 
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None,

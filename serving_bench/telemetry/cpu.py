@@ -6,12 +6,41 @@ its descendants (the python-backend stubs) in percent of one core, as ``top`` sh
 
 from __future__ import annotations
 
+import os
+import time
+
 import pandas as pd
 import psutil
 
 from serving_bench.telemetry.rows import Row
 
 SOURCE = "cpu"
+DISTURBED_SHARE = 0.01  # hypervisor steal above this share of the machine's CPU time: timings in it are suspect
+
+
+def steal_s() -> float:
+    """CPU seconds the hypervisor gave to other guests instead of this machine, over all cores since boot (0 where
+    the system does not report it): what makes a VM slower than its own load explains."""
+    return float(getattr(psutil.cpu_times(), "steal", 0.0))
+
+
+class StealClock:
+    """The hypervisor's steal since this clock was made: :meth:`seconds` (CPU seconds) and :meth:`share` (of the
+    machine's CPU time over the span, 0..1); :attr:`disturbed` above :data:`DISTURBED_SHARE`."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.stolen = steal_s()
+
+    def seconds(self) -> float:
+        return steal_s() - self.stolen
+
+    def share(self) -> float:
+        return self.seconds() / (max(time.monotonic() - self.started, 1e-9) * (os.cpu_count() or 1))
+
+    @property
+    def disturbed(self) -> bool:
+        return self.share() > DISTURBED_SHARE
 
 
 def process_tree(pid: int | None) -> list[psutil.Process]:
