@@ -42,8 +42,8 @@ cdef class Server:
                    k=cython.Py_ssize_t, gap=double)
     cpdef complete(self, Device dev, double now)
 
-    @cython.locals(dev=Device, w=double)
-    cpdef start_phase(self, str device, object kind, double work, object payload, double now, double u=*)
+    @cython.locals(w=double)
+    cpdef start_phase(self, Device dev, object kind, double work, object payload, double now, double u=*)
 
     cpdef double wait_for_core(self, Device dev, double u) except? -1.0
 

@@ -213,11 +213,10 @@ class Server:
             else:
                 self.release(m, instance, now)
 
-    def start_phase(self, device: str, kind, work: float, payload, now: float, u: float = 1.0) -> None:
-        """Start ``work`` solo seconds of a request's way in or out on ``device`` — after waiting for a core where
-        the spec says so (``u``: the phase's uniform draw for that, :class:`~serving_bench.sim.spec.CoreWait`);
-        ``on_phase(payload, t)`` when done."""
-        dev = self.devices[device]
+    def start_phase(self, dev: Device, kind, work: float, payload, now: float, u: float = 1.0) -> None:
+        """Start ``work`` solo seconds of a request's way in or out on device ``dev`` (the spec's request device) —
+        after waiting for a core where the spec says so (``u``: the phase's uniform draw for that,
+        :class:`~serving_bench.sim.spec.CoreWait`); ``on_phase(payload, t)`` when done."""
         w = self.wait_for_core(dev, u)
         if w > 0.0:
             self.clock.call(now + w, partial(self._run_phase, dev, kind, work, payload))

@@ -3,6 +3,7 @@
 cimport cython
 
 from serving_bench.sim.core cimport Server
+from serving_bench.sim.device cimport Device
 
 
 cdef class Workload:
@@ -14,6 +15,7 @@ cdef class Workload:
     cdef public dict sources, dispatch_grid, concurrency
     cdef public set hosted, dynamic
     cdef public Server server
+    cdef public Device host
     cdef public double last_send_s, duration_s
     cdef public bint open_loop, waits
     cdef public double[:] sent_v, since_v, overhead_v, client_done_v, work_in_v

@@ -120,6 +120,7 @@ class Workload:
         self.dynamic = members | self.hosted | {m.index for m in spec.models if m.max_queue_size}
         self.clock = None
         self.server = None
+        self.host = None  # the device of the requests' ways in and out (the spec's request device), once started
         self.streams: list[Stream] = []
         self.stream_of = np.full(n, -1, dtype=np.int64)
         self.last_send_s = -np.inf
@@ -221,6 +222,7 @@ class Workload:
     def start(self, clock, server) -> None:
         """Bind to the engine's clock and server; a closed loop's clients send their first requests at 0."""
         self.clock, self.server = clock, server
+        self.host = server.devices[self.spec.request_device] if self.spec.request_device is not None else None
         if self.closed is None:
             return
         for s, stream in enumerate(self.streams):
@@ -253,7 +255,7 @@ class Workload:
         """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
         work = self.work_in_v[rid] if self.open_loop else float(self.dispatch_s(m, rid, self.since_v[rid]))
         if work > 0.0:
-            self.server.start_phase(self.spec.request_device, self.request_kind[m], work, rid, t,
+            self.server.start_phase(self.host, self.request_kind[m], work, rid, t,
                                     self.wait_v[rid, 0] if self.waits else 1.0)
         else:
             self.server.arrive(m, t, rid, items)
@@ -265,7 +267,7 @@ class Workload:
         overhead = self.overhead_v[rid] if self.open_loop else float(self.overhead_of(stream, rid))
         m = self.hosted_v[stream]
         if m >= 0:
-            self.server.start_phase(self.spec.request_device, self.request_kind[m], overhead, -1 - rid, now,
+            self.server.start_phase(self.host, self.request_kind[m], overhead, -1 - rid, now,
                                     self.wait_v[rid, 1] if self.waits else 1.0)
             return
         if self.open_loop:
@@ -339,5 +341,5 @@ class Workload:
         at = t + self.spec.step_s
         if self.u_step is not None:
             rid = entry.rid
-            at += self.server.wait_for_core(self.server.devices[self.spec.request_device], self.step_v[rid, step])
+            at += self.server.wait_for_core(self.host, self.step_v[rid, step])
         self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], at, owner, entry.items)
