@@ -140,9 +140,10 @@ def test_a_result_records_the_hypervisors_steal_and_says_when_the_machine_was_di
     facts = json.loads(quiet.read_text())
     assert facts["steal_s"] >= 0.0 and 0.0 <= facts["steal_share"] <= 1.0
     clock = report._STEAL
-    span_cpu_s = (time.monotonic() - clock.started) * (os.cpu_count() or 1)
-    # as if the hypervisor had taken a tenth of the machine's CPU time since the start
-    monkeypatch.setattr(clock, "stolen", clock.stolen - 0.1 * span_cpu_s)
+    started = time.monotonic() - 60.0  # as if the benchmark had started a minute ago ...
+    monkeypatch.setattr(clock, "started", started)
+    # ... and the hypervisor had taken a tenth of the machine's CPU time since
+    monkeypatch.setattr(clock, "stolen", clock.stolen - 0.1 * 60.0 * (os.cpu_count() or 1))
     capsys.readouterr()
     disturbed = write_result("bench", {"run": 2}, quick=True, out_dir=tmp_path)
     assert json.loads(disturbed.read_text())["steal_share"] >= 0.09

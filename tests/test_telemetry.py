@@ -134,3 +134,17 @@ def test_missing_gpu_is_reported_once(caplog):
         second, third = GpuSampler(), GpuSampler()
     assert first.reason and "NVML" in first.reason and second.sample() == [] and not third.available
     assert len(caplog.records) == 0  # already said once in this process (by ``first`` or an earlier test)
+
+
+def test_the_steal_clock_judges_a_disturbance_only_over_a_span_long_enough_to_count():
+    import os
+
+    from serving_bench.telemetry.cpu import DISTURBED_SHARE, JUDGED_AFTER_S, StealClock
+
+    clock = StealClock()
+    assert clock.seconds() >= 0.0 and not clock.disturbed
+    # stolen just now: 5 % of the machine's CPU time over a judged span, a far larger share of the short one so far
+    clock.stolen -= 0.05 * JUDGED_AFTER_S * (os.cpu_count() or 1)
+    assert clock.share() > DISTURBED_SHARE and not clock.disturbed
+    clock.started -= JUDGED_AFTER_S  # the same steal over a span long enough to judge
+    assert 0.04 < clock.share() <= 0.06 and clock.disturbed

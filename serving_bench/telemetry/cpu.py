@@ -16,6 +16,7 @@ from serving_bench.telemetry.rows import Row
 
 SOURCE = "cpu"
 DISTURBED_SHARE = 0.01  # hypervisor steal above this share of the machine's CPU time: timings in it are suspect
+JUDGED_AFTER_S = 10.0  # shorter spans are not judged: the kernel counts steal in ticks (10 ms each)
 
 
 def steal_s() -> float:
@@ -26,7 +27,8 @@ def steal_s() -> float:
 
 class StealClock:
     """The hypervisor's steal since this clock was made: :meth:`seconds` (CPU seconds) and :meth:`share` (of the
-    machine's CPU time over the span, 0..1); :attr:`disturbed` above :data:`DISTURBED_SHARE`."""
+    machine's CPU time over the span, 0..1); :attr:`disturbed` above :data:`DISTURBED_SHARE` (over
+    :data:`JUDGED_AFTER_S` at least)."""
 
     def __init__(self):
         self.started = time.monotonic()
@@ -40,7 +42,7 @@ class StealClock:
 
     @property
     def disturbed(self) -> bool:
-        return self.share() > DISTURBED_SHARE
+        return time.monotonic() - self.started >= JUDGED_AFTER_S and self.share() > DISTURBED_SHARE
 
 
 def process_tree(pid: int | None) -> list[psutil.Process]:
