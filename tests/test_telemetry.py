@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -15,6 +16,7 @@ from serving_bench.errors import ServerError
 from serving_bench.serve.ports import free_port
 from serving_bench.serve.server import TritonServer
 from serving_bench.telemetry import Telemetry
+from serving_bench.telemetry.cpu import DISTURBED_SHARE, JUDGED_AFTER_S, StealClock
 from serving_bench.telemetry.gpu import GpuSampler
 from serving_bench.telemetry.prometheus import parse_prometheus, scrape
 
@@ -137,10 +139,6 @@ def test_missing_gpu_is_reported_once(caplog):
 
 
 def test_the_steal_clock_judges_a_disturbance_only_over_a_span_long_enough_to_count():
-    import os
-
-    from serving_bench.telemetry.cpu import DISTURBED_SHARE, JUDGED_AFTER_S, StealClock
-
     clock = StealClock()
     assert clock.seconds() >= 0.0 and not clock.disturbed
     # stolen just now: 5 % of the machine's CPU time over a judged span, a far larger share of the short one so far
