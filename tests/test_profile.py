@@ -266,6 +266,17 @@ def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back()
     assert effect.overhead_gap_s == pytest.approx((0.001, 0.003, 0.009, 0.033))
 
 
+def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
+    """The fit's warning note marks a profile uncertain (the demo measures it once more when its machine was
+    disturbed); other notes do not."""
+    from serving_bench.profiles.measure import FIT_WARNING, UNCERTAIN_NOTE, uncertain
+
+    plain = import_h200_eager()
+    assert plain.notes and not uncertain(plain)
+    flagged = dataclasses.replace(plain, notes=plain.notes + (f"{UNCERTAIN_NOTE} by {FIT_WARNING * 140:.0f} % ...",))
+    assert uncertain(flagged) and uncertain(Profile.from_json(flagged.to_json(), "p.json"))
+
+
 @pytest.mark.server
 @pytest.mark.slow
 def test_measure_then_validate_on_real_triton(tmp_path):

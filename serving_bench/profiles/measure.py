@@ -99,6 +99,7 @@ from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
+UNCERTAIN_NOTE = "the sharing law misses its own calibration runs"  # how that note starts (:func:`uncertain`)
 DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is fitted to
 DEFAULT_LAW = "pool_eff+wait"  # chosen by held-out error: benchmarks/colocation_fidelity.py
 DEFAULT_ROUNDS = 3
@@ -454,7 +455,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         log(f"{observations[0].device}: sharing law {law}" + (f" ({text})" if text else "") +
             f" fits the {len(observations)} co-located runs with a mean throughput error of {err * 100:.1f} %{tails}")
         if err > FIT_WARNING:
-            warning = (f"the sharing law misses its own calibration runs by {err * 100:.0f} % on average (over "
+            warning = (f"{UNCERTAIN_NOTE} by {err * 100:.0f} % on average (over "
                        f"{FIT_WARNING * 100:.0f} %): predictions from this profile are uncertain; measure it again "
                        "on a quiet machine (nothing else running)")
             log(f"warning: {warning}")
@@ -462,6 +463,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if out_path is not None:
         profile.save(out_path)
     return profile
+
+
+def uncertain(profile: Profile) -> bool:
+    """Does the profile's sharing law miss its own calibration runs by more than :data:`FIT_WARNING` (its notes say
+    so)?"""
+    return any(note.startswith(UNCERTAIN_NOTE) for note in profile.notes)
 
 
 def _gpu_name(index: int) -> str:

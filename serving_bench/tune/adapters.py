@@ -148,6 +148,11 @@ def measure_profile(repo, models, out_path, log=None, **options):
     return measure.measure_profile(repo, models, out_path, log=log, **options)
 
 
+def profile_uncertain(profile) -> bool:
+    """Is the profile's sharing law far off its own calibration runs (engineer D's ``measure.uncertain``)?"""
+    return measure.uncertain(profile)
+
+
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None):
     """Simulated vs measured table for the same schedule (``serving_bench.validate``); returns its rows."""
     return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir)
