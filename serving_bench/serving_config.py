@@ -16,8 +16,8 @@ from typing import Mapping
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, ensemble_deps, ensemble_members, entry_dir, list_entries,
-                                             read_config, resolve_models, write_config)
+from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, ensemble_deps, ensemble_members, entry_dir,
+                                             list_entries, read_config, resolve_models, write_config)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from serving_bench.files import atomic_write_json, atomic_write_text
 from serving_bench.peers.perf_analyzer import Unstable
 from serving_bench.telemetry.cpu import StealClock
 
-
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 _LOAD_AT_START = os.getloadavg()[0]  # benchmarks import this module first thing: the machine before they ran
 _STEAL = StealClock()  # the hypervisor's steal since the start

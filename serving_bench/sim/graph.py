@@ -9,4 +9,5 @@ from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, entry_di
 
 def ensemble_graphs(repo: str | Path, config) -> dict[str, tuple[tuple[int, ...], ...]]:
     """``{ensemble name: deps per step}`` for every ensemble of ``config`` (steps in config order)."""
-    return {name: ensemble_deps(read_config(entry_dir(repo, name) / CONFIG_NAME)) for name, _members in config.ensembles}
+    return {name: ensemble_deps(read_config(entry_dir(repo, name) / CONFIG_NAME))
+            for name, _members in config.ensembles}

@@ -103,7 +103,8 @@ def sim_seconds(obs: Observation, tail: bool = False) -> float:
 def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
     """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
     names = tuple(sorted(obs.clients))
-    config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()), tuple(obs.ensemble_deps.items()))
+    config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()),
+                           tuple(obs.ensemble_deps.items()))
     per = int(MAX_RATE_RPS * seconds) + 1
     schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
                         np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
