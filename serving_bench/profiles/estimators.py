@@ -296,24 +296,28 @@ def medians(run: LoopRun, model: str, wait_s: float) -> tuple[float, float, floa
 
 def idle_effect(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     """The cold-start extras (:class:`IdleEffect`) from the back-to-back run at batch 1 (the hot reference) and the
-    spaced runs: per spacing, median service and overhead minus the hot medians (at least 0, and never smaller
-    after a longer idle: a longer idle cannot make a start warmer). The service's x is the instance's median idle
-    time from the executed batches (without them: the spacing minus the hot latency); the overhead's x is the
-    spacing. A spaced run whose instance idled less than half the planned spacing (a stall on a shared machine
-    queued its requests: it measured a backlog, not a cold start) is left out."""
+    spaced runs (keys ``(model, "idle", spacing, round)``): per spacing, median service and overhead minus the hot
+    medians (at least 0, and never smaller after a longer idle: a longer idle cannot make a start warmer), each the
+    least over the spacing's rounds (a host busy with something else only ever inflates a round). The service's x is
+    the instance's median idle time from the executed batches of the round it comes from (without them: the spacing
+    minus the hot latency); the overhead's x is the spacing. A spaced run whose instance idled less than half the
+    planned spacing (a stall on a shared machine queued its requests: it measured a backlog, not a cold start) is
+    left out."""
     hot_run = runs[(model, "solo", 1)]
     hot_service, hot_overhead, hot_dispatch, hot_idle = medians(hot_run, model, wait_s)
     hot_latency = float(np.mean(hot_run.latency[model]))
-    points = sorted(k[2] for k in runs if k[0] == model and k[1] == "idle")
-    if not points:
+    spaced = [k for k in runs if len(k) == 4 and k[0] == model and k[1] == "idle"]
+    if not spaced:
         return None
     s_x, s_y = [hot_idle if hot_idle is not None else 0.0], [0.0]
     o_x, o_y, d_y = [hot_latency], [0.0], [0.0]
-    for g in points:
-        run = runs[(model, "idle", g)]
-        service, overhead, dispatch, idle = medians(run, model, wait_s)
-        if idle is not None and idle < g / 2:
+    for g in sorted({k[2] for k in spaced}):
+        rounds = [medians(runs[k], model, wait_s) for k in spaced if k[2] == g]
+        rounds = [r for r in rounds if r[3] is None or r[3] >= g / 2]
+        if not rounds:
             continue
+        service, _, _, idle = min(rounds, key=lambda r: r[0])
+        overhead, dispatch = min(r[1] for r in rounds), min(r[2] for r in rounds)
         period = g + hot_latency
         s_x.append(idle if idle is not None else max(period - hot_latency, 0.0))
         s_y.append(max(service - hot_service, 0.0))

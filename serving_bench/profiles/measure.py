@@ -107,6 +107,7 @@ PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
 IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
 IDLE_COUNT = 25  # requests per spacing
+IDLE_ROUNDS = 2  # rounds of the spaced runs, minutes apart: a busy host only ever inflates a round's cold starts
 HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
 
 
@@ -238,9 +239,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return run
         return (m, "solo", b), measure
 
-    def idle(m: str, g: float) -> Step:
-        return (m, "idle", g), lambda s: s.spaced(m, 1, g + float(np.mean(runs[(m, "solo", 1)].latency[m])),
-                                                  IDLE_COUNT)
+    def idle(m: str, g: float, r: int) -> Step:
+        return (m, "idle", g, r), lambda s: s.spaced(m, 1, g + float(np.mean(runs[(m, "solo", 1)].latency[m])),
+                                                     IDLE_COUNT)
 
     def per_request(m: str) -> Step:
         def measure(session: Session) -> tuple:
@@ -267,12 +268,13 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     steps: list[Step] = []
     for m in models:
         config = configs[m]
-        steps += [solo(m, b) for b in sizes[m]] + [idle(m, g) for g in IDLE_GAPS_S]
+        steps += [solo(m, b) for b in sizes[m]] + [idle(m, g, 0) for g in IDLE_GAPS_S]
         if not url:
             steps.append(((m, "gap"), lambda s, m=m: s.run({m: (sizes[m][-1], GAP_CONCURRENCY)},
                                                            max(seconds / 2, 0.5))))
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
+    steps += [idle(m, g, r) for r in range(1, IDLE_ROUNDS) for m in models for g in IDLE_GAPS_S]  # later rounds
     for a, b in pair_list:
         steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
     restarts = 0 if url else MAX_RESTARTS  # an external server is not ours to start again
