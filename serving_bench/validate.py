@@ -43,7 +43,6 @@ from serving_bench.run.schedule import Schedule
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import connect
 from serving_bench.serving_config import ServingConfig
-from serving_bench.sim.graph import ensemble_graphs
 from serving_bench.sim.target import SimTarget
 
 METRICS = (("p50_s", "p50"), ("p90_s", "p90"), ("p99_s", "p99"), ("throughput_rps", "throughput"),
@@ -133,7 +132,7 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
                               else load_profile)
     profile = Profile.load(profile_path)
     config = ServingConfig.from_repo(repo, list(schedule.models))
-    target = SimTarget(profile, config, seed=seed, ensemble_deps=ensemble_graphs(repo, config))  # checks first
+    target = SimTarget(profile, config, seed=seed)  # checks first; the config carries its ensembles' step graphs
     if replay_dir is not None:
         real = load_records(replay_dir)
         if len(real) != len(schedule):

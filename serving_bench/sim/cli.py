@@ -34,7 +34,6 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.results import write_results
 from serving_bench.run.target import ClosedLoop
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim.graph import ensemble_graphs
 from serving_bench.sim.target import SimTarget
 
 CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
@@ -105,13 +104,13 @@ def default_config(profile, names):
 
 
 def serving_config_for(args_config: str | None, args_repo: str | None, profile, schedule):
-    """The serving config from --config, --repo or the profile (in that order of precedence)."""
+    """The serving config from --config, --repo (its ensembles' step graphs with it) or the profile (in that order
+    of precedence)."""
     if args_config:
-        return load_serving_yaml(args_config), None
+        return load_serving_yaml(args_config)
     if args_repo:
-        config = ServingConfig.from_repo(args_repo, list(schedule.models))
-        return config, ensemble_graphs(args_repo, config)
-    return default_config(profile, schedule.models), None
+        return ServingConfig.from_repo(args_repo, list(schedule.models))
+    return default_config(profile, schedule.models)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -119,8 +118,8 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
     schedule = build_schedule(LoadProfile.load(args.load_profile))
     profile = Profile.load(args.profile)
-    config, graphs = serving_config_for(args.config, args.repo, profile, schedule)
-    target = SimTarget(profile, config, seed=args.seed, engine=args.engine, ensemble_deps=graphs)
+    config = serving_config_for(args.config, args.repo, profile, schedule)
+    target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
     records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
     summary = write_results(Path(args.out), records, schedule)
     print_summary(summary)
