@@ -148,3 +148,49 @@ def test_two_worker_processes_give_the_serial_result(inputs, tmp_path):
     parallel = run_tune(opts(inputs, tmp_path / "parallel", workers=2))
     strip = lambda doc: [(t["key"], {k: v for k, v in t["result"].items() if k != "eval_s"}) for t in doc["top"]]  # noqa: E731
     assert strip(serial) == strip(parallel) and parallel["search"]["evaluated"] == serial["search"]["evaluated"]
+
+
+def timeless(doc) -> list:
+    return [(t["key"], {k: v for k, v in t["result"].items() if k != "eval_s"}) for t in doc["top"]
+            if not t["screened"]]
+
+
+def test_a_screened_tune_confirms_its_pick_on_the_whole_load(inputs, tmp_path):
+    """Ranked on 30 % of the load's time, the best is then simulated on all of it: the exhaustive pick, with the
+    exhaustive figures; a rerun resumes both stages."""
+    whole = run_tune(opts(inputs, tmp_path / "whole"))
+    assert whole["search"]["screen"] is None  # 1,500 requests: no automatic screen
+    doc = run_tune(opts(inputs, tmp_path / "screened", screen=0.3, finalists=1))
+    screen = doc["search"]["screen"]
+    assert 0.25 < screen["requests"] / whole["load"]["requests"] < 0.35 and len(screen["spans_s"]) == 12
+    assert doc["search"]["evaluated"] == 6 and 1 <= screen["confirmed"] < 6
+    assert doc["best"]["key"] == whole["best"]["key"]
+    assert timeless(doc)[0] == timeless(whole)[0]  # the whole load's figures, not the screen's
+    flags = [t["screened"] for t in doc["top"]]
+    assert flags == sorted(flags) and flags.count(False) == min(screen["confirmed"], len(flags))
+    assert len((tmp_path / "screened" / "confirmed.jsonl").read_text().splitlines()) == 1 + screen["confirmed"]
+    again = run_tune(opts(inputs, tmp_path / "screened", screen=0.3, finalists=1))
+    assert again["search"]["resumed"] == 6 and timeless(again) == timeless(doc)
+
+
+def test_a_misleading_screen_confirms_until_the_pick_is_ahead_of_the_rest(inputs, tmp_path, monkeypatch):
+    """The screen ranks the whole load's worst candidate first: it is confirmed, found worse, and the next ones are
+    confirmed until the best confirmed ranks ahead of every unconfirmed screen result."""
+    import serving_bench.tune.search as search
+
+    whole = run_tune(opts(inputs, tmp_path / "whole"))
+    worst = whole["top"][-1]["key"]
+    real = search.evaluate
+
+    def lying(ctx, params):
+        result = real(ctx, params)
+        if "screen_spans" in ctx.load.base.meta and ctx.space.key(params) == worst:
+            result = dict(result, feasible=True, capacity_scale=99.0, capacity_rps=99.0 * ctx.offered_rps)
+        return result
+
+    monkeypatch.setattr(search, "evaluate", lying)
+    doc = run_tune(opts(inputs, tmp_path / "screened", screen=0.5, finalists=1))
+    confirmed = [json.loads(line)["key"] for line in
+                 (tmp_path / "screened" / "confirmed.jsonl").read_text().splitlines()[1:]]
+    assert confirmed[0] == worst and len(confirmed) >= 2
+    assert doc["best"]["key"] == whole["best"]["key"] != worst

@@ -136,3 +136,29 @@ def test_ensemble_members_never_batch_less_than_their_ensemble(sleep_repo, tmp_p
     assert floors["sleep_python"] == floors["sleep_zero"] == read_config(repo / "both" / CONFIG_NAME).max_batch_size
     (knobs,) = knobs_for(["sleep_python"], max_batch_size=(1, 8, 32), base=base, floors=floors)
     assert min(knobs.max_batch_size) >= floors["sleep_python"]
+
+
+def test_a_screen_samples_every_part_of_the_loads_time():
+    import numpy as np
+
+    from serving_bench.run.schedule import Schedule
+    from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_WINDOWS, screen, screen_fraction, screen_spans
+
+    rng = np.random.default_rng(0)
+    t = np.sort(rng.uniform(0, 120, 12000))
+    base = Schedule(t, rng.integers(0, 2, 12000), ("a", "b"), np.zeros(12000), np.ones(12000),
+                    {"duration_s": 120.0})
+    load = Load(base, seed=1)
+    spans = screen_spans(120.0, 0.1)
+    assert len(spans) == SCREEN_WINDOWS and spans[0] == pytest.approx((4.5, 5.5)) and spans[-1][1] == pytest.approx(115.5)
+    part = screen(load, 0.1)
+    s = part.base
+    assert s.duration_s == pytest.approx(12.0) and 0 <= s.arrival_s.min() and s.arrival_s.max() < 12.0
+    assert abs(len(s) - 1200) < 120 and part.offered_rps == load.offered_rps == 100.0
+    inside = sum(((t >= a) & (t < b)).sum() for a, b in spans)
+    assert len(s) == inside  # every request of every window, none else
+    assert abs(len(part.at(2.0)) / len(s) - 2) < 0.1 and part.at(2.0).duration_s == pytest.approx(12.0)
+    assert screen_fraction(load) == 1.0 and screen_fraction(load, 0.25) == 0.25
+    big = Load(Schedule(np.linspace(0, 10, SCREEN_ABOVE + 1), np.zeros(SCREEN_ABOVE + 1), ("a",),
+                        np.zeros(SCREEN_ABOVE + 1), np.ones(SCREEN_ABOVE + 1)))
+    assert screen_fraction(big) < 0.3

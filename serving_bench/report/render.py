@@ -217,7 +217,8 @@ def top_section(data: dict) -> str:
         r = t["result"]
         config = "; ".join(f'{m}: {c["instances"]}×, batch ≤ {c["max_batch_size"]}, delay {c["max_queue_delay_us"]} µs'
                            + (f', {c["device"]}' if c.get("device") else "") for m, c in t.get("config", {}).items())
-        rows.append([t["rank"], ("yes" if r["feasible"] else "no", int(r["feasible"])),
+        rows.append([(f'{t["rank"]} (screen)' if t.get("screened") else t["rank"], t["rank"]),
+                     ("yes" if r["feasible"] else "no", int(r["feasible"])),
                      (_num(r["capacity_rps"]), r["capacity_rps"]), (f'{r["capacity_scale"]:.2f}×', r["capacity_scale"]),
                      r["gpus"], r["instances"], config])
     body = _table(["rank", "meets SLOs", "capacity (req/s)", "× load", "GPUs", "instances", "configuration"], rows,
@@ -225,8 +226,15 @@ def top_section(data: dict) -> str:
     search = tune.get("search", {})
     note = (f'<p class="note">Searched {search.get("evaluated", 0) + search.get("resumed", 0)} configurations '
             f'({search.get("generator", "?")}, {search.get("executor", "?")} executor, '
-            f'{search.get("wall_s", 0):.1f} s) of {search.get("space_points", "?")}.</p>') if search else ""
+            f'{search.get("wall_s", 0):.1f} s) of {search.get("space_points", "?")}'
+            + (_screen_note(search["screen"]) if search.get("screen") else "") + '.</p>') if search else ""
     return f'<section id="top-configurations"><h2>Top configurations</h2>{note}{body}</section>'
+
+
+def _screen_note(screen: dict) -> str:
+    return (f', ranked on a screen of {screen["fraction"]:.1%} of the load\'s time ({screen["requests"]:,} requests); '
+            f'the best {screen["confirmed"]} simulated on the whole load ({screen["confirm_wall_s"]:.1f} s); rows '
+            f'marked (screen) carry screen figures')
 
 
 def plan_section(data: dict) -> str:

@@ -2,16 +2,19 @@
 
 Searches per-model instance count, max_batch_size, queue delay, preferred batch sizes and (with ``--gpus N``) which
 models share which GPU, on the simulator at the load profile's load; checkpoints every observation to
-``OUT/observations.jsonl`` (rerun the same command to resume); verifies the top K on real Triton (embedded, or
+``OUT/observations.jsonl`` (rerun the same command to resume); on a long load ranks the candidates on a screen of it
+first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton (embedded, or
 ``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +30,10 @@ from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import GENERATORS, choose_generator
-from serving_bench.tune.load import Load, load_from_file
+from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_REQUESTS, Load, load_from_file, screen, screen_fraction
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
-from serving_bench.tune.search import SearchSettings, run_search, search_header
+from serving_bench.tune.search import SearchSettings, confirm, run_search, search_header
 from serving_bench.tune.slo import SLO_FORM, resolve_slos
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
 
@@ -61,6 +64,8 @@ class TuneOptions:
     batch: int = 4
     seed: int | None = None
     max_scale: float = 16.0
+    screen: str | float = "auto"
+    finalists: int = 2
     duration_s: float | None = None
     verify_top: int = 1
     url: str | None = None
@@ -94,12 +99,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-evals", type=int, help="stop after this many evaluated configurations")
     parser.add_argument("--batch", type=int, default=4, help="configurations proposed per round (default 4)")
     parser.add_argument("--max-scale", type=float, default=16.0, help="largest load multiple searched (default 16)")
+    parser.add_argument("--screen", default="auto", type=_screen_arg,
+                        help=f"rank candidates on this fraction of the load's time first, then simulate the best on "
+                             f"all of it (default auto: none up to {SCREEN_ABOVE:,} requests, else "
+                             f"~{SCREEN_REQUESTS:,}; 1: no screen)")
+    parser.add_argument("--finalists", type=int, default=2,
+                        help="screened candidates simulated on the whole load at a time (default 2)")
     parser.add_argument("--duration", type=float, help="override the load profile's duration (s)")
     parser.add_argument("--seed", type=int, help="load seed (default: the load profile's); also seeds the search")
     parser.add_argument("--verify-top", type=int, default=1, help="verify the best K on real Triton (0: skip)")
     parser.add_argument("--url", help="verify on an external Triton at this gRPC host:port instead of embedded")
     parser.add_argument("--out", default="results/tune", help="output folder (default results/tune)")
     parser.add_argument("--restart", action="store_true", help="discard an existing checkpoint instead of resuming")
+
+
+def _screen_arg(text: str) -> str | float:
+    if text == "auto":
+        return text
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = -1.0
+    if not 0 < fraction <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected auto or a fraction in (0, 1]")
+    return fraction
 
 
 def options_from_args(args: argparse.Namespace) -> TuneOptions:
@@ -113,7 +136,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
         executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
-        max_scale=args.max_scale, duration_s=args.duration, verify_top=args.verify_top, url=args.url,
+        max_scale=args.max_scale, screen=args.screen, finalists=args.finalists, duration_s=args.duration, verify_top=args.verify_top, url=args.url,
         restart=args.restart)
 
 
@@ -163,44 +186,46 @@ def run_tune(opts: TuneOptions) -> dict:
                               max_evals=opts.max_evals,
                               budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
     choice = choose_generator(opts.generator, space)
+    if opts.finalists < 1:
+        raise InputError("--finalists", opts.finalists, "expected at least 1")
+    fraction = screen_fraction(load, opts.screen)
+    search_ctx = ctx if fraction >= 1 else dataclasses.replace(ctx, load=screen(load, fraction))
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(out / "observations.jsonl",
-                            search_header(ctx, choice, settings, file_id(opts.profile)))
+                            search_header(search_ctx, choice, settings, file_id(opts.profile)))
     _log(opts, f"tune: {len(load.base)} requests over {load.duration_s:.1f} s ({ctx.offered_rps:,.1f} req/s), "
                f"{len(tuned)} models, {choice.space_points} configurations ({choice.name}: {choice.reason}), "
                f"{opts.executor} executor")
-    best_so_far: list = [None]
+    if search_ctx is not ctx:
+        _log(opts, f"screen: candidates ranked on {fraction:.1%} of the load's time ({len(search_ctx.load.base):,} "
+                   f"requests in {len(search_ctx.load.base.meta['screen_spans'])} windows), the best "
+                   f"{opts.finalists} at a time then simulated on all of it")
     planned = min(choice.space_points, opts.max_evals or choice.space_points)
-    bar = None if opts.quiet else tqdm(total=planned, unit="config", desc="tune", file=sys.stderr,
-                                       dynamic_ncols=True)
-
-    def progress(obs: dict, total: int) -> None:
-        r = obs["result"]
-        if best_so_far[0] is None or obs["value"] > best_so_far[0]["value"]:
-            best_so_far[0] = obs
-        best = best_so_far[0]["result"]
-        if bar is not None:
-            bar.n = min(total, planned)
-            bar.set_postfix_str(f"best {best['capacity_rps']:,.1f} req/s" if best["feasible"] else
-                                f"best misses SLOs ({best['violation']:.2f}x bound)", refresh=True)
-
     workers = opts.workers if opts.workers > 0 else cpu_cores()
-    try:
-        with make_executor(opts.executor, workers=workers, address=opts.ray_address,
-                           num_cpus=opts.ray_cpus) as executor:
-            result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart, choice=choice,
-                                on_observation=progress)
-    finally:
-        if bar is not None:
-            bar.close()
-    if result.resumed:
-        _log(opts, f"resumed {result.resumed} observations from {checkpoint.path}")
-    _log(opts, f"search: {result.evaluated} evaluated, stopped: {result.stopped}, {result.wall_s:.1f} s")
+    screened = None
+    with make_executor(opts.executor, workers=workers, address=opts.ray_address,
+                       num_cpus=opts.ray_cpus) as executor:
+        with _progress(opts, "screen" if search_ctx is not ctx else "tune", planned) as progress:
+            result = run_search(search_ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart,
+                                choice=choice, on_observation=progress)
+        _log(opts, f"search: {result.evaluated} evaluated{f' ({result.resumed} resumed)' if result.resumed else ''}"
+                   f", stopped: {result.stopped}, {result.wall_s:.1f} s")
+        if search_ctx is not ctx:
+            screened = result
+            confirmed = Checkpoint(out / "confirmed.jsonl",
+                                   dict(search_header(ctx, choice, settings, file_id(opts.profile)), stage="confirm",
+                                        screen=checkpoint.header))
+            with _progress(opts, "whole load", None) as progress:
+                result = confirm(ctx, executor, screened, opts.finalists, checkpoint=confirmed, restart=opts.restart,
+                                 on_observation=progress)
+            _log(opts, f"whole load: {result.evaluated + result.resumed} best screened candidates simulated"
+                       f"{f' ({result.resumed} resumed)' if result.resumed else ''}, {result.wall_s:.1f} s")
 
     top = []
     for rank, obs in enumerate(result.ranked[:max(opts.verify_top, 5)], 1):
         top.append({"rank": rank, "key": obs["key"], "params": obs["params"],
-                    "config": config_dict(space.config(obs["params"])), "result": obs["result"]})
+                    "config": config_dict(space.config(obs["params"])), "result": obs["result"],
+                    "screened": obs.get("screened", False)})
     best = result.best
     best_config = space.config(best["params"]) if best else None
 
@@ -224,8 +249,13 @@ def run_tune(opts: TuneOptions) -> dict:
         "profile": str(opts.profile), "hardware": hardware, "objective": opts.objective,
         "slos": slos, "satisfiable": result.satisfiable,
         "search": {"generator": choice.name, "reason": choice.reason, "space_points": choice.space_points,
-                   "evaluated": result.evaluated, "resumed": result.resumed, "stopped": result.stopped,
-                   "wall_s": result.wall_s, "executor": opts.executor, "space": space.describe()},
+                   "evaluated": (screened or result).evaluated, "resumed": (screened or result).resumed,
+                   "stopped": (screened or result).stopped, "wall_s": (screened or result).wall_s,
+                   "executor": opts.executor, "space": space.describe(),
+                   "screen": None if screened is None else {
+                       "fraction": fraction, "requests": len(search_ctx.load.base),
+                       "spans_s": search_ctx.load.base.meta["screen_spans"], "finalists": opts.finalists,
+                       "confirmed": result.evaluated + result.resumed, "confirm_wall_s": result.wall_s}},
         "best": top[0] if top else None, "top": top, "verification": verification,
         "tuned_repo": tuned_repo, "recommendation": recommendation, "wall_s": time.perf_counter() - t0,
     }
@@ -235,6 +265,27 @@ def run_tune(opts: TuneOptions) -> dict:
     if opts.report:
         _log(opts, f"report: {write_report(out)}")
     return doc
+
+
+@contextmanager
+def _progress(opts: TuneOptions, desc: str, planned: int | None):
+    """A progress bar of candidates done and the best so far; yields the search's ``on_observation``."""
+    best_so_far: list = [None]
+    bar = None if opts.quiet else tqdm(total=planned, unit="config", desc=desc, file=sys.stderr, dynamic_ncols=True)
+
+    def progress(obs: dict, total: int) -> None:
+        if best_so_far[0] is None or obs["value"] > best_so_far[0]["value"]:
+            best_so_far[0] = obs
+        best = best_so_far[0]["result"]
+        if bar is not None:
+            bar.n = total if planned is None else min(total, planned)
+            bar.set_postfix_str(f"best {best['capacity_rps']:,.1f} req/s" if best["feasible"] else
+                                f"best misses SLOs ({best['violation']:.2f}x bound)", refresh=True)
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, out: Path) -> list[dict]:

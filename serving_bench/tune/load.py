@@ -20,15 +20,21 @@ from serving_bench.run.schedule import Schedule
 from serving_bench.tune import adapters
 
 GOLDEN = 0.6180339887498949
+SCREEN_WINDOWS = 12
+SCREEN_REQUESTS = 150_000  # what an automatic screen keeps of a load ...
+SCREEN_ABOVE = 4 * SCREEN_REQUESTS  # ... of more requests than this
 
 
 @dataclass(eq=False)
 class Load:
-    """``base`` is the load at scale 1; ``build(seed)`` (optional, picklable) makes another realisation of it."""
+    """``base`` is the load at scale 1; ``build(seed)`` (optional, picklable) makes another realisation of it;
+    ``nominal_rps``: the requests per second it stands for at scale 1 (default: its own; a screen keeps its whole
+    load's, so capacities found on it are comparable)."""
 
     base: Schedule
     seed: int = 0
     build: Callable[[int], Schedule] | None = None
+    nominal_rps: float | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __getstate__(self):  # the cache is rebuilt where the object lands (a Ray worker)
@@ -39,6 +45,13 @@ class Load:
     @property
     def duration_s(self) -> float:
         return self.base.duration_s
+
+    @property
+    def offered_rps(self) -> float:
+        """Requests per second the load offers at scale 1 (all models)."""
+        if self.nominal_rps is not None:
+            return self.nominal_rps
+        return len(self.base) / max(self.duration_s, 1e-12)
 
     def realisation(self, k: int) -> Schedule:
         """Realisation ``k`` of the load at scale 1 (0 is the base)."""
@@ -131,6 +144,59 @@ def restrict(load: Load, names) -> Load:
     names = tuple(names)
     return Load(only_models(load.base, names), seed=load.seed,
                 build=_Only(load.build, names) if load.build is not None else None)
+
+
+def screen_spans(duration_s: float, fraction: float, count: int = SCREEN_WINDOWS) -> tuple[tuple[float, float], ...]:
+    """``count`` windows ``(start_s, end_s)`` covering ``fraction`` (0, 1] of ``[0, duration_s)``, one centred in each
+    of ``count`` equal parts."""
+    if not 0 < fraction <= 1:
+        raise ValueError("a screen's fraction must be in (0, 1]")
+    part = duration_s / count
+    width = fraction * part
+    return tuple(((i + 0.5) * part - width / 2, (i + 0.5) * part + width / 2) for i in range(count))
+
+
+def windowed(schedule: Schedule, spans) -> Schedule:
+    """The requests inside ``spans`` (``[start_s, end_s)``, in order), the spans laid end to end from time 0;
+    ``meta['duration_s']`` becomes their total length."""
+    times, masks, offset = [], [], 0.0
+    for start, end in spans:
+        mask = (schedule.arrival_s >= start) & (schedule.arrival_s < end)
+        masks.append(mask)
+        times.append(schedule.arrival_s[mask] - start + offset)
+        offset += end - start
+    keep = np.concatenate([np.flatnonzero(m) for m in masks]) if masks else np.zeros(0, dtype=np.int64)
+    meta = dict(schedule.meta, duration_s=offset, screen_spans=[list(span) for span in spans])
+    return Schedule(np.concatenate(times) if times else np.zeros(0), schedule.model[keep], schedule.models,
+                    schedule.sample[keep], schedule.batch[keep], meta)
+
+
+@dataclass(frozen=True)
+class _Windowed:
+    """A picklable ``build`` restricted to some windows of time."""
+
+    build: Callable[[int], Schedule]
+    spans: tuple[tuple[float, float], ...]
+
+    def __call__(self, seed: int) -> Schedule:
+        return windowed(self.build(seed), self.spans)
+
+
+def screen_fraction(load: Load, asked: str | float = "auto") -> float:
+    """The fraction of ``load``'s time a search screens on: ``asked`` in (0, 1], or ``"auto"``: 1 (no screen) up to
+    ``SCREEN_ABOVE`` requests, else what keeps about ``SCREEN_REQUESTS``."""
+    if asked != "auto":
+        return float(asked)
+    n = len(load.base)
+    return 1.0 if n <= SCREEN_ABOVE else SCREEN_REQUESTS / n
+
+
+def screen(load: Load, fraction: float) -> Load:
+    """The screen of ``load`` covering ``fraction`` of its time (module doc); same seeds, its nominal rate."""
+    spans = screen_spans(load.duration_s, fraction)
+    return Load(windowed(load.base, spans), seed=load.seed,
+                build=_Windowed(load.build, spans) if load.build is not None else None,
+                nominal_rps=load.offered_rps)
 
 
 def load_from_file(path: str | Path, seed: int | None = None, duration_s: float | None = None) -> Load:

@@ -49,7 +49,7 @@ class EvalContext:
     @property
     def offered_rps(self) -> float:
         """Requests per second the load offers at scale 1 (all models)."""
-        return len(self.load.base) / max(self.load.duration_s, 1e-12)
+        return self.load.offered_rps
 
     def summary(self, params: Params, scale: float) -> dict:
         config = self.space.config(params)

@@ -4,6 +4,9 @@ observed and appended to the checkpoint as soon as it is known.
 Batches have a fixed size (not the number of workers), and results are observed in proposal order, so the local and
 the Ray executor reach the same observations. ``max_evals`` counts observations including resumed ones, so a resumed
 search stops where the uninterrupted one would have.
+
+On a long load the search may run on a *screen* of it (``tune.load.screen``) and :func:`confirm` then simulates the
+best screened candidates on the whole load: every reported figure of a confirmed candidate is the whole load's.
 """
 
 from __future__ import annotations
@@ -49,8 +52,11 @@ class SearchResult:
         self.rank()
 
     def rank(self) -> None:
-        self.ranked = sorted(self.observations, key=lambda o: rank_key(o["result"], o["key"], self.objective,
-                                                                      self.max_gpus))
+        """Best first; candidates known only from a screen (``"screened": True``) after every confirmed one."""
+        self.ranked = sorted(self.observations, key=lambda o: (o.get("screened", False), self.rank_key(o)))
+
+    def rank_key(self, obs: dict) -> tuple:
+        return rank_key(obs["result"], obs["key"], self.objective, self.max_gpus)
 
     @property
     def best(self) -> dict | None:
@@ -124,3 +130,44 @@ def run_search(ctx: EvalContext, executor: Executor, settings: SearchSettings = 
                 on_observation(obs, len(observations))
     return SearchResult(observations, choice, objective, max_gpus, resumed=resumed,
                         evaluated=len(observations) - resumed, stopped=stopped, wall_s=time.perf_counter() - t0)
+
+
+def confirm(ctx: EvalContext, executor: Executor, screened: SearchResult, finalists: int, *,
+            checkpoint: Checkpoint | None = None, restart: bool = False,
+            on_observation: Callable[[dict, int], None] | None = None) -> SearchResult:
+    """Simulate the best of ``screened`` (a search on a screen of ``ctx.load``) on the whole load, ``finalists`` at a
+    time in the screen's order, until the best confirmed candidate ranks ahead of the next one's screen result.
+
+    The result's observations: the confirmed candidates with their whole-load results, then the others with their
+    screen results marked ``"screened": True`` (``SearchResult.rank`` puts those last). Resumable from
+    ``checkpoint`` like :func:`run_search`. The rule trusts a screen not to rank a candidate far below its whole-load
+    result; it prunes only candidates ranked behind a confirmed one.
+    """
+    t0 = time.perf_counter()
+    done = {} if checkpoint is None or restart else {row["key"]: row["result"] for row in checkpoint.load()}
+    if checkpoint is not None:
+        checkpoint.start(fresh=restart)
+    queue = list(screened.ranked)
+    confirmed: list[dict] = []
+    evaluated = 0
+    while queue and (not confirmed or screened.rank_key(min(confirmed, key=screened.rank_key)) >
+                     screened.rank_key(queue[0])):
+        batch, queue = queue[:max(finalists, 1)], queue[max(finalists, 1):]
+        todo = [obs["params"] for obs in batch if obs["key"] not in done]
+        for params, result in zip(todo, executor.imap(evaluate, ctx, todo)):
+            key = ctx.space.key(params)
+            done[key] = result
+            evaluated += 1
+            if checkpoint is not None:
+                checkpoint.append(key, params, result)
+        for obs in batch:
+            result = done[obs["key"]]
+            confirmed.append({"key": obs["key"], "params": obs["params"], "result": result,
+                              "value": value(result, screened.objective, screened.max_gpus),
+                              "screen_result": obs["result"]})
+            if on_observation is not None:
+                on_observation(confirmed[-1], len(confirmed))
+    others = [dict(obs, screened=True) for obs in queue]
+    return SearchResult(confirmed + others, screened.choice, screened.objective, screened.max_gpus,
+                        resumed=len(confirmed) - evaluated, evaluated=evaluated, stopped="confirmed",
+                        wall_s=time.perf_counter() - t0)
