@@ -752,6 +752,19 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     assert Observation.from_json(tail.to_json()) == tail
 
 
+def test_a_wait_for_a_core_is_fitted_on_the_runs_that_do_not_outnumber_the_cores():
+    """On 2 cores: a model alone with 2 clients and a pair with one each are kept; all four models with 2 clients
+    each (8 threads queueing for 2 cores) are not. With only such runs, all are kept."""
+    from serving_bench.sim.interference import Observation, tail_runs
+
+    profile = _demand_profile({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0})
+    def run(clients):
+        return Observation("cpu", {m: ModelServing(m) for m in clients}, clients, {m: 100.0 for m in clients})
+    alone, pair, crowd = run({"a": 2}), run({"a": 1, "b": 1}), run({m: 2 for m in "abcd"})
+    assert tail_runs(profile, "cpu", [alone, pair, crowd]) == [alone, pair]
+    assert tail_runs(profile, "cpu", [crowd]) == [crowd]
+
+
 def test_the_engines_cold_start_curve_is_the_profiles_interpolation():
     """``state.Piecewise`` (the engine's typed copy) gives what ``distributions.interp`` gives, float for float:
     inside, at the points, beyond both ends and after an idle of inf (an instance never busy)."""

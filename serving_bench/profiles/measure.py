@@ -45,7 +45,8 @@ and the client's own jitter on a busy machine must not leak into service times:
   the second (``handoff_cpu_s``), and an idle instance takes ``pickup_s`` (Triton's queue time of a lone request)
   to take up a payload, which grows meanwhile.
 * **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
-  alone with ``calibrate`` clients, then all models together with one client each and with ``calibrate`` each —
+  alone with ``calibrate`` clients, each beside the model of the longest batch-1 service (one client each; with
+  three models or more), then all models together with one client each and with ``calibrate`` each —
   ``rounds`` times, the median answered requests per second; the device's sharing law (``law``, default
   ``pool_eff``) is fitted to them through the simulator (:mod:`serving_bench.sim.interference`) and the runs are
   kept in the profile (``calibration``).
@@ -404,6 +405,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return tuple(sorted(clients.items())), measure
 
         steps = [observe({m: calibrate}) for m in models]
+        if len(models) > 2:  # each model beside the longest, one client each: the waits behind a long execution
+            longest = max(models, key=lambda m: results[m].batches[min(results[m].batches)].mean)
+            steps += [observe({longest: 1, m: 1}) for m in models if m != longest]
         if len(models) > 1:
             steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
         done: dict = {}

@@ -166,6 +166,16 @@ def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
     return float(np.mean(errs)) if errs else 0.0
 
 
+def tail_runs(profile: Profile, device: str, observations: Sequence[Observation]) -> list[Observation]:
+    """The runs a wait for a core is fitted on: those whose clients do not outnumber the device's cores (all, if
+    none). With more clients than cores every thread queues for one, a tail that sharing the cores already gives on
+    average and that the wait behind a long execution must not be stretched to explain (fitted on those too, it
+    over-predicted an open loop's p99 at light load by up to 77 %, docs/sim.md)."""
+    cores = profile.devices[device].capacity
+    light = [obs for obs in observations if sum(obs.clients.values()) <= cores]
+    return light or list(observations)
+
+
 def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) -> tuple[float, float]:
     """Minimise ``f`` on [lo, hi] by golden-section search (``steps`` evaluations after two); (argmin, min)."""
     g = (math.sqrt(5) - 1) / 2
@@ -200,15 +210,17 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
     law: dict = {"name": name}
     if name == "soft":
         law["power"] = POWERS[-1]
-    searched = ([("eta", ETA_RANGE, error)] if name in ("pool_eff", "soft") else []) + \
-        ([("psi", PSI_RANGE, error)] if "psi" in extras else []) + \
-        ([("wait_p", WAIT_P_RANGE, tail_error), ("wait_s", WAIT_S_RANGE, tail_error)] if "wait" in extras else [])
-    law.update({k: 1.0 for k, _, objective in searched if objective is error})
+    tails = tail_runs(profile, device, observations)
+    searched = ([("eta", ETA_RANGE, error, observations)] if name in ("pool_eff", "soft") else []) + \
+        ([("psi", PSI_RANGE, error, observations)] if "psi" in extras else []) + \
+        ([("wait_p", WAIT_P_RANGE, tail_error, tails), ("wait_s", WAIT_S_RANGE, tail_error, tails)]
+         if "wait" in extras else [])
+    law.update({k: 1.0 for k, _, objective, _ in searched if objective is error})
     if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
         law.update({"wait_p": 0.05, "wait_s": 3e-3})
     for _ in range(2 if len(searched) > 1 else 1):
-        for key, bounds, objective in searched:
-            law[key], _ = _golden(lambda v: objective(with_law(profile, device, {**law, key: v}), observations),
+        for key, bounds, objective, runs in searched:
+            law[key], _ = _golden(lambda v: objective(with_law(profile, device, {**law, key: v}), runs),
                                   *bounds, steps=10 if objective is error else 7)
     err = error(with_law(profile, device, law), observations)
     if name == "soft":  # the onset's sharpness: the best of a few
