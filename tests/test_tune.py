@@ -194,3 +194,48 @@ def test_a_misleading_screen_confirms_until_the_pick_is_ahead_of_the_rest(inputs
                  (tmp_path / "screened" / "confirmed.jsonl").read_text().splitlines()[1:]]
     assert confirmed[0] == worst and len(confirmed) >= 2
     assert doc["best"]["key"] == whole["best"]["key"] != worst
+
+
+def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path):
+    """A tune killed outright (SIGKILL: no handler runs, the pool is never shut down) leaves no worker behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "tune", str(inputs["load"]), "--profile",
+                             str(inputs["profile"]), "--workers", "2", "--verify-top", "0", "--duration", "600", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def workers() -> list[int]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and "multiprocessing-fork" in (entry / "cmdline").read_text() and \
+                        (entry / "stat").read_text().split()[3] == str(proc.pid):
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+        return out
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 60
+    while len(workers()) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    spawned = workers()
+    assert len(spawned) == 2, "the tune's two workers never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    alive = spawned
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in spawned if running(pid)]
+    assert not alive, f"workers {alive} outlived their tune"

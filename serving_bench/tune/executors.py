@@ -3,7 +3,8 @@
 The search proposes a fixed-size batch, an executor evaluates it, and the results are observed in proposal order, so
 the outcome does not depend on which executor ran it, nor on how many workers (the simulator is deterministic for a
 given seed). ``local`` runs in this process, or with ``workers > 1`` in that many worker processes on this machine
-(spawned, so nothing of this process's threads is inherited; the shared object is sent to each once).
+(spawned, so nothing of this process's threads is inherited; the shared object is sent to each once; a worker
+ends itself when this process is gone, however it ended).
 ``ray`` runs each evaluation as a Ray task: on a local Ray started on this machine (``num_cpus`` workers), or on an
 existing cluster given by ``address`` (``ray://host:10001`` or ``host:6379``).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +54,21 @@ class LocalConfig:
 
 
 _WORKER_SHARED: Any = None  # a worker process's copy of the shared object (set once, by _init_worker)
+PARENT_CHECK_S = 1.0  # how often a worker looks for its parent
 
 
 def _init_worker(shared: Any) -> None:
     global _WORKER_SHARED
     _WORKER_SHARED = shared
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="exit-with-parent", daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once its parent is gone (killed without a chance to shut the pool down: SIGKILL, or SIGTERM
+    outside a handler); an orphaned worker would otherwise wait for work forever, holding its copy of the load."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
 
 
 def _worker_call(fn: Callable[[Any, Any], Any], item: Any) -> Any:
