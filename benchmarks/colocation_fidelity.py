@@ -50,7 +50,7 @@ from serving_bench.export.api import export_models, settle_after_export  # noqa:
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
-from serving_bench.profiles.measure import DEFAULT_LAW, calibration_serving, measure_profile  # noqa: E402
+from serving_bench.profiles.measure import DEFAULT_LAW, IDLE_ROUNDS, calibration_serving, measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
@@ -202,14 +202,14 @@ def held_out_case(label: str, case: str, profile: Profile, law: dict, obs: Obser
 
 def measure(quick: bool) -> dict:
     """Every measurement of the benchmark on the real server, as plain data (see :func:`evaluate`)."""
-    seconds = 2.0 if quick else 5.0
-    replay_s = 10.0 if quick else 30.0
+    seconds = 1.5 if quick else 5.0  # --quick: under 5 minutes with the export's settling and the fits
+    replay_s = 8.0 if quick else 30.0
     with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
         repo = Path(tmp) / "repo"
         served = export(repo)
         stage("solo profile (no co-located run)")
         profile = measure_profile(repo, served, Path(tmp) / "solo.json", seconds=1.0 if quick else 2.0, rounds=1,
-                                  calibrate=0, pairs=False)
+                                  calibrate=0, pairs=False, idle_rounds=1 if quick else IDLE_ROUNDS)
         configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in served}
         largest = {m: max(profile.models[m].devices["cpu"].batch_sizes) for m in served}
 

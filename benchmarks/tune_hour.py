@@ -8,8 +8,9 @@ feasibility at the load, ``--max-scale 1``) with two worker processes, and are t
 file to the written result. The SLO is p99 <= 4 ms for each model (``--slo``): tight enough that the candidates differ
 (at 50 ms, the profile's own, every candidate meets it and the pick is the first key). Besides the times: whether
 the screened pick is the exhaustive one, its place in the exhaustive ranking, and whether it is as good by the
-objective (meets the SLOs, as few instances; the exhaustive ranking breaks such ties by the candidates' keys). ``--quick``: a 10-minute slice of
-the hour, screened on the same share of its time. The ratio printed last is exhaustive / screened wall time.
+objective (meets the SLOs, as few instances; the exhaustive ranking breaks such ties by the candidates' keys).
+``--quick``: a 10-minute slice of the hour, screened on the same share of its time. The ratios printed last: screened
+/ exhaustive wall time, and its inverse (the screen's speed-up).
 
     .venv/bin/python benchmarks/tune_hour.py [--quick] [--profile results/demo/profile.json] [--repo model_repo]
 """
@@ -88,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         def side(name: str, screen):
             def run(k: int) -> dict:
                 r = tune(args, Path(tmp) / f"{name}{k}", screen, duration)
-                extra = (f", screen {r['search']['screen']['requests']:,} requests, {r['search']['screen']['confirmed']}"
-                         f" simulated on the whole load") if r["search"].get("screen") else ""
+                screened = r["search"].get("screen")
+                extra = (f", screen {screened['requests']:,} requests, {screened['confirmed']} simulated on the whole "
+                         f"load") if screened else ""
                 print(f"  trial {k + 1} {name}: {r['wall_s']:.1f} s, {r['requests']:,} requests{extra}", flush=True)
                 return r
             return run
@@ -108,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  trial {k + 1}: screened pick {'is' if same else 'is NOT'} the exhaustive pick (place "
               f"{place or '> ' + str(len(peer['top']))} of the exhaustive ranking; "
               f"{'as good by the objective' if as_good else 'WORSE by the objective'}: meets the SLOs "
-              f"{ours['best_result']['feasible']}, {ours['best_result']['instances']} instances); SLOs met by {sum(peer['feasible'].values())} of "
+              f"{ours['best_result']['feasible']}, {ours['best_result']['instances']} instances); "
+              f"SLOs met by {sum(peer['feasible'].values())} of "
               f"{len(peer['feasible'])} candidates on the whole load, {sum(ours['feasible'].values())} on the screen "
               f"(the screen's verdict right for {agree})")
     cmp = compare([figure(r["wall_s"]) for r in runs["screened"]], [figure(r["wall_s"]) for r in runs["exhaustive"]])
-    speedup = compare([figure(r["wall_s"]) for r in runs["exhaustive"]], [figure(r["wall_s"]) for r in runs["screened"]])
+    speedup = compare([figure(r["wall_s"]) for r in runs["exhaustive"]],
+                      [figure(r["wall_s"]) for r in runs["screened"]])
     data = {"load": str(LOAD.relative_to(ROOT)), "duration_s": duration, "slo": args.slo, "screen_fraction": fraction,
             "max_evals": args.max_evals, "workers": args.workers, "wall_s": cmp, "speedup": speedup,
             "agreement": agreement, "runs": runs, "target_s": TARGET_S}

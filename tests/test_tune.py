@@ -206,7 +206,8 @@ def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path):
     from pathlib import Path
 
     proc = subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "tune", str(inputs["load"]), "--profile",
-                             str(inputs["profile"]), "--workers", "2", "--verify-top", "0", "--duration", "600", "--out", str(tmp_path)],
+                             str(inputs["profile"]), "--workers", "2", "--verify-top", "0", "--duration", "600",
+                             "--out", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def workers() -> list[int]:

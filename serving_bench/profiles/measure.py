@@ -186,14 +186,15 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     colocation_batches: Sequence[int] | None = None, pairs: bool = True,
                     seconds: float = DEFAULT_SECONDS, rounds: int = DEFAULT_ROUNDS, threads: int | None = None,
                     url: str | None = None, trace: bool = False, cuda_graphs: str | None = None,
-                    calibrate: int = DEFAULT_CALIBRATION, law: str = DEFAULT_LAW,
+                    calibrate: int = DEFAULT_CALIBRATION, law: str = DEFAULT_LAW, idle_rounds: int = IDLE_ROUNDS,
                     log: Callable[[str], None] | None = None) -> Profile:
     """Measure ``models`` of ``repo`` on the embedded server (or the external one at ``url``); save to
     ``out_path``. ``calibrate``: instances per model in the co-located calibration runs the device's sharing law
     ``law`` is fitted to (0: none, processor sharing over the cores); ``colocation``: instance counts for measured
     override curves S(k) (k > 1 measured; none by default); ``colocation_batches``: batch sizes of the curves
     (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds per
-    co-located point; ``threads``: threads per instance (embedded server); ``trace``: server-side times from
+    co-located point; ``idle_rounds``: rounds of the spaced runs the cold starts are measured in; ``threads``:
+    threads per instance (embedded server); ``trace``: server-side times from
     Triton's request trace instead of the runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU
     instances with CUDA graphs (``all`` or sizes, as ``serve --cuda-graphs``). Entries whose runtime pads batches
     (CUDA graphs, TVM's tuned buckets) are measured at their padded sizes by default, and the profile records them
@@ -275,7 +276,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                                                            max(seconds / 2, 0.5))))
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
-    steps += [idle(m, g, r) for r in range(1, IDLE_ROUNDS) for m in models for g in IDLE_GAPS_S]  # later rounds
+    steps += [idle(m, g, r) for r in range(1, idle_rounds) for m in models for g in IDLE_GAPS_S]  # later rounds
     for a, b in pair_list:
         steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
     restarts = 0 if url else MAX_RESTARTS  # an external server is not ours to start again

@@ -3,8 +3,8 @@
 Searches per-model instance count, max_batch_size, queue delay, preferred batch sizes and (with ``--gpus N``) which
 models share which GPU, on the simulator at the load profile's load; checkpoints every observation to
 ``OUT/observations.jsonl`` (rerun the same command to resume); on a long load ranks the candidates on a screen of it
-first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton (embedded, or
-``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
+first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton
+(embedded, or ``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
         executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
-        max_scale=args.max_scale, screen=args.screen, finalists=args.finalists, duration_s=args.duration, verify_top=args.verify_top, url=args.url,
-        restart=args.restart)
+        max_scale=args.max_scale, screen=args.screen, finalists=args.finalists, duration_s=args.duration,
+        verify_top=args.verify_top, url=args.url, restart=args.restart)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
