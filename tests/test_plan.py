@@ -66,11 +66,23 @@ def test_plan_cli_writes_plan_and_report(plan, capsys):
     assert "report:" in out and (d / "out" / "plan.json").is_file() and (d / "out" / "report.html").is_file()
 
 
+def test_a_screened_plan_needs_the_same_devices(plan, tmp_path):
+    """Each group's search ranked on 40 % of its load's time, its best simulated on the whole load: the same plan,
+    the same configurations, and capacities that are the whole load's."""
+    doc, _ = plan
+    screened = run_plan(load_forecast(write_forecast(tmp_path, screen=0.4)), tmp_path / "out", quiet=True)
+    assert [r["gpus"] for r in screened["rows"]] == [r["gpus"] for r in doc["rows"]]
+    assert sorted(tmp_path.glob("out/groups/*.confirmed.jsonl"))
+    pick = lambda d: [(g["models"], g["config"], g["capacity_scale"]) for g in d["groups"]]  # noqa: E731
+    assert pick(screened) == pick(doc)
+
+
 @pytest.mark.parametrize("change,field", [({"growth": []}, "growth"), ({"growth": [1, -2]}, "growth"),
                                           ({"grouping": "random"}, "grouping"), ({"load": "missing.yaml"}, "load"),
                                           ({"search": {"instances": [0]}}, "search.instances"),
                                           ({"slos": {"a": {"p99": "fast"}}}, "slos.a.p99"),
-                                          ({"colour": "red"}, "colour")])
+                                          ({"colour": "red"}, "colour"), ({"screen": 0}, "screen"),
+                                          ({"screen": "half"}, "screen")])
 def test_bad_forecast_is_one_line_naming_the_field(tmp_path, change, field):
     path = write_forecast(tmp_path, **change)
     with pytest.raises(InputError) as err:

@@ -33,7 +33,7 @@ from serving_bench.tune.generators import GENERATORS, choose_generator
 from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_REQUESTS, Load, load_from_file, screen, screen_fraction
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
-from serving_bench.tune.search import SearchSettings, confirm, run_search, search_header
+from serving_bench.tune.search import DEFAULT_FINALISTS, SearchSettings, confirm, run_search, search_header
 from serving_bench.tune.slo import SLO_FORM, resolve_slos
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
 
@@ -65,7 +65,7 @@ class TuneOptions:
     seed: int | None = None
     max_scale: float = 16.0
     screen: str | float = "auto"
-    finalists: int = 2
+    finalists: int = DEFAULT_FINALISTS
     duration_s: float | None = None
     verify_top: int = 1
     url: str | None = None
@@ -103,8 +103,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"rank candidates on this fraction of the load's time first, then simulate the best on "
                              f"all of it (default auto: none up to {SCREEN_ABOVE:,} requests, else "
                              f"~{SCREEN_REQUESTS:,}; 1: no screen)")
-    parser.add_argument("--finalists", type=int, default=2,
-                        help="screened candidates simulated on the whole load at a time (default 2)")
+    parser.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS,
+                        help=f"screened candidates simulated on the whole load at a time (default {DEFAULT_FINALISTS})")
     parser.add_argument("--duration", type=float, help="override the load profile's duration (s)")
     parser.add_argument("--seed", type=int, help="load seed (default: the load profile's); also seeds the search")
     parser.add_argument("--verify-top", type=int, default=1, help="verify the best K on real Triton (0: skip)")

@@ -17,6 +17,7 @@ Forecast file (YAML; relative paths are relative to it)::
       preferred: [none]
     max_evals: 40                # configurations evaluated per model group
     seed: 1                      # optional; default: the load profile's seed
+    screen: auto                 # optional; a long load's group searches rank on a screen of it first (as tune)
 
 Method: the traffic is split into groups of models that share GPUs (``together``: one group; ``separate``: one per
 model; ``auto``: both extremes, which for two models are all the partitions). For each group the search
@@ -31,6 +32,7 @@ g / (n c), the fraction of a GPU's SLO-bound capacity the load uses.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -46,10 +48,10 @@ from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import choose_generator
-from serving_bench.tune.load import Load, load_from_file, restrict
+from serving_bench.tune.load import Load, load_from_file, restrict, screen, screen_fraction
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, describe_model
-from serving_bench.tune.search import SearchSettings, run_search, search_header
+from serving_bench.tune.search import DEFAULT_FINALISTS, SearchSettings, confirm, run_search, search_header
 from serving_bench.tune.slo import resolve_slos, slos_from_mapping
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for
 
@@ -71,6 +73,7 @@ class Forecast:
     max_evals: int = 40
     seed: int | None = None
     duration_s: float | None = None
+    screen: str | float = "auto"
 
 
 def load_forecast(path: str | Path) -> Forecast:
@@ -79,7 +82,8 @@ def load_forecast(path: str | Path) -> Forecast:
     data = read_yaml(path, "forecast")
     if not isinstance(data, dict):
         raise InputError(path, None, "expected a mapping with load, profile and growth")
-    known = {"load", "profile", "growth", "slos", "max_gpus", "grouping", "search", "max_evals", "seed", "duration_s"}
+    known = {"load", "profile", "growth", "slos", "max_gpus", "grouping", "search", "max_evals", "seed", "duration_s",
+             "screen"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise InputError(path, unknown[0], f"unknown field; expected one of {', '.join(sorted(known))}")
@@ -137,10 +141,14 @@ def load_forecast(path: str | Path) -> Forecast:
     duration = data.get("duration_s")
     if duration is not None and (not isinstance(duration, (int, float)) or duration <= 0):
         raise InputError(path, "duration_s", "expected a positive number of seconds")
+    screen_value = data.get("screen", "auto")
+    if screen_value != "auto" and (not isinstance(screen_value, (int, float)) or isinstance(screen_value, bool)
+                                   or not 0 < screen_value <= 1):
+        raise InputError(path, "screen", "expected auto or a fraction in (0, 1]")
     return Forecast(str(path), file_field("load"), profile_path, tuple(float(g) for g in growth), slos,
                     int_field("max_gpus", 64, 1), grouping, search, int_field("max_evals", 40, 1),
                     None if data.get("seed") is None else int_field("seed", 0, 0),
-                    None if duration is None else float(duration))
+                    None if duration is None else float(duration), screen_value)
 
 
 def partitions(items: list[str]):
@@ -209,14 +217,24 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
     settings = SearchSettings(seed=load.seed, max_evals=forecast.max_evals)
     choice = choose_generator("auto", space)
     name = "+".join(group)
+    fraction = screen_fraction(sub_load, forecast.screen)
+    search_ctx = ctx if fraction >= 1 else dataclasses.replace(ctx, load=screen(sub_load, fraction))
     checkpoint = Checkpoint(out / "groups" / f"{_safe(name)}.jsonl",
-                            search_header(ctx, choice, settings, file_id(forecast.profile)))
-    result = run_search(ctx, executor, settings, checkpoint=checkpoint, restart=restart, choice=choice)
+                            search_header(search_ctx, choice, settings, file_id(forecast.profile)))
+    result = searched = run_search(search_ctx, executor, settings, checkpoint=checkpoint, restart=restart,
+                                   choice=choice)
+    if search_ctx is not ctx:  # the best screened candidates on the group's whole load (tune.search.confirm)
+        confirmed = Checkpoint(out / "groups" / f"{_safe(name)}.confirmed.jsonl",
+                               dict(search_header(ctx, choice, settings, file_id(forecast.profile)), stage="confirm",
+                                    screen=checkpoint.header))
+        result = confirm(ctx, executor, result, DEFAULT_FINALISTS, checkpoint=confirmed, restart=restart)
+        log(f"  group {name}: screened on {fraction:.1%} of its load's time; the best "
+            f"{result.evaluated + result.resumed} simulated on all of it")
     best = result.best
-    log(f"  group {name}: {result.evaluated} evaluated ({result.resumed} resumed, {choice.name}); best capacity "
+    log(f"  group {name}: {searched.evaluated} evaluated ({searched.resumed} resumed, {choice.name}); best capacity "
         f"{best['result']['capacity_scale']:.3g}× of its load on one GPU")
     return GroupCapacity(group, space.config(best["params"]), best["result"]["capacity_scale"],
-                         best["result"]["capacity_capped"], result.evaluated + result.resumed, best["params"])
+                         best["result"]["capacity_capped"], searched.evaluated + searched.resumed, best["params"])
 
 
 

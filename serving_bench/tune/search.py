@@ -24,6 +24,9 @@ from serving_bench.tune.generators import GeneratorChoice, choose_generator, mak
 from serving_bench.tune.objective import EvalContext, evaluate, rank_key, value
 
 
+DEFAULT_FINALISTS = 2  # screened candidates confirmed on the whole load at a time (confirm)
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     generator: str = "auto"
