@@ -15,7 +15,9 @@ agreement = both medians within 5 %. A throughput above what the server can do a
 flight in one batch, nothing but the model's sleep: c / (2 + 0.2 min(c, 8)) ms) or below the lowest the same client
 reached at the previous, lower concurrency in this run is reported as unreliable and gives no ratio; a perf_analyzer
 point without a stable window is recorded as unstable. ``--quick`` (about 2 minutes) and the full run (about 5)
-measure the same way with shorter windows: their ratios agree within 15 %. Writes
+measure the same way with shorter windows: their ratios agree within 15 %. Beside each side's figures: the server's
+requests per executed batch during its runs (Triton's counters), which sets this model's throughput at a given
+concurrency. Writes
 ``benchmarks/results/vs_perf_analyzer[_quick]_<date>_<host>.json``.
 """
 
@@ -26,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from dataclasses import asdict
+from typing import Callable
 
 import numpy as np
 
@@ -40,6 +44,7 @@ from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer, s
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
+from serving_bench.serve.control import Control, stats_delta  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 
 MODEL = "sleep_bench"
@@ -75,6 +80,17 @@ def peer(pa, url: str, concurrency: int, measurement_s: float) -> dict:
     return {"throughput_ips": m.throughput_ips, "p50_s": m.p50_s, "p99_s": m.p99_s, "requests": m.request_count}
 
 
+def with_batching(url: str, run: Callable[[], dict]) -> dict:
+    """``run()``'s figures plus the server's requests per executed batch over it (``mean_exec_batch``: Triton's
+    counters before and after, warm-up and perf_analyzer's unstable windows included): how the side's requests fell
+    into the dynamic batcher's batches, which sets this model's throughput at a given concurrency."""
+    with Control(url) as control:
+        before = control.statistics([MODEL])
+        out = run()
+        delta = stats_delta(before, control.statistics([MODEL]))[MODEL]
+    return {**out, "mean_exec_batch": delta["mean_exec_batch"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1-second windows (about 2 minutes)")
@@ -97,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             url = server.endpoints.grpc_url
             ours(url, 2, 1.0)  # warm up
             for c in LEVELS:
-                runs = interleave(args.trials, {"perf_analyzer": lambda k, c=c: peer(pa, url, c, measurement_s),
-                                                "serving_bench": lambda k, c=c: ours(url, c, span)})
+                runs = interleave(args.trials, {
+                    "perf_analyzer": lambda k, c=c: with_batching(url, lambda: peer(pa, url, c, measurement_s)),
+                    "serving_bench": lambda k, c=c: with_batching(url, lambda: ours(url, c, span))})
                 judged = {}
                 for side, results in runs.items():
                     tput = [figure(r.get("throughput_ips"), floor=floor[side], ceiling=ceiling_ips(c),
@@ -120,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
                                                          target="1 +- 0.05"), flush=True)
                 print(f"concurrency {c}: " + ratio_line("p99 latency", row["p99"], unit="ms", target="1 +- 0.05",
                                                          digits=2), flush=True)
+                row["mean_exec_batch"] = {side: asdict(Spread.of([r["mean_exec_batch"] for r in results
+                                                                  if r.get("mean_exec_batch")]))
+                                          for side, results in runs.items()}
+                print(f"concurrency {c}: requests per executed batch, median (min..max): " + ", ".join(
+                    f"{side} {Spread(**s).text(2)}" for side, s in row["mean_exec_batch"].items()), flush=True)
     data = {"benchmark": "vs_perf_analyzer", "model": MODEL, "sleep": SLEEP, "quick": args.quick,
             "trials": args.trials, "perf_analyzer_measurement_s": measurement_s, "span_s": span,
             "perf_analyzer_stability_pct": PA_STABILITY_PCT, "perf_analyzer_max_trials": PA_MAX_TRIALS,
