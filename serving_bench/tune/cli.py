@@ -10,7 +10,6 @@ first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -30,10 +29,11 @@ from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import GENERATORS, choose_generator
-from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_REQUESTS, Load, load_from_file, screen, screen_fraction
+from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_REQUESTS, Load, load_from_file
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
-from serving_bench.tune.search import DEFAULT_FINALISTS, SearchSettings, confirm, run_search, search_header
+from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
+                                       screen_context, search_header)
 from serving_bench.tune.slo import SLO_FORM, resolve_slos
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for, parse_values
 
@@ -188,8 +188,7 @@ def run_tune(opts: TuneOptions) -> dict:
     choice = choose_generator(opts.generator, space)
     if opts.finalists < 1:
         raise InputError("--finalists", opts.finalists, "expected at least 1")
-    fraction = screen_fraction(load, opts.screen)
-    search_ctx = ctx if fraction >= 1 else dataclasses.replace(ctx, load=screen(load, fraction))
+    search_ctx, fraction = screen_context(ctx, opts.screen)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(out / "observations.jsonl",
                             search_header(search_ctx, choice, settings, file_id(opts.profile)))
@@ -202,21 +201,19 @@ def run_tune(opts: TuneOptions) -> dict:
                    f"{opts.finalists} at a time then simulated on all of it")
     planned = min(choice.space_points, opts.max_evals or choice.space_points)
     workers = opts.workers if opts.workers > 0 else cpu_cores()
-    screened = None
     with make_executor(opts.executor, workers=workers, address=opts.ray_address,
                        num_cpus=opts.ray_cpus) as executor:
         with _progress(opts, "screen" if search_ctx is not ctx else "tune", planned) as progress:
-            result = run_search(search_ctx, executor, settings, checkpoint=checkpoint, restart=opts.restart,
-                                choice=choice, on_observation=progress)
-        _log(opts, f"search: {result.evaluated} evaluated{f' ({result.resumed} resumed)' if result.resumed else ''}"
-                   f", stopped: {result.stopped}, {result.wall_s:.1f} s")
+            result = searched = run_search(search_ctx, executor, settings, checkpoint=checkpoint,
+                                           restart=opts.restart, choice=choice, on_observation=progress)
+        _log(opts, f"search: {searched.evaluated} evaluated"
+                   f"{f' ({searched.resumed} resumed)' if searched.resumed else ''}, stopped: {searched.stopped}, "
+                   f"{searched.wall_s:.1f} s")
         if search_ctx is not ctx:
-            screened = result
-            confirmed = Checkpoint(out / "confirmed.jsonl",
-                                   dict(search_header(ctx, choice, settings, file_id(opts.profile)), stage="confirm",
-                                        screen=checkpoint.header))
+            confirmed = confirm_checkpoint(out / "confirmed.jsonl", ctx, choice, settings, file_id(opts.profile),
+                                           checkpoint)
             with _progress(opts, "whole load", None) as progress:
-                result = confirm(ctx, executor, screened, opts.finalists, checkpoint=confirmed, restart=opts.restart,
+                result = confirm(ctx, executor, searched, opts.finalists, checkpoint=confirmed, restart=opts.restart,
                                  on_observation=progress)
             _log(opts, f"whole load: {result.evaluated + result.resumed} best screened candidates simulated"
                        f"{f' ({result.resumed} resumed)' if result.resumed else ''}, {result.wall_s:.1f} s")
@@ -249,10 +246,9 @@ def run_tune(opts: TuneOptions) -> dict:
         "profile": str(opts.profile), "hardware": hardware, "objective": opts.objective,
         "slos": slos, "satisfiable": result.satisfiable,
         "search": {"generator": choice.name, "reason": choice.reason, "space_points": choice.space_points,
-                   "evaluated": (screened or result).evaluated, "resumed": (screened or result).resumed,
-                   "stopped": (screened or result).stopped, "wall_s": (screened or result).wall_s,
-                   "executor": opts.executor, "space": space.describe(),
-                   "screen": None if screened is None else {
+                   "evaluated": searched.evaluated, "resumed": searched.resumed, "stopped": searched.stopped,
+                   "wall_s": searched.wall_s, "executor": opts.executor, "space": space.describe(),
+                   "screen": None if searched is result else {
                        "fraction": fraction, "requests": len(search_ctx.load.base),
                        "spans_s": search_ctx.load.base.meta["screen_spans"], "finalists": opts.finalists,
                        "confirmed": result.evaluated + result.resumed, "confirm_wall_s": result.wall_s}},

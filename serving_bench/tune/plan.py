@@ -32,7 +32,6 @@ g / (n c), the fraction of a GPU's SLO-bound capacity the load uses.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import time
@@ -48,10 +47,11 @@ from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import choose_generator
-from serving_bench.tune.load import Load, load_from_file, restrict, screen, screen_fraction
+from serving_bench.tune.load import Load, load_from_file, restrict
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, describe_model
-from serving_bench.tune.search import DEFAULT_FINALISTS, SearchSettings, confirm, run_search, search_header
+from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
+                                       screen_context, search_header)
 from serving_bench.tune.slo import resolve_slos, slos_from_mapping
 from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for
 
@@ -217,16 +217,14 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
     settings = SearchSettings(seed=load.seed, max_evals=forecast.max_evals)
     choice = choose_generator("auto", space)
     name = "+".join(group)
-    fraction = screen_fraction(sub_load, forecast.screen)
-    search_ctx = ctx if fraction >= 1 else dataclasses.replace(ctx, load=screen(sub_load, fraction))
+    search_ctx, fraction = screen_context(ctx, forecast.screen)
     checkpoint = Checkpoint(out / "groups" / f"{_safe(name)}.jsonl",
                             search_header(search_ctx, choice, settings, file_id(forecast.profile)))
     result = searched = run_search(search_ctx, executor, settings, checkpoint=checkpoint, restart=restart,
                                    choice=choice)
     if search_ctx is not ctx:  # the best screened candidates on the group's whole load (tune.search.confirm)
-        confirmed = Checkpoint(out / "groups" / f"{_safe(name)}.confirmed.jsonl",
-                               dict(search_header(ctx, choice, settings, file_id(forecast.profile)), stage="confirm",
-                                    screen=checkpoint.header))
+        confirmed = confirm_checkpoint(out / "groups" / f"{_safe(name)}.confirmed.jsonl", ctx, choice, settings,
+                                       file_id(forecast.profile), checkpoint)
         result = confirm(ctx, executor, result, DEFAULT_FINALISTS, checkpoint=confirmed, restart=restart)
         log(f"  group {name}: screened on {fraction:.1%} of its load's time; the best "
             f"{result.evaluated + result.resumed} simulated on all of it")
@@ -286,7 +284,7 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
         key = (total, -headroom)
         if best is None or key < best[0]:
             best = (key, groups)
-    offered = len(load.base) / max(load.duration_s, 1e-12) * g
+    offered = load.offered_rps * g
     if best is None:
         return {"growth": g, "gpus": None, "offered_rps": offered, "headroom": None, "utilisation": None, "unit": "GPU",
                 "layout": f"not possible within {forecast.max_gpus} GPUs", "groups": []}

@@ -11,9 +11,11 @@ best screened candidates on the whole load: every reported figure of a confirmed
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -21,6 +23,7 @@ import numpy as np
 from serving_bench.tune.checkpoint import Checkpoint
 from serving_bench.tune.executors import Executor
 from serving_bench.tune.generators import GeneratorChoice, choose_generator, make_generator
+from serving_bench.tune.load import screen, screen_fraction
 from serving_bench.tune.objective import EvalContext, evaluate, rank_key, value
 
 
@@ -133,6 +136,20 @@ def run_search(ctx: EvalContext, executor: Executor, settings: SearchSettings = 
                 on_observation(obs, len(observations))
     return SearchResult(observations, choice, objective, max_gpus, resumed=resumed,
                         evaluated=len(observations) - resumed, stopped=stopped, wall_s=time.perf_counter() - t0)
+
+
+def screen_context(ctx: EvalContext, asked: str | float = "auto") -> tuple[EvalContext, float]:
+    """(the context a search runs in, the fraction of the load's time it sees): ``ctx`` on a screen of its load when
+    ``asked`` calls for one (``tune.load.screen_fraction``), else ``ctx`` itself and 1."""
+    fraction = screen_fraction(ctx.load, asked)
+    return (ctx, 1.0) if fraction >= 1 else (dataclasses.replace(ctx, load=screen(ctx.load, fraction)), fraction)
+
+
+def confirm_checkpoint(path: str | Path, ctx: EvalContext, choice: GeneratorChoice, settings: SearchSettings,
+                       profile_id: str, screened: Checkpoint) -> Checkpoint:
+    """The checkpoint of :func:`confirm` on ``ctx``'s whole load after the search checkpointed in ``screened``."""
+    return Checkpoint(path, dict(search_header(ctx, choice, settings, profile_id), stage="confirm",
+                                 screen=screened.header))
 
 
 def confirm(ctx: EvalContext, executor: Executor, screened: SearchResult, finalists: int, *,
