@@ -3,7 +3,8 @@
 Each subcommand lives in the package that does the work, as a module with ``configure(parser)`` and
 ``main(args) -> int``, imported only when that subcommand runs (or shows its help): ``serving-bench --help`` lists the
 commands from :data:`COMMANDS` without importing any of them, so it stays fast however much a command imports.
-Bad input (:class:`InputError`) prints one line and exits 2; a server failure exits 3; Ctrl-C exits 130.
+Bad input (:class:`InputError`) prints one line and exits 2; a server failure exits 3; Ctrl-C or SIGTERM exits 130,
+after the command has unwound (its servers stopped, its worker pools shut down: :func:`interrupts.sigterm_unwinds`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib
 import sys
 
 from serving_bench.errors import InputError, ServerError
+from serving_bench.interrupts import Terminated, sigterm_unwinds
 
 # subcommand -> (module, one-line help). Order is the data flow.
 COMMANDS = {
@@ -53,15 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._main(args) or 0)
+        with sigterm_unwinds():
+            return int(args._main(args) or 0)
     except InputError as err:
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
     except ServerError as err:
         print(f"server error: {err}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        print("interrupted (SIGTERM)" if isinstance(err, Terminated) else "interrupted", file=sys.stderr)
         return 130
 
 

@@ -54,3 +54,28 @@ def deferred_interrupts(on_signal: Callable[[str], None] | None = None) -> Itera
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM where nothing defers it, raised in the main thread: the program unwinds as on Ctrl-C (servers
+    stopped, worker pools shut down, checkpoints left whole) instead of dying at the line it was on."""
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Inside the block the first SIGTERM raises :class:`Terminated` in the main thread and later ones are ignored
+    while it unwinds; blocks that defer signals themselves (:func:`deferred_interrupts`) take over inside them. The
+    previous handler comes back at the end; outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(_signum, _frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -197,8 +197,10 @@ def test_a_misleading_screen_confirms_until_the_pick_is_ahead_of_the_rest(inputs
     assert doc["best"]["key"] == whole["best"]["key"] != worst
 
 
-def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path):
-    """A tune killed outright (SIGKILL: no handler runs, the pool is never shut down) leaves no worker behind."""
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path, how):
+    """A tune killed outright (SIGKILL: no handler runs, the pool is never shut down) leaves no worker behind; one
+    stopped by SIGTERM unwinds as on Ctrl-C: it says where its observations are, exits 130 and leaves none either."""
     import os
     import signal
     import subprocess
@@ -209,7 +211,7 @@ def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "tune", str(inputs["load"]), "--profile",
                              str(inputs["profile"]), "--workers", "2", "--verify-top", "0", "--duration", "600",
                              "--out", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def workers() -> list[int]:
         out = []
@@ -233,8 +235,14 @@ def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path):
         time.sleep(0.1)
     spawned = workers()
     assert len(spawned) == 2, "the tune's two workers never started"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    os.kill(proc.pid, getattr(signal, how))
+    _, stderr = proc.communicate(timeout=120)
+    if how == "SIGTERM":
+        assert proc.returncode == 130, stderr
+        assert "interrupted (SIGTERM)" in stderr and "run the same command again to resume" in stderr, stderr
+        assert (tmp_path / "observations.jsonl").exists()
+    else:
+        assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 10
     alive = spawned
     while alive and time.monotonic() < deadline:
