@@ -396,7 +396,7 @@ def main() -> int:
     if args.data and len(args.data) > 1:
         summary = sessions(args.data, laws)
         path = write_result("colocation_fidelity_sessions", {**summary, "law": DEFAULT_LAW, "data": args.data},
-                            quick=args.quick, out_dir=args.out)
+                            quick=args.quick, out_dir=args.out, timed=False)
         print(f"results: {path}")
         print("the last line: the median over the sessions of each one's worst errors")
         print(worst_line(summary["worst"]))
@@ -411,7 +411,7 @@ def main() -> int:
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": DEFAULT_LAW,
                                                 "a_simulated": batching, "fitted": fitted, "worst": worst,
                                                 "data": args.data and args.data[0]},
-                        quick=args.quick, out_dir=args.out)
+                        quick=args.quick, out_dir=args.out, timed=not args.data)
     print(f"results: {path}")
     print(worst_line(worst))
     return 0

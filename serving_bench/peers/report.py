@@ -50,11 +50,12 @@ def machine() -> dict:
 
 
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None,
-                 markdown: str | None = None) -> Path:
+                 markdown: str | None = None, timed: bool = True) -> Path:
     """Write ``data`` (plus :func:`machine`) as JSON, and ``markdown`` beside it as ``.md`` if given; returns the
     JSON path: ``NAME[_quick]_DATE_HOST.json``, or ``..._2.json``, ``_3``, ... when an earlier run of the day has it
     (a committed result is never overwritten). A run on a disturbed machine (hypervisor steal above
-    ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout."""
+    ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout, unless nothing in it was timed (``timed=False``: figures
+    computed from saved measurements, whose own files record their steal)."""
     facts = machine()
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +64,7 @@ def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | No
     while path.exists():
         path, n = out_dir / f"{stem}_{n}.json", n + 1
     atomic_write_json(path, {**facts, **data}, sort_keys=False)
-    if _STEAL.disturbed:
+    if timed and _STEAL.disturbed:
         print(f"warning: the hypervisor took {facts['steal_share']:.1%} of this machine's CPU time during the run "
               f"({facts['steal_s']:.0f} s): figures measured in it are not comparable ({path.name})")
     if markdown is not None:
