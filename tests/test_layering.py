@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": FOUNDATIONS | {"run"},
     "tune": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "profiles", "sim", "validate", "report"},
     "demo": FOUNDATIONS | {"run", "export", "serving_config", "serve", "telemetry", "tune", "report"},
-    "cli": {"errors", "interrupts"},  # subcommands are imported by name from its COMMANDS table (importlib), not statically
+    "cli": {"errors", "interrupts"},  # subcommands by name from its COMMANDS table (importlib), not statically
 }
 # (importing module, imported module) pairs allowed inside functions, with the reason
 LAZY_PROJECT = {

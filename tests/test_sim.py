@@ -752,6 +752,32 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     assert Observation.from_json(tail.to_json()) == tail
 
 
+def test_a_law_pinned_on_a_bound_of_its_range_marks_the_profile_uncertain():
+    """Runs made at a tenth of two cores' capacity (what a disturbed machine measures) are slower than any eta in
+    0.25..1.5 explains: the fit ends on the lower bound, and the profile's note says so although the mean error
+    alone stays under the warning's threshold; a fit inside the range says nothing."""
+    from serving_bench.profiles.measure import FIT_WARNING, UNCERTAIN_NOTE, fit_warning
+    from serving_bench.sim.interference import ETA_RANGE, Observation, fit, pinned, predict, with_law
+
+    def runs(eta: float) -> list:
+        truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", {"name": "pool_eff", "eta": eta})
+        out = []
+        for instances in ({"a": 2, "b": 2}, {"a": 3, "b": 1}):
+            serving = {m: ModelServing(m, instances=(("cpu", k),)) for m, k in instances.items()}
+            obs = Observation("cpu", serving, instances, {})
+            out.append(dataclasses.replace(obs, measured_rps=predict(truth, obs)))
+        return out
+
+    base = _demand_profile({"a": 1.0, "b": 1.0})
+    law, err = fit(base, "cpu", runs(0.1), "pool_eff")
+    assert law["eta"] == pytest.approx(ETA_RANGE[0], abs=0.01) and pinned(law) == {"eta": ETA_RANGE}
+    note = fit_warning(law, min(err, FIT_WARNING))
+    assert note.startswith(f"{UNCERTAIN_NOTE} with eta 0.25") and "on a bound of its range 0.25..1.5" in note
+    law, err = fit(base, "cpu", runs(0.7), "pool_eff")
+    assert not pinned(law) and fit_warning(law, err) is None
+    assert fit_warning(law, 2 * FIT_WARNING).startswith(f"{UNCERTAIN_NOTE} by 50 % on average")
+
+
 def test_a_wait_for_a_core_is_fitted_on_the_runs_that_do_not_outnumber_the_cores():
     """On 2 cores: a model alone with 2 clients and a pair with one each are kept; all four models with 2 clients
     each (8 threads queueing for 2 cores) are not. With only such runs, all are kept."""

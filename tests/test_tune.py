@@ -208,10 +208,10 @@ def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path, how):
     import time
     from pathlib import Path
 
+    log = (tmp_path / "stderr.txt").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "tune", str(inputs["load"]), "--profile",
                              str(inputs["profile"]), "--workers", "2", "--verify-top", "0", "--duration", "600",
-                             "--out", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=log)
 
     def workers() -> list[int]:
         out = []
@@ -236,11 +236,13 @@ def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path, how):
     spawned = workers()
     assert len(spawned) == 2, "the tune's two workers never started"
     os.kill(proc.pid, getattr(signal, how))
-    _, stderr = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    log.close()
     if how == "SIGTERM":
+        stderr = (tmp_path / "stderr.txt").read_text()
         assert proc.returncode == 130, stderr
         assert "interrupted (SIGTERM)" in stderr and "run the same command again to resume" in stderr, stderr
-        assert (tmp_path / "observations.jsonl").exists()
+        assert (tmp_path / "out" / "observations.jsonl").exists()
     else:
         assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 10

@@ -95,7 +95,7 @@ from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_ses
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serving_config import ModelServing, model_serving_from_config
-from serving_bench.sim.interference import Observation, tail_error, with_law
+from serving_bench.sim.interference import Observation, pinned, tail_error, with_law
 from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
@@ -461,10 +461,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         tails = (f" and p99 error of {tail_error(profile, observations) * 100:.1f} %" if "wait_p" in fitted else "")
         log(f"{observations[0].device}: sharing law {law}" + (f" ({text})" if text else "") +
             f" fits the {len(observations)} co-located runs with a mean throughput error of {err * 100:.1f} %{tails}")
-        if err > FIT_WARNING:
-            warning = (f"{UNCERTAIN_NOTE} by {err * 100:.0f} % on average (over "
-                       f"{FIT_WARNING * 100:.0f} %): predictions from this profile are uncertain; measure it again "
-                       "on a quiet machine (nothing else running)")
+        warning = fit_warning(fitted, err)
+        if warning is not None:
             log(f"warning: {warning}")
             profile = dataclasses.replace(profile, notes=profile.notes + (warning,))
     if out_path is not None:
@@ -472,9 +470,23 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     return profile
 
 
+def fit_warning(law: dict, err: float) -> str | None:
+    """The profile's note (starting :data:`UNCERTAIN_NOTE`) when its law, fitted with mean throughput error ``err``
+    on its calibration runs, misses them by more than :data:`FIT_WARNING` or sits on a bound of a parameter's range
+    (:func:`~serving_bench.sim.interference.pinned`); None when the fit is trustworthy."""
+    bounds = pinned(law)
+    if err <= FIT_WARNING and not bounds:
+        return None
+    why = (f"by {err * 100:.0f} % on average (over {FIT_WARNING * 100:.0f} %)" if err > FIT_WARNING else
+           "with " + ", ".join(f"{k} {law[k]:.3g} on a bound of its range {lo:g}..{hi:g}"
+                               for k, (lo, hi) in bounds.items()) +
+           f" (mean error {err * 100:.0f} %)")
+    return (f"{UNCERTAIN_NOTE} {why}: predictions from this profile are uncertain; measure it again on a quiet "
+            "machine (nothing else running)")
+
+
 def uncertain(profile: Profile) -> bool:
-    """Does the profile's sharing law miss its own calibration runs by more than :data:`FIT_WARNING` (its notes say
-    so)?"""
+    """Does the profile's sharing law miss its own calibration runs (:func:`fit_warning`: its notes say so)?"""
     return any(note.startswith(UNCERTAIN_NOTE) for note in profile.notes)
 
 

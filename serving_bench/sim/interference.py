@@ -25,6 +25,8 @@ from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.target import SimTarget
 
 ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
+BOUNDED = {"eta": ETA_RANGE}  # the law's throughput parameters whose fit says nothing at a bound of its range
+PINNED_SHARE = 0.01  # ... within this share of the range's width of a bound
 POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
 SIM_SECONDS = 0.5  # simulated closed-loop seconds per observation, at least
 TAIL_SECONDS = 1.0  # ... where its p99 is compared
@@ -164,6 +166,17 @@ def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
             if measured > 0:
                 errs.append(abs(math.log(max(pred.get(m, 0.0), 1e-9) / measured)))
     return float(np.mean(errs)) if errs else 0.0
+
+
+def pinned(law: Mapping) -> dict[str, tuple[float, float]]:
+    """The law's throughput parameters the fit left on a bound of their search range (name -> the range): the
+    calibration runs are slower (or faster) than any value the law allows explains them — a disturbed machine, or a
+    mechanism the law lacks — so the value is a censored guess, not a measurement."""
+    out = {}
+    for key, (lo, hi) in BOUNDED.items():
+        if key in law and min(law[key] - lo, hi - law[key]) <= PINNED_SHARE * (hi - lo):
+            out[key] = (lo, hi)
+    return out
 
 
 def tail_runs(profile: Profile, device: str, observations: Sequence[Observation]) -> list[Observation]:
