@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Callable, Iterator
+from typing import Callable, ContextManager, Iterator
 
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
@@ -62,20 +62,29 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """Inside the block the first SIGTERM raises :class:`Terminated` in the main thread and later ones are ignored
-    while it unwinds; blocks that defer signals themselves (:func:`deferred_interrupts`) take over inside them. The
-    previous handler comes back at the end; outside the main thread nothing changes."""
+def raise_on_signal(signals: tuple[int, ...], raised: Callable[[str], BaseException]) -> Iterator[None]:
+    """Inside the block the first of ``signals`` raises ``raised(name)`` (``name`` as ``"SIGTERM"``) in the main
+    thread and later ones are ignored while it unwinds; blocks that defer signals themselves
+    (:func:`deferred_interrupts`) take over inside them. The previous handlers come back at the end; outside the main
+    thread nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    fired = threading.Event()
 
-    def unwind(_signum, _frame) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated("SIGTERM")
+    def handler(signum, _frame) -> None:
+        if not fired.is_set():
+            fired.set()
+            raise raised(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, unwind)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def sigterm_unwinds() -> ContextManager[None]:
+    """SIGTERM raises :class:`Terminated` inside the block (:func:`raise_on_signal`): the entry point's default."""
+    return raise_on_signal((signal.SIGTERM,), Terminated)

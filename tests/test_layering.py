@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "export": {"errors", "files", "models"},
     "serving_config": {"errors", "export"},
     "telemetry": {"errors", "files"},
-    "serve": {"errors", "files", "export", "serving_config"},
+    "serve": {"errors", "files", "interrupts", "export", "serving_config"},
     "peers": {"errors", "files", "telemetry"},  # a result's machine facts: the hypervisor's steal
     "load": FOUNDATIONS | {"run", "export", "serving_config", "serve", "telemetry"},
     # measuring a profile fits the devices' sharing law through the simulator (sim.interference, sim.device's laws)

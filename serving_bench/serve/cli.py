@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 
+from serving_bench.interrupts import raise_on_signal
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import LOOPBACK, TritonServer, connect
 from serving_bench.serving_config import parse_instances, queue_policy_settings
@@ -39,17 +40,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 class _Stop(BaseException):
     """Raised in the main thread by the first SIGINT/SIGTERM; later signals are ignored until we have stopped."""
-
-
-def _install_signal_handlers() -> dict:
-    fired = threading.Event()
-
-    def handler(signum, frame):
-        if not fired.is_set():
-            fired.set()
-            raise _Stop(signal.Signals(signum).name)
-
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def _models_table(server, endpoints) -> list[str]:
@@ -100,8 +90,7 @@ def main(args: argparse.Namespace) -> int:
         with server:
             _print_facts(server)
         return 0
-    previous = _install_signal_handlers()
-    try:
+    with raise_on_signal((signal.SIGINT, signal.SIGTERM), _Stop):
         try:
             with server:
                 print(f"tritonserver ready (pid {server.pid}); Ctrl-C or SIGTERM stops it")
@@ -112,6 +101,3 @@ def main(args: argparse.Namespace) -> int:
         except _Stop as stop:
             print(f"{stop.args[0]}: stopped tritonserver; nothing left running", file=sys.stderr)
             return 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
