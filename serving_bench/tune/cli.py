@@ -29,7 +29,7 @@ from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import GENERATORS, choose_generator
-from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_REQUESTS, Load, load_from_file
+from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_FORM, SCREEN_REQUESTS, Load, load_from_file, screen_asked
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
 from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
@@ -114,15 +114,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _screen_arg(text: str) -> str | float:
-    if text == "auto":
-        return text
     try:
-        fraction = float(text)
+        return screen_asked(text if text == "auto" else float(text))
     except ValueError:
-        fraction = -1.0
-    if not 0 < fraction <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected auto or a fraction in (0, 1]")
-    return fraction
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {SCREEN_FORM}") from None
 
 
 def options_from_args(args: argparse.Namespace) -> TuneOptions:

@@ -182,6 +182,19 @@ class _Windowed:
         return windowed(self.build(seed), self.spans)
 
 
+SCREEN_FORM = "auto or a fraction in (0, 1]"  # what a screen may be asked as (tune --screen, a forecast's screen)
+
+
+def screen_asked(value) -> str | float:
+    """``value`` (``"auto"`` or a number, not a bool) as :func:`screen_fraction`'s ``asked``; ValueError
+    (:data:`SCREEN_FORM`) for anything else."""
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(SCREEN_FORM)
+    return float(value)
+
+
 def screen_fraction(load: Load, asked: str | float = "auto") -> float:
     """The fraction of ``load``'s time a search screens on: ``asked`` in (0, 1], or ``"auto"``: 1 (no screen) up to
     ``SCREEN_ABOVE`` requests, else what keeps about ``SCREEN_REQUESTS``."""

@@ -47,7 +47,7 @@ from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import choose_generator
-from serving_bench.tune.load import Load, load_from_file, restrict
+from serving_bench.tune.load import SCREEN_FORM, Load, load_from_file, restrict, screen_asked
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, describe_model
 from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
@@ -141,10 +141,10 @@ def load_forecast(path: str | Path) -> Forecast:
     duration = data.get("duration_s")
     if duration is not None and (not isinstance(duration, (int, float)) or duration <= 0):
         raise InputError(path, "duration_s", "expected a positive number of seconds")
-    screen_value = data.get("screen", "auto")
-    if screen_value != "auto" and (not isinstance(screen_value, (int, float)) or isinstance(screen_value, bool)
-                                   or not 0 < screen_value <= 1):
-        raise InputError(path, "screen", "expected auto or a fraction in (0, 1]")
+    try:
+        screen_value = screen_asked(data.get("screen", "auto"))
+    except ValueError:
+        raise InputError(path, "screen", f"expected {SCREEN_FORM}") from None
     return Forecast(str(path), file_field("load"), profile_path, tuple(float(g) for g in growth), slos,
                     int_field("max_gpus", 64, 1), grouping, search, int_field("max_evals", 40, 1),
                     None if data.get("seed") is None else int_field("seed", 0, 0),
