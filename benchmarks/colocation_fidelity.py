@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.peers.report import write_result  # noqa: E402
+from serving_bench.peers.report import Spread, write_result  # noqa: E402
 from serving_bench.profiles.measure import DEFAULT_LAW, IDLE_ROUNDS, calibration_serving, measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
@@ -340,9 +340,8 @@ def worst_line(worst: dict[str, dict[str, float]]) -> str:
 
 
 def spread(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
-    """``median (min..max)`` of ``values`` times ``scale``."""
-    v = np.asarray(values, dtype=float) * scale
-    return f"{np.median(v):.{digits}f} ({v.min():.{digits}f}..{v.max():.{digits}f})"
+    """``median (min..max)`` of ``values`` times ``scale`` (:class:`Spread`'s text)."""
+    return Spread.of([v * scale for v in values]).text(digits)
 
 
 def sessions(paths: list[str], laws: tuple[str, ...]) -> dict:
@@ -378,7 +377,7 @@ def sessions(paths: list[str], laws: tuple[str, ...]) -> dict:
     for side in ("full", "baseline"):
         print(f"  worst |error| of the {side} model (%): " + ", ".join(
             f"{k} {spread([r['worst'][side][k] for r in runs.values()])}" for k in TARGETS))
-    median = {side: {k: float(np.median([r["worst"][side][k] for r in runs.values()])) for k in TARGETS}
+    median = {side: {k: Spread.of([r["worst"][side][k] for r in runs.values()]).median for k in TARGETS}
               for side in ("full", "baseline")}
     return {"sessions": runs, "skipped": skipped, "worst": median}
 
