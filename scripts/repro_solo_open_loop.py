@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Reproduce how one CPU model alone in an open loop is predicted (about 2 minutes).
+
+``tiny_cnn`` on ONNX Runtime (one instance, the default threads: 2 on a 2-core host), profiled on the embedded
+tritonserver as the demo profiles (no co-located runs), then replayed with Poisson arrivals at 30 to 900 req/s on the
+real server and in the simulator with that profile; it prints measured and simulated p50 and p99 per rate.
+
+What it shows on the 2-core VM (2026-12-02, after ONNX Runtime's spinning was turned off; two runs half an hour
+apart): the p99 low at every rate (-16 ... -49 %, then -8 ... -34 %); the p50 within ~10 % up to 300 req/s, and at
+600-900 req/s -38 / -27 % in the first run, -4 / -12 % in the second. With the spinning pool of before, the first
+run's measurement gave p50 +78 / +82 % and p99 +145 / +121 % at 600 / 900 req/s. See
+docs/sim.md, "Runtimes that spin between runs".
+
+    .venv/bin/python scripts/repro_solo_open_loop.py [--seconds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
+from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.profiles.measure import calibration_serving, measure_profile  # noqa: E402
+from serving_bench.run.metrics import summarize  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
+from serving_bench.serve.server import TritonServer  # noqa: E402
+from serving_bench.serving_config import ServingConfig  # noqa: E402
+from serving_bench.sim.target import SimTarget  # noqa: E402
+from serving_bench.telemetry.cpu import StealClock  # noqa: E402
+
+MODEL = "tiny_cnn_onnxruntime"
+RATES = (30, 100, 300, 600, 900)  # req/s
+
+
+def poisson(rate: float, seconds: float) -> Schedule:
+    """One-row requests of the model at Poisson times of ``rate`` per second for ``seconds`` (seed: the rate)."""
+    rng = np.random.default_rng(int(rate))
+    t = np.cumsum(rng.exponential(1 / rate, int(rate * seconds * 1.3) + 10))
+    t = t[t < seconds]
+    n = len(t)
+    return Schedule(t, np.zeros(n, dtype=np.int32), (MODEL,), np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32),
+                    {"duration_s": seconds, "warmup_s": 1.0, "seed": int(rate)})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of each replay (s)")
+    args = parser.parse_args()
+    steal = StealClock()
+    with tempfile.TemporaryDirectory(prefix="solo-open-loop-") as tmp:
+        repo = Path(tmp) / "repo"
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        settle_after_export(time.perf_counter(), print)
+        profile = measure_profile(repo, [MODEL], Path(tmp) / "profile.json", seconds=2.0, calibrate=0, pairs=False)
+        largest = max(profile.models[MODEL].devices["cpu"].batch_sizes)
+        config = ServingConfig((calibration_serving(read_config(entry_dir(repo, MODEL) / CONFIG_NAME), "cpu", 1,
+                                                    largest),))
+        with TritonServer(repo, models=[MODEL]) as server:
+            for rate in RATES:
+                schedule = poisson(rate, args.seconds)
+                real = summarize(TritonTarget(server).run(schedule))["models"][MODEL]
+                sim = summarize(SimTarget(profile, config, seed=0).run(schedule))["models"][MODEL]
+                print(f"{rate:4d} req/s: measured p50 {real['p50_s'] * 1e3:.2f} ms, p99 {real['p99_s'] * 1e3:.2f} ms | "
+                      f"simulated p50 {sim['p50_s'] * 1e3:.2f} ms, p99 {sim['p99_s'] * 1e3:.2f} ms", flush=True)
+    print(f"the hypervisor took {steal.share():.1%} of the machine's CPU time meanwhile"
+          + (" (disturbed: these figures are not comparable)" if steal.disturbed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
