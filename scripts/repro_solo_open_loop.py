@@ -5,10 +5,9 @@
 tritonserver as the demo profiles (no co-located runs), then replayed with Poisson arrivals at 30 to 900 req/s on the
 real server and in the simulator with that profile; it prints measured and simulated p50 and p99 per rate.
 
-What it shows on the 2-core VM (2026-12-02, after ONNX Runtime's spinning was turned off; two runs half an hour
-apart): the p99 low at every rate (-16 ... -49 %, then -8 ... -34 %); the p50 within ~10 % up to 300 req/s, and at
-600-900 req/s -38 / -27 % in the first run, -4 / -12 % in the second. With the spinning pool of before, the first
-run's measurement gave p50 +78 / +82 % and p99 +145 / +121 % at 600 / 900 req/s. See
+What it shows on the 2-core VM (2026-12-02, native sender, after ONNX Runtime's spinning was turned off): every
+rate predicted too fast, p50 by 14-38 %, p99 by 38-55 %. (With the spinning pool of before, on the Python sender, the
+same measurement gave p50 +78 / +82 % and p99 +145 / +121 % at 600 / 900 req/s.) See
 docs/sim.md, "Runtimes that spin between runs".
 
     .venv/bin/python scripts/repro_solo_open_loop.py [--seconds 6]
@@ -67,9 +66,10 @@ def main() -> int:
         with TritonServer(repo, models=[MODEL]) as server:
             for rate in RATES:
                 schedule = poisson(rate, args.seconds)
-                real = summarize(TritonTarget(server).run(schedule))["models"][MODEL]
+                records = TritonTarget(server).run(schedule)
+                real = summarize(records)["models"][MODEL]
                 sim = summarize(SimTarget(profile, config, seed=0).run(schedule))["models"][MODEL]
-                print(f"{rate:4d} req/s: measured p50 {real['p50_s'] * 1e3:.2f} ms, p99 {real['p99_s'] * 1e3:.2f} ms | "
+                print(f"{rate:4d} req/s ({records.info.sender} sender): measured p50 {real['p50_s'] * 1e3:.2f} ms, p99 {real['p99_s'] * 1e3:.2f} ms | "
                       f"simulated p50 {sim['p50_s'] * 1e3:.2f} ms, p99 {sim['p99_s'] * 1e3:.2f} ms", flush=True)
     print(f"the hypervisor took {steal.share():.1%} of the machine's CPU time meanwhile"
           + (" (disturbed: these figures are not comparable)" if steal.disturbed else ""))
