@@ -70,7 +70,8 @@ def main() -> int:
                 real = summarize(records)["models"][MODEL]
                 sim = summarize(SimTarget(profile, config, seed=0).run(schedule))["models"][MODEL]
                 print(f"{rate:4d} req/s ({records.info.sender} sender): measured p50 {real['p50_s'] * 1e3:.2f} ms, "
-                      f"p99 {real['p99_s'] * 1e3:.2f} ms | simulated p50 {sim['p50_s'] * 1e3:.2f} ms, p99 {sim['p99_s'] * 1e3:.2f} ms", flush=True)
+                      f"p99 {real['p99_s'] * 1e3:.2f} ms | simulated p50 {sim['p50_s'] * 1e3:.2f} ms, "
+                      f"p99 {sim['p99_s'] * 1e3:.2f} ms", flush=True)
     print(f"the hypervisor took {steal.share():.1%} of the machine's CPU time meanwhile"
           + (" (disturbed: these figures are not comparable)" if steal.disturbed else ""))
     return 0
