@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def test_onnxruntime_threads_do_not_spin_between_runs(tiny_repo):
     """Between requests an ONNX Runtime session with a thread pool gives its cores back: with the pool's default
     spinning this process used 0.04-0.07 s of CPU in 0.2 s of idle after a run (and a served model both cores of the
     2-core VM at 30 req/s); without, ~0."""
-    import time
-
     repo, _ = tiny_repo
     spec = get_model("tiny_cnn")
     predict = load_predictor("onnxruntime", repo / "tiny_cnn_onnxruntime" / "1", spec.input_names,

@@ -36,7 +36,7 @@ def load(version_dir: Path, input_names: list[str], output_names: list[str], *, 
     if threads:
         options.intra_op_num_threads = int(threads)
         options.inter_op_num_threads = 1
-    # Its intra-op threads must not spin between runs: on a shared host (the cores of co-located models, the server's
+    # The session's threads must not spin between runs: on a shared host (the cores of co-located models, the server's
     # and the client's threads) a spinning pool took both cores of the 2-core VM at 30 req/s (2026-12-02, docs/sim.md)
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[graph_optimization_level])
