@@ -63,8 +63,7 @@ def main() -> int:
                     print(f"{variant:<16} k = {k}: {answered / args.seconds:6.0f} req/s, "
                           f"{run.cpu_s / answered * 1e3:.3f} ms of host CPU per request, "
                           f"{per_batch:.2f} requests per batch", flush=True)
-        print(f"the hypervisor took {steal.share():.1%} of the machine's CPU time meanwhile"
-              + (" (disturbed: these figures are not comparable)" if steal.disturbed else ""))
+        print(steal.sentence())
     return 0
 
 

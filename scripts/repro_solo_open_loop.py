@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
+from serving_bench.load.arrivals import poisson_times  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.profiles.measure import calibration_serving, measure_profile  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
@@ -42,9 +43,7 @@ RATES = (30, 100, 300, 600, 900)  # req/s
 
 def poisson(rate: float, seconds: float) -> Schedule:
     """One-row requests of the model at Poisson times of ``rate`` per second for ``seconds`` (seed: the rate)."""
-    rng = np.random.default_rng(int(rate))
-    t = np.cumsum(rng.exponential(1 / rate, int(rate * seconds * 1.3) + 10))
-    t = t[t < seconds]
+    t = poisson_times(rate, seconds, np.random.default_rng(int(rate)))
     n = len(t)
     return Schedule(t, np.zeros(n, dtype=np.int32), (MODEL,), np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32),
                     {"duration_s": seconds, "warmup_s": 1.0, "seed": int(rate)})
@@ -72,8 +71,7 @@ def main() -> int:
                 print(f"{rate:4d} req/s ({records.info.sender} sender): measured p50 {real['p50_s'] * 1e3:.2f} ms, "
                       f"p99 {real['p99_s'] * 1e3:.2f} ms | simulated p50 {sim['p50_s'] * 1e3:.2f} ms, "
                       f"p99 {sim['p99_s'] * 1e3:.2f} ms", flush=True)
-    print(f"the hypervisor took {steal.share():.1%} of the machine's CPU time meanwhile"
-          + (" (disturbed: these figures are not comparable)" if steal.disturbed else ""))
+    print(steal.sentence())
     return 0
 
 

@@ -146,3 +146,4 @@ def test_the_steal_clock_judges_a_disturbance_only_over_a_span_long_enough_to_co
     assert clock.share() > DISTURBED_SHARE and not clock.disturbed
     clock.started -= JUDGED_AFTER_S  # the same steal over a span long enough to judge
     assert 0.04 < clock.share() <= 0.06 and clock.disturbed
+    assert clock.sentence().startswith("the hypervisor took 5.") and clock.sentence().endswith("not comparable)")

@@ -44,6 +44,12 @@ class StealClock:
     def disturbed(self) -> bool:
         return time.monotonic() - self.started >= JUDGED_AFTER_S and self.share() > DISTURBED_SHARE
 
+    def sentence(self) -> str:
+        """One line for a script's end: the share the hypervisor took so far, and whether that makes the run's
+        figures incomparable."""
+        return (f"the hypervisor took {self.share():.1%} of the machine's CPU time meanwhile"
+                + (" (disturbed: these figures are not comparable)" if self.disturbed else ""))
+
 
 def process_tree(pid: int | None) -> list[psutil.Process]:
     """``pid`` and all its descendants that exist now (empty when ``pid`` is None or gone)."""
