@@ -20,6 +20,12 @@ on; if Model Analyzer itself exits with an error, whatever results it exported a
 is reported as failed (no ratio) while serving-bench's is still measured. Wall time counts each tool's whole search
 (serving-bench: profile + tune).
 
+serving-bench's pick is also measured by the same sweep through serving-bench's own closed loop (one sender
+process, in the same interleaved trials) and simulated by it on the profile (the same levels, windows and criterion):
+the simulator's error is printed against both measurements, with each client's CPU (cores) at its best level. The
+profile is measured through serving-bench's sender, so on a host where the client shares the cores the simulator
+models that client; perf_analyzer's costs more CPU per request, so it measures less on a CPU-bound model.
+
 Each search runs once (Model Analyzer's takes 15 minutes in full); the measurement of the two picks is repeated
 ``--trials`` times (default 3), interleaved (Model Analyzer's, ours; ours, Model Analyzer's; ...), and the throughput
 ratio is printed last as the median with its range over the trials. A measurement of Model Analyzer's pick below
@@ -38,18 +44,26 @@ import argparse
 import contextlib
 import csv
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.peers.perf_analyzer import PeerMissing, Unstable, find_perf_analyzer  # noqa: E402
+from serving_bench.run.metrics import summarize  # noqa: E402
+from serving_bench.run.schedule import Schedule  # noqa: E402
+from serving_bench.run.target import ClosedLoop  # noqa: E402
 
 PEERS = ROOT / ".venv-peers"
 PEER_PACKAGES = ["triton-model-analyzer==1.58.0", "tritonclient[all]==2.50.0", "nvidia-cuda-runtime-cu12"]
@@ -58,6 +72,7 @@ SPACE = {True: {"instances": (1, 2), "batch_sizes": (1, 2, 4), "concurrency": (1
          False: {"instances": (1, 2, 3, 4), "batch_sizes": (1, 2, 4, 8, 16, 32), "concurrency": (1, 2, 4, 8, 16, 32),
                  "measurement_s": 2.0}}
 PA_STABILITY_PCT, PA_MAX_TRIALS = 20.0, 6
+OWN_SENDER = "serving_bench_sender"  # serving-bench's pick measured through serving-bench's own closed loop
 IMPLAUSIBLE_SHORTFALL = 0.5  # a pick measured below half of what its own search measured for it is not noise
 
 
@@ -226,25 +241,57 @@ def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: 
 
 
 # -- the common measurement ------------------------------------------------------------------------------------------
-def sweep(pa, url: str, model: str, p99_ms: float, quick: bool, label: str) -> dict:
-    """perf_analyzer concurrency sweep against the server at ``url``; best throughput within the p99 budget. A level
-    without a stable window (or where perf_analyzer fails) is recorded with its message; the sweep goes on."""
+def sweep(level: Callable[[int], tuple[float, float]], p99_ms: float, quick: bool, label: str) -> dict:
+    """A concurrency sweep (``SPACE[quick]["concurrency"]``), one criterion for every side: ``level(c)`` gives the
+    throughput (infer/s) and p99 (ms) at concurrency ``c``; the best is the highest throughput whose p99 is within
+    the budget. A level without a stable window (:class:`Unstable`) or that fails is recorded with its message, and
+    the sweep goes on. Each row also holds the client's CPU over the level (cores: the ended child processes'
+    CPU seconds over its wall time; perf_analyzer's includes its start and unstable windows)."""
     rows = []
     for c in SPACE[quick]["concurrency"]:
+        cpu0, t0 = _children_cpu_s(), time.perf_counter()
         try:
-            m = pa.measure(model, url, concurrency=c, async_mode=False, measurement_s=SPACE[quick]["measurement_s"],
-                           stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
-            rows.append({"concurrency": c, "throughput": m.throughput_ips, "p99_ms": m.p99_s * 1e3})
+            throughput, p99 = level(c)
+            rows.append({"concurrency": c, "throughput": throughput, "p99_ms": p99,
+                         "client_cores": (_children_cpu_s() - cpu0) / (time.perf_counter() - t0)})
         except Unstable as err:
             rows.append({"concurrency": c, "unstable": str(err)})
         except RuntimeError as err:
             rows.append({"concurrency": c, "error": str(err)})
     ok = [r for r in rows if "throughput" in r and r["p99_ms"] <= p99_ms]
     best = max(ok, key=lambda r: r["throughput"]) if ok else None
-    log(f"measured {label}: " + ", ".join(
+    log(f"{label}: " + ", ".join(
         f"c={r['concurrency']}: {r['throughput']:.0f}/s p99 {r['p99_ms']:.1f} ms" if "throughput" in r else
         f"c={r['concurrency']}: {'unstable' if 'unstable' in r else 'failed'}" for r in rows))
     return {"rows": rows, "best": best}
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def perf_analyzer_level(pa, url: str, model: str, quick: bool) -> Callable[[int], tuple[float, float]]:
+    """perf_analyzer at one concurrency (synchronous mode, as Model Analyzer runs it)."""
+    def level(c: int) -> tuple[float, float]:
+        m = pa.measure(model, url, concurrency=c, async_mode=False, measurement_s=SPACE[quick]["measurement_s"],
+                       stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
+        return m.throughput_ips, m.p99_s * 1e3
+    return level
+
+
+def closed_loop_level(target, model: str, quick: bool) -> Callable[[int], tuple[float, float]]:
+    """serving-bench's closed loop at one concurrency on ``target`` (the real server through our sender, or the
+    simulator): three of perf_analyzer's windows after a warm-up of a tenth of that, summarized one way for both."""
+    def level(c: int) -> tuple[float, float]:
+        span = 3 * SPACE[quick]["measurement_s"]
+        warm, n = 0.1 * span, 400_000
+        schedule = Schedule(np.zeros(n), np.zeros(n, dtype=np.int32), (model,), np.zeros(n, dtype=np.int32),
+                            np.ones(n, dtype=np.int32), {"duration_s": warm + span, "warmup_s": warm,
+                                                         "cooldown_s": 0.0})
+        overall = summarize(target.run(schedule, ClosedLoop(c, warm + span)))["overall"]
+        return overall["throughput_ips"], overall["service_p99_s"] * 1e3
+    return level
 
 
 def table(args, ma: dict, ma_serving, sb: dict, cmp: dict, wall_ratio: float | None) -> str:
@@ -268,6 +315,38 @@ def table(args, ma: dict, ma_serving, sb: dict, cmp: dict, wall_ratio: float | N
         f"Throughput ratio (serving-bench / MA): {_spread(ratio, 2)} over {ratio['n']} trials (target >= 1.0); "
         f"wall-time ratio: {'none' if wall_ratio is None else f'{wall_ratio:.3f}'} (one search each; target <= 0.1)."
         + (f" Model Analyzer: {ma['error']}." if ma.get("error") else "")])
+
+
+def prediction(simulated: dict, measured: dict[str, list[dict]], capacity_rps: float) -> dict:
+    """The simulator's figure for serving-bench's pick against each measurement of it by the same sweep: per client
+    (``measured``: its trials' sweeps) the median best throughput, the simulator's error on it, and the median client
+    CPU at the best level; ``capacity_rps`` is the tuner's own criterion (open loop, p99 within the budget)."""
+    sim = simulated["best"]["throughput"] if simulated["best"] else None
+    out = {"simulated_ips": sim, "open_loop_capacity_rps": capacity_rps}
+    for client, trials in measured.items():
+        bests = [r["best"] for r in trials if r and r.get("best")]
+        median = statistics.median(b["throughput"] for b in bests) if bests else None
+        out[client] = {"median_ips": median, "client_cores": statistics.median(b["client_cores"] for b in bests)
+                       if bests else None,
+                       "error": (sim - median) / median if sim is not None and median else None}
+    return out
+
+
+def prediction_text(predicted: dict) -> str:
+    """One paragraph: the simulated throughput of our pick against each client's measurement of it."""
+    def side(name: str, label: str) -> str:
+        d = predicted[name]
+        if d["median_ips"] is None:
+            return f"{label}: none within the budget"
+        error = "" if d["error"] is None else f", simulator {100 * d['error']:+.1f} %"
+        return f"{label} {d['median_ips']:.0f} infer/s (client {d['client_cores']:.2f} cores{error})"
+    sim = predicted["simulated_ips"]
+    return (f"Simulated throughput of serving-bench's pick by the same sweep: "
+            f"{'none within the budget' if sim is None else f'{sim:.0f} infer/s'}; measured (median of the trials) "
+            f"{side('perf_analyzer', 'through perf_analyzer')}, {side('own_sender', 'through serving-bench sender')}"
+            f". The profile was measured through serving-bench's sender: where the client shares the host's cores, "
+            f"the simulator models that client, not perf_analyzer. Open-loop capacity (the tuner's criterion: p99 within the budget): "
+            f"{predicted['open_loop_capacity_rps']:.0f} req/s.")
 
 
 def _spread(d: dict, digits: int = 0) -> str:
@@ -304,7 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         # Model Analyzer's winner as a repository: its config.pbtxt over a copy of ours
         from serving_bench.export.repository import read_config
         from serving_bench.serve.server import TritonServer
+        from serving_bench.load.driver import TritonTarget
+        from serving_bench.profiles.schema import Profile
         from serving_bench.serving_config import ServingConfig, model_serving_from_config
+        from serving_bench.sim.target import SimTarget
         from serving_bench.tune.verify import write_tuned_repo
 
         ma_serving = ma_repo = None
@@ -316,9 +398,20 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:  # one server per pick, up for all its trials
             urls = {side: stack.enter_context(TritonServer(repo, models=[args.model])).endpoints.grpc_url
                     for side, repo in picks.items() if repo is not None}
-            runs = interleave(args.trials, {side: lambda k, side=side: sweep(
-                pa, url, args.model, args.p99_ms, args.quick, f"{labels[side]} (trial {k + 1})")
-                for side, url in urls.items()}, log=log)
+            sides = {side: lambda k, side=side, url=url: sweep(
+                perf_analyzer_level(pa, url, args.model, args.quick), args.p99_ms, args.quick,
+                f"measured {labels[side]} (trial {k + 1})") for side, url in urls.items()}
+            # serving-bench's pick through our own sender too: the client its profile was measured with
+            own_sender = TritonTarget(urls["serving_bench"], senders=1)
+            sides[OWN_SENDER] = lambda k: sweep(closed_loop_level(own_sender, args.model, args.quick), args.p99_ms,
+                                                args.quick, f"measured {labels['serving_bench']} through "
+                                                f"serving-bench's sender (trial {k + 1})")
+            runs = interleave(args.trials, sides, log=log)
+        # ... and in the simulator, by the same sweep and criterion as both measurements
+        simulator = SimTarget(Profile.load(work / "sb_profile.json"),
+                              ServingConfig.from_repo(sb["tuned_repo"], [args.model]), seed=1)
+        simulated = sweep(closed_loop_level(simulator, args.model, args.quick), args.p99_ms, args.quick,
+                          f"simulated {labels['serving_bench']}")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -339,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         [figure(None, missing=f"Model Analyzer has no pick: {ma.get('error')}")] * args.trials
     cmp = compare(ours, peer)
     wall_ratio = sb["wall_s"] / ma["wall_s"] if ma["wall_s"] and ma["best"] else None
+    predicted = prediction(simulated, {"perf_analyzer": runs["serving_bench"], "own_sender": runs[OWN_SENDER]},
+                           sb["best"]["result"]["capacity_rps"])
     result = {
         "benchmark": "vs_model_analyzer", "model": args.model, "p99_budget_ms": args.p99_ms, "quick": args.quick,
         "space": SPACE[args.quick], "trials": args.trials, "perf_analyzer": pa.version(),
@@ -347,11 +442,12 @@ def main(argv: list[str] | None = None) -> int:
                            "measured": runs.get("model_analyzer")},
         "serving_bench": {"wall_s": sb["wall_s"], "profile_s": sb["profile_s"], "tune_s": sb["tune_s"],
                           "evaluated": sb["evaluated"], "config": sb["best"]["config"],
-                          "measured": runs["serving_bench"]},
+                          "measured": runs["serving_bench"], "measured_own_sender": runs[OWN_SENDER],
+                          "simulated": simulated, "prediction": predicted},
         "comparison": cmp, "throughput_ratio": cmp["ratio"]["median"], "wall_time_ratio": wall_ratio,
         "targets": {"throughput_ratio": ">= 1.0", "wall_time_ratio": "<= 0.1"},
     }
-    text = table(args, ma, ma_serving, sb, cmp, wall_ratio)
+    text = table(args, ma, ma_serving, sb, cmp, wall_ratio) + "\n\n" + prediction_text(predicted)
     print(text)
     name = "vs_model_analyzer" + ("" if args.model == "sleep_python" else f"_{args.model}")  # one file per model
     path = write_result(name, result, quick=args.quick, out_dir=args.out, markdown=text)
