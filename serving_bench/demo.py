@@ -6,7 +6,8 @@ Stages, each a call into the package that owns it (nothing here measures, simula
    (``serving_bench.export.api.export_models``);
 2. serve them co-located on real tritonserver and replay ``load_profiles/demo.yaml`` (Poisson plus a burst) against
    single models and the ensemble, with telemetry (``TritonServer``, ``TritonTarget``, ``Telemetry``), after the
-   machine settled from the export (``settle_after_export``) — once more when its sends ran late (:data:`LATE_LIMIT_S`);
+   machine settled from the export (``settle_after_export``) — once more when its sends to an entry ran late
+   (:data:`LATE_LIMIT_S`);
 3. profile the served models on the same server (``serving_bench.profiles``) — once more when the hypervisor took
    CPU time while it was measured and its law misses its own calibration runs (``telemetry.cpu.StealClock``);
 4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
@@ -51,9 +52,19 @@ ENSEMBLE = "tiny_ensemble=tiny_cnn_onnxruntime,tiny_cnn_torchscript"
 MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 
 
-# A replay whose sends ran later than this at p99 measured a busy machine (its sender could not keep the schedule):
-# the demo replays once more, as the comparison with the simulator needs the server's figures, not the machine's.
+# A replay whose sends to any entry ran later than this at p99 measured a busy or stalled machine (its sender could
+# not keep the schedule): the demo replays once more, as the comparison with the simulator needs the server's
+# figures, not the machine's. Per entry, as the validation compares each entry's p99: a half-second stall that holds
+# 0.7 % of all requests passes an overall check yet sets the p99 of every small entry (docs/sim.md, "Host stalls").
 LATE_LIMIT_S = 1e-3
+
+
+def latest_entry(summary: dict) -> tuple[str, float]:
+    """The entry whose requests were sent latest at p99 in a replay's summary (``run_summary``), and that lateness
+    (seconds; an entry without sends counts as 0)."""
+    late = {m: s.get("lateness_p99_s") or 0.0 for m, s in summary["models"].items()}
+    entry = max(late, key=late.get)
+    return entry, late[entry]
 
 
 @dataclass
@@ -151,10 +162,10 @@ class Demo:
                          f"{', '.join(server.served_models)}")
                 with Telemetry(server.endpoints.metrics_url, interval_s=0.5) as telemetry:
                     records = adapters.replay(server, self.schedule, progress=self.show_progress)
-            late = run_summary(records)["overall"]["lateness_p99_s"] or 0.0
+            entry, late = latest_entry(run_summary(records))
             if late <= LATE_LIMIT_S:
                 break
-            self.say(f"  the replay sent its requests {late * 1e3:.1f} ms late at p99 (over "
+            self.say(f"  the replay sent {entry}'s requests {late * 1e3:.1f} ms late at p99 (over "
                      f"{LATE_LIMIT_S * 1e3:.0f} ms): something else kept this machine busy, so it measured the machine"
                      + (", not the server; replaying once more" if attempt == 1 else
                         " again: the validation below compares against a disturbed replay"))
