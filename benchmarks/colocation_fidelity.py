@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.report import Spread, write_result  # noqa: E402
 from serving_bench.profiles.measure import DEFAULT_LAW, IDLE_ROUNDS, calibration_serving, measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
@@ -208,6 +209,8 @@ def measure(quick: bool) -> dict:
     """Every measurement of the benchmark on the real server, as plain data (see :func:`evaluate`)."""
     seconds = 1.5 if quick else 5.0  # --quick: under 5 minutes with the export's settling and the fits
     replay_s = 8.0 if quick else 30.0
+    sender_note = choose_sender(None)[1]
+    print(sender_note, flush=True)
     with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
         repo = Path(tmp) / "repo"
         served = export(repo)
@@ -254,7 +257,7 @@ def measure(quick: bool) -> dict:
                         "throughput": summary["models"][m]["throughput_rps"]} for m in STREAMS}}
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
-            "replays": replays, "seconds": seconds, "replay_s": replay_s}
+            "replays": replays, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
 
 
 def fit_law(profile: Profile, runs: list[Observation], law: str) -> dict:

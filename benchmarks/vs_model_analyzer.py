@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
+from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.perf_analyzer import PeerMissing, Unstable, find_perf_analyzer  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
@@ -364,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
+    sender_note = choose_sender(None)[1]
+    log(sender_note)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         pa = find_perf_analyzer()
@@ -437,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "vs_model_analyzer", "model": args.model, "p99_budget_ms": args.p99_ms, "quick": args.quick,
         "space": SPACE[args.quick], "trials": args.trials, "perf_analyzer": pa.version(),
+        "sender": sender_note,
         "model_analyzer": {**{k: ma[k] for k in ("wall_s", "measurements", "best")}, "error": ma.get("error"),
                            "config": ma_serving and (ma_serving.__dict__ | {"instances": list(ma_serving.instances)}),
                            "measured": runs.get("model_analyzer")},

@@ -40,6 +40,7 @@ from serving_bench.peers.report import (Figure, Spread, compare, figure, interle
                                         write_result)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer, span_s  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=3, help="trials per side and concurrency (default 3)")
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     args = parser.parse_args(argv)
+    sender_note = choose_sender(None)[1]
+    print(sender_note, flush=True)
     measurement_s = 1.0 if args.quick else 3.0
     span = span_s(measurement_s)
     t_start = time.perf_counter()
@@ -145,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     data = {"benchmark": "vs_perf_analyzer", "model": MODEL, "sleep": SLEEP, "quick": args.quick,
             "trials": args.trials, "perf_analyzer_measurement_s": measurement_s, "span_s": span,
             "perf_analyzer_stability_pct": PA_STABILITY_PCT, "perf_analyzer_max_trials": PA_MAX_TRIALS,
-            "perf_analyzer": pa.version(), "rows": rows, "wall_s": time.perf_counter() - t_start}
+            "perf_analyzer": pa.version(), "sender": sender_note, "rows": rows,
+            "wall_s": time.perf_counter() - t_start}
     path = write_result("vs_perf_analyzer", data, quick=args.quick, out_dir=args.out)
     print(f"wrote {path} ({data['wall_s']:.0f} s)")
 
