@@ -181,6 +181,60 @@ def test_service_dispatch_and_overhead_from_executed_batches():
     assert overhead == pytest.approx([0.00055 - 0.00034 - 0.00005])
 
 
+def _one_at_a_time(way_in, service, way_out, gap_s=0.001):
+    """A one-at-a-time run of one-row requests with the given phases (s), one request every ``gap_s`` after the
+    previous answer; Triton's compute equals the logged mean (no hop)."""
+    from serving_bench.profiles.estimators import LoopRun
+
+    sent, batches, t = [], [], 0.0
+    for d, v, o in zip(way_in, service, way_out):
+        sent.append(t)
+        batches.append((t + d, t + d + v, 1))
+        t += d + v + o + gap_s
+    sent = np.array(sent)
+    done = sent + np.asarray(way_in) + np.asarray(service) + np.asarray(way_out)
+    return LoopRun({"m": done - sent}, {"m": _compute_stats(float(np.mean(service)))}, (-1.0, t + 1.0), {"m": sent},
+                   {"m": done}, {"m": _executions(batches)})
+
+
+def test_phase_drift_of_phases_that_share_the_host_speed_or_do_not():
+    from serving_bench.profiles.estimators import DRIFT_LAGS_MS, phase_drift
+
+    # every phase proportional to one host speed that only grows over the run: a request's phases have the same
+    # ranks, so they correlate exactly 1; two services any time apart keep their order (the later one's scores
+    # are shifted, so near 1: a 50 ms lag drops the first ~35 of 200 from the later side)
+    speed = np.linspace(1.0, 2.0, 200)
+    drift = phase_drift(_one_at_a_time(1e-4 * speed, 3e-4 * speed, 2e-4 * speed), "m", 0.0)
+    assert (drift["in_service"], drift["in_out"], drift["service_out"]) == (1.0, 1.0, 1.0)
+    assert set(drift["service_by_lag_ms"]) == {f"{lag:g}" for lag in DRIFT_LAGS_MS}
+    assert min(drift["service_by_lag_ms"].values()) > 0.95
+    # independent phases and services (seeded): nothing beyond sampling noise (~0.07 for 200 pairs)
+    rng = np.random.default_rng(7)
+    drift = phase_drift(_one_at_a_time(*(rng.uniform(1e-4, 5e-4, 200) for _ in range(3))), "m", 0.0)
+    values = [drift["in_service"], drift["in_out"], drift["service_out"], *drift["service_by_lag_ms"].values()]
+    assert max(abs(v) for v in values) < 0.25
+    # too few requests to say
+    assert phase_drift(_one_at_a_time(*(np.full(20, 1e-4) for _ in range(3))), "m", 0.0) is None
+
+
+def test_profile_drift_round_trips_and_bad_drift_is_a_clear_error():
+    from tune_fixtures import profile_json
+
+    from serving_bench.errors import InputError
+    from serving_bench.profiles.schema import Profile
+
+    drift = {"in_service": 0.48, "in_out": 0.5, "service_out": 0.42,
+             "service_by_lag_ms": {"0.5": 0.57, "5": 0.24, "50": 0.02}}
+    data = profile_json({"sleep_python": (1.0, 0.1, 4)})
+    data["models"]["sleep_python"]["drift"] = drift
+    profile = Profile.from_json(data, "p.json")
+    assert profile.models["sleep_python"].drift == drift
+    assert Profile.from_json(json.loads(json.dumps(profile.to_json())), "p.json").models["sleep_python"].drift == drift
+    data["models"]["sleep_python"]["drift"] = {**drift, "in_out": 1.5}
+    with pytest.raises(InputError, match=r"p.json.*models.sleep_python.drift.in_out.*between -1 and 1"):
+        Profile.from_json(data, "p.json")
+
+
 def test_host_cpu_split_into_per_request_and_per_batch():
     """One at a time: 100 requests in 100 batches, 65 ms of host CPU of which the runner's 10 ms: 0.55 ms outside
     it per request. Batched: 100 requests in 40 batches (2.5 each), 40 ms of which the runner's 8 ms: 0.32 ms. From

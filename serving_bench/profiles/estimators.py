@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from scipy.special import ndtri
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.distributions import Dist, IdleEffect
@@ -159,6 +160,43 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
         overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
         return latency - overhead - wait_s, np.array([overhead]), None
     return latency - overhead - wait_s, None, None
+
+
+DRIFT_LAGS_MS = (0.5, 5.0, 50.0)  # the times apart at which phase_drift correlates two requests' services
+DRIFT_MINIMUM = 50  # matched requests phase_drift needs
+
+
+def normal_scores(x: np.ndarray) -> np.ndarray:
+    """Each value's rank mapped through the inverse standard normal CDF: a sample's shape without its marginal."""
+    ranks = np.argsort(np.argsort(x, kind="stable"), kind="stable")
+    return ndtri((ranks + 0.5) / len(x))
+
+
+def phase_drift(run: LoopRun, model: str, wait_s: float) -> dict | None:
+    """How the host's speed moves a request's phases together and its services in time, from a one-at-a-time run of
+    one-row requests (each matched to its batch, :func:`service_and_overhead`): the correlations of the normal
+    scores of way in and service (``in_service``), way in and way out (``in_out``), service and way out
+    (``service_out``), and of the services of two requests :data:`DRIFT_LAGS_MS` apart (``service_by_lag_ms``:
+    each request against the first whose batch started at least that much later). None with fewer than
+    :data:`DRIFT_MINIMUM` matched requests. Measured, not simulated (docs/sim.md, "The host's speed drifts")."""
+    found = matched_batches(run, model, DRIFT_MINIMUM)
+    if found is None:
+        return None
+    service, way_out, way_in = service_and_overhead(run, model, wait_s, None)
+    z_in, z_service, z_out = (normal_scores(x) for x in (way_in, service, way_out))
+
+    def corr(a: np.ndarray, b: np.ndarray) -> float:
+        return round(float(np.corrcoef(a, b)[0, 1]), 3)
+
+    start = found[1].start_s
+    by_lag = {}
+    for lag_ms in DRIFT_LAGS_MS:
+        later = np.searchsorted(start, start + lag_ms / 1e3)
+        first = np.flatnonzero(later < len(start))
+        if len(first) >= DRIFT_MINIMUM:
+            by_lag[f"{lag_ms:g}"] = corr(z_service[first], z_service[later[first]])
+    return {"in_service": corr(z_in, z_service), "in_out": corr(z_in, z_out), "service_out": corr(z_service, z_out),
+            "service_by_lag_ms": by_lag}
 
 
 def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None]:

@@ -22,6 +22,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   delays each request's arrival at the batcher by a draw. *Overhead*: the rest of the client latency, the way back
   (from the intended time, so in open-loop runs the client's own send lateness is part of it), added on the return
   path. One sample per request each (without server-side times, one constant overhead covers both).
+* **Drift** (``drift``, measured, not simulated): from the ``b = 1`` run, how the host's speed moves a request's way
+  in, service and way out together and two requests' services some milliseconds apart
+  (:func:`~serving_bench.profiles.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
 * **Cold starts** (``idle``): requests of one row sent one at a time with the instance idle ~2, 8, 32 and 64 ms
   between them (open loop, fixed spacing); the median service time, dispatch and overhead at each spacing minus those
   of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
@@ -88,8 +91,8 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
 from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, handoff_split,
-                                              idle_effect, lone_wait_s, per_request_cost, pickup_s,
-                                              service_and_overhead, thin)
+                                              idle_effect, lone_wait_s, per_request_cost, phase_drift,
+                                              pickup_s, service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
@@ -175,6 +178,7 @@ class _ModelResult:
     hop_s: float = 0.0
     handoff_cpu_s: float = 0.0
     pickup_s: float = 0.0
+    drift: dict | None = None
 
 
 def _device_of(config) -> str:
@@ -299,6 +303,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 r.demand[b] = batch_demand
             if b == sizes[m][0]:
                 r.request_demand, r.hop_s = request_demand, hop
+            if b == 1:
+                r.drift = phase_drift(runs[(m, "solo", b)], m, lone_wait_s(config, b))
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
                 f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" +
                 (f", {batch_demand:.2f} cores" if batch_demand is not None else "") + (
@@ -306,6 +312,10 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else "") +
                 (f", {request_demand:.2f} cores on the way in and out (hop {hop * 1e6:.0f} us)"
                  if b == sizes[m][0] and request_demand is not None else ""))
+        if r.drift is not None:
+            lags = ", ".join(f"{v:+.2f} {k} ms apart" for k, v in r.drift["service_by_lag_ms"].items())
+            log(f"{m}: one request's phases correlate (normal scores): in-service {r.drift['in_service']:+.2f}, "
+                f"in-out {r.drift['in_out']:+.2f}, service-out {r.drift['service_out']:+.2f}; two services {lags}")
         if (m, "gap") in runs:
             r.gap_s, count = batch_gap(runs[(m, "gap")], m)
             if count:
@@ -433,7 +443,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                            tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
                            r.idle, tuple(padded[m]), r.demand, r.hop_s, r.handoff_cpu_s, r.pickup_s)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
-                                   r.dispatch, r.request_demand)
+                                   r.dispatch, r.request_demand, r.drift)
     hosted = any(r.request_demand is not None for r in results.values())
     devices = {}
     for d in sorted({r.device for r in results.values()} | ({HOST_DEVICE} if hosted else set())):

@@ -17,6 +17,8 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
      "models": {"sleep_python": {
          "framework": "python", "precision": "fp32", "overhead": {...}?, "dispatch": {...}?,
          "request_demand": 0.9,                     # optional: host cores a request keeps busy on its way in and out
+         "drift": {"in_service": 0.48, "in_out": 0.5, "service_out": 0.42,   # optional, measured, not simulated:
+                   "service_by_lag_ms": {"0.5": 0.57, "5": 0.24, "50": 0.02}},  # estimators.phase_drift
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
              "batch_gap_s": 0.0,                    # instance busy after a batch, before it takes the next
@@ -80,6 +82,34 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
 OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s")  # the hand-off share; waiting for a core (sim.spec.CoreWait)
+
+
+DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
+
+
+def parse_drift(data: Any, source: str, where: str) -> dict:
+    """A model's ``drift`` (:func:`~serving_bench.profiles.estimators.phase_drift`): correlations between -1 and 1
+    named :data:`DRIFT_CORRELATIONS`, and ``service_by_lag_ms``, an object milliseconds -> correlation."""
+    def correlation(value: Any, at: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1.0 <= value <= 1.0:
+            raise InputError(source, at, f"expected a correlation between -1 and 1, got {value!r}")
+        return float(value)
+
+    if not isinstance(data, dict):
+        raise InputError(source, where, "expected an object of correlations")
+    out: dict = {k: correlation(data[k], f"{where}.{k}") for k in DRIFT_CORRELATIONS if k in data}
+    lags = data.get("service_by_lag_ms", {})
+    if not isinstance(lags, dict):
+        raise InputError(source, f"{where}.service_by_lag_ms", "expected an object milliseconds -> correlation")
+    for k in lags:
+        try:
+            valid = float(k) >= 0.0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise InputError(source, f"{where}.service_by_lag_ms", f"expected milliseconds >= 0 as keys, got {k!r}")
+    out["service_by_lag_ms"] = {k: correlation(v, f"{where}.service_by_lag_ms.{k}") for k, v in lags.items()}
+    return out
 
 
 def parse_law(data: Any, source: str, where: str) -> dict | None:
@@ -219,6 +249,7 @@ class ModelProfile:
     overhead: Dist | None = None
     dispatch: Dist | None = None  # time inside the server before the batcher has the request (thread hand-offs)
     request_demand: float | None = None  # host cores a request keeps busy on its way in and out
+    drift: Mapping | None = None  # how the host's speed moves its phases together (estimators.phase_drift)
 
     def to_json(self) -> dict:
         out = {"framework": self.framework, "precision": self.precision,
@@ -229,6 +260,8 @@ class ModelProfile:
             out["dispatch"] = self.dispatch.to_json()
         if self.request_demand is not None:
             out["request_demand"] = self.request_demand
+        if self.drift is not None:
+            out["drift"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in self.drift.items()}
         return out
 
 
@@ -399,8 +432,9 @@ class Profile:
             request_demand = m.get("request_demand")
             if request_demand is not None:
                 request_demand = number(request_demand, source, f"{where}.request_demand")
+            drift = parse_drift(m["drift"], source, f"{where}.drift") if m.get("drift") is not None else None
             models[name] = ModelProfile(name, str(m.get("framework", "")), str(m.get("precision", "")), per_device,
-                                        overhead, dispatch, request_demand)
+                                        overhead, dispatch, request_demand, drift)
 
         pairs = []
         for i, p in enumerate(data.get("pairs") or []):
