@@ -346,8 +346,8 @@ def prediction_text(predicted: dict) -> str:
             f"{'none within the budget' if sim is None else f'{sim:.0f} infer/s'}; measured (median of the trials) "
             f"{side('perf_analyzer', 'through perf_analyzer')}, {side('own_sender', 'through serving-bench sender')}"
             f". The profile was measured through serving-bench's sender: where the client shares the host's cores, "
-            f"the simulator models that client, not perf_analyzer. Open-loop capacity (the tuner's criterion: p99 within the budget): "
-            f"{predicted['open_loop_capacity_rps']:.0f} req/s.")
+            f"the simulator models that client, not perf_analyzer. Open-loop capacity (the tuner's criterion: p99 "
+            f"within the budget): {predicted['open_loop_capacity_rps']:.0f} req/s.")
 
 
 def _spread(d: dict, digits: int = 0) -> str:

@@ -26,23 +26,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.special import ndtri
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
-from serving_bench.profiles.estimators import matched_batches, service_and_overhead  # noqa: E402
+from serving_bench.profiles.estimators import matched_batches, normal_scores, service_and_overhead  # noqa: E402
 from serving_bench.profiles.session import open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 
 MODEL = "tiny_cnn_onnxruntime"
 LAGS_MS = (0.5, 1, 2, 5, 10, 20, 50, 100, 500)
-
-
-def normal_scores(x: np.ndarray) -> np.ndarray:
-    """Each value's rank mapped through the inverse standard normal CDF (mean 0, variance ~1)."""
-    ranks = np.argsort(np.argsort(x))
-    return ndtri((ranks + 0.5) / len(x))
 
 
 def main(argv: list[str] | None = None) -> int:
