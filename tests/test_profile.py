@@ -322,6 +322,43 @@ def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back()
     assert effect.overhead_gap_s == pytest.approx((0.001, 0.003, 0.009, 0.033))
 
 
+def test_a_cold_way_in_keeps_its_tail_beside_its_median():
+    from serving_bench.errors import InputError
+    from serving_bench.profiles.distributions import parse_idle
+    from serving_bench.profiles.estimators import LoopRun, idle_effect
+    from serving_bench.sim.workload import cold_extra
+
+    # hot: way in 0.2 ms, service 0.3 ms, way out 0.5 ms, back to back; 32 ms apart one request in five waits 2 ms
+    # more on its way in: the median way in is unchanged (extra 0) but its 90th percentile is 2 ms longer
+    runs, t = {}, 0.0
+    for key, period in {("m", "solo", 1): 0.0012, ("m", "idle", 0.032, 0): 0.033}.items():
+        t0, sent, batches, latency = t, [], [], []
+        for i in range(20):
+            way_in = 0.0022 if key[1] == "idle" and i % 5 == 0 else 0.0002
+            sent.append(t)
+            batches.append((t + way_in, t + way_in + 0.0003, 1))
+            latency.append(way_in + 0.0008)
+            t += period
+        sent, latency = np.array(sent), np.array(latency)
+        runs[key] = LoopRun({"m": latency}, {}, (t0, t), {"m": sent}, {"m": sent + latency},
+                            {"m": _executions(batches)})
+        t += 1.0
+    effect = idle_effect(runs, "m", 0.0)
+    assert effect.dispatch_extra_s == pytest.approx((0.0, 0.0), abs=1e-12)
+    assert effect.dispatch_extra_p90_s == pytest.approx((0.0, 0.002), abs=1e-12)
+    assert effect.overhead_extra_p90_s == pytest.approx((0.0, 0.0), abs=1e-12)
+    assert parse_idle(effect.to_json(), "p.json", "idle") == effect  # kept in the profile
+    # a draw at probability u: the median extra up to 0.5, the p90 extra from 0.9, linear between
+    gaps, median, p90 = (0.001, 0.033), (0.0, 0.0001), (0.0, 0.0021)
+    assert cold_extra(0.033, np.array([0.3, 0.7, 0.95]), gaps, median, p90) == pytest.approx([0.0001, 0.0011, 0.0021])
+    assert cold_extra(0.017, 0.95, gaps, median, p90) == pytest.approx(0.00105)  # halfway between the gaps
+    assert cold_extra(0.033, 0.95, gaps, median, ()) == pytest.approx(0.0001)  # no tail measured: the median
+    bad = effect.to_json()
+    bad["overhead"]["dispatch_extra_p90_s"] = [0.0]
+    with pytest.raises(InputError, match=r"idle.overhead.dispatch_extra_p90_s.*as long as gap_s"):
+        parse_idle(bad, "p.json", "idle")
+
+
 def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
     """The fit's warning note marks a profile uncertain (the demo measures it once more when its machine was
     disturbed); other notes do not."""

@@ -169,14 +169,19 @@ class IdleEffect:
     An executed batch that starts after its instance sat idle ``service_idle_s[i]`` seconds takes
     ``service_extra_s[i]`` longer than back-to-back ("hot"); a request that reaches the server
     ``overhead_gap_s[i]`` seconds after the previous request (any model) has an overhead ``overhead_extra_s[i]``
-    longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). All linear
-    between points; the first and last values hold outside."""
+    longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). Those two
+    are medians; ``overhead_extra_p90_s`` / ``dispatch_extra_p90_s`` (empty: none measured) are the same extras at
+    the 90th percentile — a cold way's tail grows more than its middle — and a draw at probability ``u`` takes the
+    median extra up to ``u = 0.5``, the p90 one from 0.9, linear between (``sim.workload.cold_extra``). All linear between
+    points; the first and last values hold outside."""
 
     service_idle_s: tuple[float, ...]
     service_extra_s: tuple[float, ...]
     overhead_gap_s: tuple[float, ...]
     overhead_extra_s: tuple[float, ...]
     dispatch_extra_s: tuple[float, ...] = ()
+    overhead_extra_p90_s: tuple[float, ...] = ()
+    dispatch_extra_p90_s: tuple[float, ...] = ()
 
     def service_extra(self, idle: float) -> float:
         return interp(idle, self.service_idle_s, self.service_extra_s)
@@ -189,6 +194,9 @@ class IdleEffect:
                "overhead": {"gap_s": list(self.overhead_gap_s), "extra_s": list(self.overhead_extra_s)}}
         if self.dispatch_extra_s:
             out["overhead"]["dispatch_extra_s"] = list(self.dispatch_extra_s)
+        for key in ("overhead_extra_p90_s", "dispatch_extra_p90_s"):
+            if getattr(self, key):
+                out["overhead"][key] = list(getattr(self, key))
         return out
 
 
@@ -218,9 +226,12 @@ def parse_idle(data: Any, source: str, where: str) -> IdleEffect:
         if any(b <= a for a, b in zip(xs, xs[1:])):
             raise InputError(source, f"{where}.{part}.{axis}", "expected strictly increasing seconds")
         parts += [xs, ys]
-    dispatch = (data.get("overhead") or {}).get("dispatch_extra_s")
-    if dispatch is not None:
-        if not isinstance(dispatch, list) or len(dispatch) != len(parts[2]):
-            raise InputError(source, f"{where}.overhead.dispatch_extra_s", "expected a list as long as gap_s")
-        parts.append(tuple(number(v, source, f"{where}.overhead.dispatch_extra_s") for v in dispatch))
-    return IdleEffect(*parts)
+    extras = {}
+    for key in ("dispatch_extra_s", "overhead_extra_p90_s", "dispatch_extra_p90_s"):
+        values = (data.get("overhead") or {}).get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list) or len(values) != len(parts[2]):
+            raise InputError(source, f"{where}.overhead.{key}", "expected a list as long as gap_s")
+        extras[key] = tuple(number(v, source, f"{where}.overhead.{key}") for v in values)
+    return IdleEffect(*parts, **extras)

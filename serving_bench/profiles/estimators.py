@@ -338,30 +338,35 @@ def idle_effect(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     medians (at least 0, and never smaller after a longer idle: a longer idle cannot make a start warmer), each the
     least over the spacing's rounds (a host busy with something else only ever inflates a round). The service's x is
     the instance's median idle time from the executed batches of the round it comes from (without them: the spacing
-    minus the hot latency); the overhead's x is the spacing. A spaced run whose instance idled less than half the
-    planned spacing (a stall on a shared machine queued its requests: it measured a backlog, not a cold start) is
-    left out."""
+    minus the hot latency); the overhead's x is the spacing. The ways in and out also get their extra at the 90th
+    percentile (:func:`way_p90s`, least over the rounds, never below the median extra). A spaced run whose instance
+    idled less than half the planned spacing (a stall on a shared machine queued its requests: it measured a
+    backlog, not a cold start) is left out."""
     hot_run = runs[(model, "solo", 1)]
     hot_service, hot_overhead, hot_dispatch, hot_idle = medians(hot_run, model, wait_s)
+    hot_tails = way_p90s(hot_run, model, wait_s)
     hot_latency = float(np.mean(hot_run.latency[model]))
     spaced = [k for k in runs if len(k) == 4 and k[0] == model and k[1] == "idle"]
     if not spaced:
         return None
     s_x, s_y = [hot_idle if hot_idle is not None else 0.0], [0.0]
-    o_x, o_y, d_y = [hot_latency], [0.0], [0.0]
+    o_x, o_y, d_y, o_y90, d_y90 = [hot_latency], [0.0], [0.0], [0.0], [0.0]
     for g in sorted({k[2] for k in spaced}):
-        rounds = [medians(runs[k], model, wait_s) for k in spaced if k[2] == g]
-        rounds = [r for r in rounds if r[3] is None or r[3] >= g / 2]
+        rounds = [(medians(runs[k], model, wait_s), way_p90s(runs[k], model, wait_s)) for k in spaced if k[2] == g]
+        rounds = [(r, t) for r, t in rounds if r[3] is None or r[3] >= g / 2]
         if not rounds:
             continue
-        service, _, _, idle = min(rounds, key=lambda r: r[0])
-        overhead, dispatch = min(r[1] for r in rounds), min(r[2] for r in rounds)
+        service, _, _, idle = min((r for r, _ in rounds), key=lambda r: r[0])
+        overhead, dispatch = min(r[1] for r, _ in rounds), min(r[2] for r, _ in rounds)
         period = g + hot_latency
         s_x.append(idle if idle is not None else max(period - hot_latency, 0.0))
         s_y.append(max(service - hot_service, 0.0))
         o_x.append(period)
         o_y.append(max(overhead - hot_overhead, 0.0))
         d_y.append(max(dispatch - hot_dispatch, 0.0))
+        if hot_tails is not None and all(t is not None for _, t in rounds):  # the tail never below the middle
+            o_y90.append(max(min(t[0] for _, t in rounds) - hot_tails[0], o_y[-1]))
+            d_y90.append(max(min(t[1] for _, t in rounds) - hot_tails[1], d_y[-1]))
 
     def monotone(xs, ys):
         order = np.argsort(xs, kind="stable")
@@ -370,7 +375,20 @@ def idle_effect(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
         return tuple(float(x) for x in xs[keep]), tuple(float(y) for y in ys[keep])
 
     (sx, sy), (ox, oy), (_, dy) = monotone(s_x, s_y), monotone(o_x, o_y), monotone(o_x, d_y)
-    return IdleEffect(sx, sy, ox, oy, dy if batches_of(hot_run, model) is not None else ())
+    logged = batches_of(hot_run, model) is not None
+    tails = {}
+    if logged and len(o_y90) == len(o_x):
+        tails = {"overhead_extra_p90_s": monotone(o_x, o_y90)[1], "dispatch_extra_p90_s": monotone(o_x, d_y90)[1]}
+    return IdleEffect(sx, sy, ox, oy, dy if logged else (), **tails)
+
+
+def way_p90s(run: LoopRun, model: str, wait_s: float) -> tuple[float, float] | None:
+    """(90th percentile of the way out, of the way in) of a one-at-a-time run, each request matched to its batch
+    (:func:`service_and_overhead`); None without logged batches."""
+    if matched_batches(run, model, 3) is None:
+        return None
+    _, way_out, way_in = service_and_overhead(run, model, wait_s, None)
+    return float(np.quantile(way_out, 0.9)), float(np.quantile(way_in, 0.9))
 
 
 def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

@@ -29,7 +29,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   between them (open loop, fixed spacing); the median service time, dispatch and overhead at each spacing minus those
   of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
   ONNX Runtime model computes twice as long after 16 ms idle as back to back). The simulator adds it per batch from
-  the instance's idle time and per request from the time since the previous request.
+  the instance's idle time and per request from the time since the previous request. The ways in and out also keep
+  their extra at the 90th percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed
+  drifts"); a draw takes the median extra up to probability 0.5 and the p90 one from 0.9.
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
   instance spends per batch beyond Triton's compute time (its thread releasing a payload and taking the next): the
   mean time from one batch's start to the next (when that one had been sent already) minus Triton's mean compute;
@@ -352,7 +354,10 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 f"{e * 1e6:.0f} us after {i * 1e3:.1f} ms idle" for i, e in zip(r.idle.service_idle_s,
                                                                               r.idle.service_extra_s)) +
                 "; overhead +" + ", +".join(f"{e * 1e6:.0f} us after a {g * 1e3:.1f} ms gap"
-                                            for g, e in zip(r.idle.overhead_gap_s, r.idle.overhead_extra_s)))
+                                            for g, e in zip(r.idle.overhead_gap_s, r.idle.overhead_extra_s)) +
+                ("; at p90 the way in +" + ", +".join(f"{e * 1e6:.0f} us" for e in r.idle.dispatch_extra_p90_s) +
+                 ", the way out +" + ", +".join(f"{e * 1e6:.0f} us" for e in r.idle.overhead_extra_p90_s)
+                 if r.idle.dispatch_extra_p90_s else ""))
 
     # -- phase 2: co-location curves -------------------------------------------------------------------------------
     if ks:

@@ -77,6 +77,17 @@ class Grid:
         return np.interp(u, self.probabilities, self.values)
 
 
+def cold_extra(gap_s, u, gaps: tuple[float, ...], median: tuple[float, ...], p90: tuple[float, ...]):
+    """A way's cold-start extra (s) after ``gap_s`` seconds since the previous request, drawn at probability ``u``
+    (arrays or scalars): the median extra up to ``u = 0.5``, the p90 extra from ``u = 0.9``, linear between (the
+    median extra everywhere when ``p90`` is empty)."""
+    extra = np.interp(gap_s, gaps, median)
+    if not p90:
+        return extra
+    weight = np.clip((np.asarray(u) - 0.5) / 0.4, 0.0, 1.0)
+    return extra + weight * (np.interp(gap_s, gaps, p90) - extra)
+
+
 class Workload:
     """One run's requests (``n`` schedule rows) and their fate, shared by both engines. ``closed``: ``(concurrency
     per stream index, duration_s)`` for a closed loop, None for open loop."""
@@ -154,7 +165,8 @@ class Workload:
         device = ms.instance_devices[0] if ms.instance_devices else None
         idle = ms.idle.get(device)
         if idle is not None and idle.dispatch_extra_s:
-            out = out + np.interp(since, idle.overhead_gap_s, idle.dispatch_extra_s)
+            out = out + cold_extra(since, self.u_dispatch[rids], idle.overhead_gap_s, idle.dispatch_extra_s,
+                                   idle.dispatch_extra_p90_s)
         pickup = ms.pickup_s.get(device, 0.0)
         return np.maximum(out - pickup, 0.0) if pickup > 0.0 else out
 
@@ -166,7 +178,8 @@ class Workload:
         out = self.overhead_grid[stream](self.u_overhead[rids])
         idle = owner.idle.get(owner.instance_devices[0]) if kind == "model" and owner.instance_devices else None
         if idle is not None:
-            out = out + np.interp(self.since_s[rids], idle.overhead_gap_s, idle.overhead_extra_s)
+            out = out + cold_extra(self.since_s[rids], self.u_overhead[rids], idle.overhead_gap_s,
+                                   idle.overhead_extra_s, idle.overhead_extra_p90_s)
         return out
 
     # -- open loop ------------------------------------------------------------------------------------------------
