@@ -172,8 +172,8 @@ class IdleEffect:
     longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). Those two
     are medians; ``overhead_extra_p90_s`` / ``dispatch_extra_p90_s`` (empty: none measured) are the same extras at
     the 90th percentile — a cold way's tail grows more than its middle — and a draw at probability ``u`` takes the
-    median extra up to ``u = 0.5``, the p90 one from 0.9, linear between (``sim.workload.cold_extra``). All linear between
-    points; the first and last values hold outside."""
+    median extra up to ``u = 0.5``, the p90 one from 0.9, linear between (``sim.workload.cold_extra``). All linear
+    between points; the first and last values hold outside."""
 
     service_idle_s: tuple[float, ...]
     service_extra_s: tuple[float, ...]
