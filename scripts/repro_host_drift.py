@@ -3,8 +3,8 @@
 
 ``tiny_cnn`` on ONNX Runtime (one instance, one thread), one closed loop of one-row requests at concurrency 1 on the
 embedded tritonserver with execution logs, each request matched to its batch as the profile matches them
-(:func:`serving_bench.profiles.estimators.service_and_overhead`): its way in (send to batch start), service and way
-out. It prints, on normal scores (each phase's ranks mapped through the inverse normal CDF, so the marginals do not
+(:func:`serving_bench.profiles.estimators.phase_drift`): its way in (send to batch start), service and way out.
+It prints, on normal scores (each phase's ranks mapped through the inverse normal CDF, so the marginals do not
 matter), the correlation of the three phases of one request, the p99 of their sum measured against the same three
 marginals drawn independently (what the simulator does today), and the correlation of the service of two requests
 as a function of the time between them: how long the host stays slow or fast.
@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
-from serving_bench.profiles.estimators import matched_batches, normal_scores, service_and_overhead  # noqa: E402
+from serving_bench.profiles.estimators import phase_drift, service_and_overhead  # noqa: E402
 from serving_bench.profiles.session import open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 
@@ -49,28 +49,22 @@ def main(argv: list[str] | None = None) -> int:
         settle_after_export(time.perf_counter(), print)
         with open_session(repo, [MODEL], 1, 1, False, None, [], print) as session:
             run = session.run({MODEL: (1, 1)}, args.seconds)
-    found = matched_batches(run, MODEL, 5)
-    if found is None:
-        print("the server logged no batches: nothing to match")
+    drift = phase_drift(run, MODEL, 0.0, LAGS_MS)
+    if drift is None:
+        print("the server logged too few batches to match")
         return 1
-    _, batches = found
     service, way_out, way_in = service_and_overhead(run, MODEL, 0.0, None)
-    z_in, z_service, z_out = (normal_scores(x) for x in (way_in, service, way_out))
     total = way_in + service + way_out
     rng = np.random.default_rng(1)
     independent = sum(np.sort(x)[rng.integers(0, len(x), 200_000)] for x in (way_in, service, way_out))
     p99, p99_independent = np.quantile(total, 0.99), np.quantile(independent, 0.99)
     print(f"{len(total)} requests over {args.seconds:g} s; one request's phases: corr(in, service) "
-          f"{np.mean(z_in * z_service):.2f}, corr(in, out) {np.mean(z_in * z_out):.2f}, corr(service, out) "
-          f"{np.mean(z_service * z_out):.2f}")
+          f"{drift['in_service']:.2f}, corr(in, out) {drift['in_out']:.2f}, corr(service, out) "
+          f"{drift['service_out']:.2f}")
     print(f"the sum of the three: p50 {np.median(total) * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ms measured; drawn "
           f"independently p99 {p99_independent * 1e3:.3f} ms ({100 * (p99_independent / p99 - 1):+.1f} %)")
-    start = batches.start_s - batches.start_s[0]
-    for lag_ms in LAGS_MS:  # each request against the first one at least lag later
-        later = np.searchsorted(start, start + lag_ms / 1e3)
-        first = np.flatnonzero(later < len(start))
-        print(f"services {lag_ms:5.1f} ms apart: correlation "
-              f"{np.corrcoef(z_service[first], z_service[later[first]])[0, 1]:+.2f}")
+    for lag, correlation in drift["service_by_lag_ms"].items():  # each request against the first one lag later
+        print(f"services {float(lag):5.1f} ms apart: correlation {correlation:+.2f}")
     print(steal.sentence())
     return 0
 

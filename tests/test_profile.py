@@ -325,7 +325,7 @@ def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back()
 def test_a_cold_way_in_keeps_its_tail_beside_its_median():
     from serving_bench.errors import InputError
     from serving_bench.profiles.distributions import parse_idle
-    from serving_bench.profiles.estimators import LoopRun, idle_effect
+    from serving_bench.profiles.estimators import LoopRun, idle_effect, way_p90s
     from serving_bench.sim.workload import cold_extra
 
     # hot: way in 0.2 ms, service 0.3 ms, way out 0.5 ms, back to back; 32 ms apart one request in five waits 2 ms
@@ -348,6 +348,10 @@ def test_a_cold_way_in_keeps_its_tail_beside_its_median():
     assert effect.dispatch_extra_p90_s == pytest.approx((0.0, 0.002), abs=1e-12)
     assert effect.overhead_extra_p90_s == pytest.approx((0.0, 0.0), abs=1e-12)
     assert parse_idle(effect.to_json(), "p.json", "idle") == effect  # kept in the profile
+    few = runs[("m", "solo", 1)]  # four matched requests are too few to match: no percentile rather than an error
+    few = LoopRun({"m": few.latency["m"][:4]}, {}, few.window, {"m": few.sent["m"][:4]}, {"m": few.done["m"][:4]},
+                  {"m": few.executions["m"].select(np.arange(4))})
+    assert way_p90s(few, "m", 0.0) is None
     # a draw at probability u: the median extra up to 0.5, the p90 extra from 0.9, linear between
     gaps, median, p90 = (0.001, 0.033), (0.0, 0.0001), (0.0, 0.0021)
     assert cold_extra(0.033, np.array([0.3, 0.7, 0.95]), gaps, median, p90) == pytest.approx([0.0001, 0.0011, 0.0021])

@@ -172,12 +172,13 @@ def normal_scores(x: np.ndarray) -> np.ndarray:
     return ndtri((ranks + 0.5) / len(x))
 
 
-def phase_drift(run: LoopRun, model: str, wait_s: float) -> dict | None:
+def phase_drift(run: LoopRun, model: str, wait_s: float, lags_ms: Sequence[float] = DRIFT_LAGS_MS) -> dict | None:
     """How the host's speed moves a request's phases together and its services in time, from a one-at-a-time run of
     one-row requests (each matched to its batch, :func:`service_and_overhead`): the correlations of the normal
     scores of way in and service (``in_service``), way in and way out (``in_out``), service and way out
-    (``service_out``), and of the services of two requests :data:`DRIFT_LAGS_MS` apart (``service_by_lag_ms``:
-    each request against the first whose batch started at least that much later). None with fewer than
+    (``service_out``), and of the services of two requests ``lags_ms`` apart (``service_by_lag_ms``: each request
+    against the first whose batch started at least that much later; a lag with fewer such pairs than
+    :data:`DRIFT_MINIMUM` is left out). None with fewer than
     :data:`DRIFT_MINIMUM` matched requests. Measured, not simulated (docs/sim.md, "The host's speed drifts")."""
     found = matched_batches(run, model, DRIFT_MINIMUM)
     if found is None:
@@ -190,7 +191,7 @@ def phase_drift(run: LoopRun, model: str, wait_s: float) -> dict | None:
 
     start = found[1].start_s
     by_lag = {}
-    for lag_ms in DRIFT_LAGS_MS:
+    for lag_ms in lags_ms:
         later = np.searchsorted(start, start + lag_ms / 1e3)
         first = np.flatnonzero(later < len(start))
         if len(first) >= DRIFT_MINIMUM:
@@ -384,10 +385,10 @@ def idle_effect(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
 
 def way_p90s(run: LoopRun, model: str, wait_s: float) -> tuple[float, float] | None:
     """(90th percentile of the way out, of the way in) of a one-at-a-time run, each request matched to its batch
-    (:func:`service_and_overhead`); None without logged batches."""
-    if matched_batches(run, model, 3) is None:
-        return None
+    (:func:`service_and_overhead`); None where it matched none (no logged batches, or too few)."""
     _, way_out, way_in = service_and_overhead(run, model, wait_s, None)
+    if way_in is None:
+        return None
     return float(np.quantile(way_out, 0.9)), float(np.quantile(way_in, 0.9))
 
 
