@@ -17,8 +17,11 @@ reached at the previous, lower concurrency in this run is reported as unreliable
 point without a stable window is recorded as unstable. ``--quick`` (about 2 minutes) and the full run (about 5)
 measure the same way with shorter windows: their ratios agree within 15 %. Beside each side's figures: the server's
 requests per executed batch during its runs (Triton's counters), which sets this model's throughput at a given
-concurrency. Writes
-``benchmarks/results/vs_perf_analyzer[_quick]_<date>_<host>.json``.
+concurrency; and per request, the server's time (receipt to response) and the time outside it (c / throughput, the
+round trip by Little's law, less the server's time): the client's own cost and the wire, where two clients of one
+server differ (2026-12-02, 2-core VM: perf_analyzer 520 / 750 / 940 us at c = 1 / 4 / 8, serving-bench 190 / 340 /
+400 us, while the server's times agreed within 6 %: the throughput ratios above 1 are perf_analyzer's heavier
+client). Writes ``benchmarks/results/vs_perf_analyzer[_quick]_<date>_<host>.json``.
 """
 
 from __future__ import annotations
@@ -81,15 +84,25 @@ def peer(pa, url: str, concurrency: int, measurement_s: float) -> dict:
     return {"throughput_ips": m.throughput_ips, "p50_s": m.p50_s, "p99_s": m.p99_s, "requests": m.request_count}
 
 
-def with_batching(url: str, run: Callable[[], dict]) -> dict:
-    """``run()``'s figures plus the server's requests per executed batch over it (``mean_exec_batch``: Triton's
-    counters before and after, warm-up and perf_analyzer's unstable windows included): how the side's requests fell
-    into the dynamic batcher's batches, which sets this model's throughput at a given concurrency."""
+def with_server_figures(url: str, run: Callable[[], dict]) -> dict:
+    """``run()``'s figures plus, from Triton's counters before and after (warm-up and perf_analyzer's unstable
+    windows included), the server's requests per executed batch (``mean_exec_batch``: how the side's requests fell
+    into the dynamic batcher's batches, which sets this model's throughput at a given concurrency) and its mean time
+    per request from receipt to response (``server_s``, s)."""
     with Control(url) as control:
         before = control.statistics([MODEL])
         out = run()
         delta = stats_delta(before, control.statistics([MODEL]))[MODEL]
-    return {**out, "mean_exec_batch": delta["mean_exec_batch"]}
+    return {**out, "mean_exec_batch": delta["mean_exec_batch"], "server_s": delta["success_mean_s"]}
+
+
+def outside_server_us(result: dict, concurrency: int) -> float | None:
+    """A trial's mean time per request outside the server (us): its round trip by Little's law (``concurrency`` /
+    throughput: every request in flight all the time in a closed loop) less the server's time per request. It is the
+    client's own cost plus the wire, the part in which two clients of the same server may differ."""
+    if not result.get("throughput_ips") or not result.get("server_s"):
+        return None
+    return 1e6 * (concurrency / result["throughput_ips"] - result["server_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             ours(url, 2, 1.0)  # warm up
             for c in LEVELS:
                 runs = interleave(args.trials, {
-                    "perf_analyzer": lambda k, c=c: with_batching(url, lambda: peer(pa, url, c, measurement_s)),
-                    "serving_bench": lambda k, c=c: with_batching(url, lambda: ours(url, c, span))})
+                    "perf_analyzer": lambda k, c=c: with_server_figures(url, lambda: peer(pa, url, c, measurement_s)),
+                    "serving_bench": lambda k, c=c: with_server_figures(url, lambda: ours(url, c, span))})
                 judged = {}
                 for side, results in runs.items():
                     tput = [figure(r.get("throughput_ips"), floor=floor[side], ceiling=ceiling_ips(c),
@@ -145,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
                                           for side, results in runs.items()}
                 print(f"concurrency {c}: requests per executed batch, median (min..max): " + ", ".join(
                     f"{side} {Spread(**s).text(2)}" for side, s in row["mean_exec_batch"].items()), flush=True)
+                for key, of in (("server_us", lambda r: 1e6 * r["server_s"] if r.get("server_s") else None),
+                                ("outside_server_us", lambda r, c=c: outside_server_us(r, c))):
+                    row[key] = {side: asdict(Spread.of([v for v in map(of, results) if v is not None]))
+                                for side, results in runs.items()}
+                print(f"concurrency {c}: per request, median (min..max) us: in the server " + ", ".join(
+                    f"{side} {Spread(**s).text(0)}" for side, s in row["server_us"].items()) + "; outside it "
+                    "(the client and the wire: c / throughput less the server's time) " + ", ".join(
+                    f"{side} {Spread(**s).text(0)}" for side, s in row["outside_server_us"].items()), flush=True)
     data = {"benchmark": "vs_perf_analyzer", "model": MODEL, "sleep": SLEEP, "quick": args.quick,
             "trials": args.trials, "perf_analyzer_measurement_s": measurement_s, "span_s": span,
             "perf_analyzer_stability_pct": PA_STABILITY_PCT, "perf_analyzer_max_trials": PA_MAX_TRIALS,
