@@ -19,8 +19,8 @@ measure the same way with shorter windows: their ratios agree within 15 %. Besid
 requests per executed batch during its runs (Triton's counters), which sets this model's throughput at a given
 concurrency; and per request, the server's time (receipt to response) and the time outside it (c / throughput, the
 round trip by Little's law, less the server's time): the client's own cost and the wire, where two clients of one
-server differ (2026-12-02, 2-core VM: perf_analyzer 520 / 750 / 940 us at c = 1 / 4 / 8, serving-bench 190 / 340 /
-400 us, while the server's times agreed within 6 %: the throughput ratios above 1 are perf_analyzer's heavier
+server differ (2026-12-02, 2-core VM: perf_analyzer 425 / 619 / 815 us at c = 1 / 4 / 8, serving-bench 162 / 288 /
+408 us, while the server's times agreed within 6 %: the throughput ratios above 1 are perf_analyzer's heavier
 client). Writes ``benchmarks/results/vs_perf_analyzer[_quick]_<date>_<host>.json``.
 """
 
