@@ -207,8 +207,8 @@ def held_out_case(label: str, case: str, profile: Profile, law: dict, obs: Obser
 
 def measure(quick: bool) -> dict:
     """Every measurement of the benchmark on the real server, as plain data (see :func:`evaluate`)."""
-    seconds = 1.5 if quick else 5.0  # --quick: under 5 minutes with the export's settling and the fits
-    replay_s = 8.0 if quick else 30.0
+    seconds = 1.2 if quick else 5.0  # --quick: under 5 minutes with the export's settling and the fits
+    replay_s = 6.0 if quick else 30.0
     sender_note = choose_sender(None)[1]
     print(sender_note, flush=True)
     with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
