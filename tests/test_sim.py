@@ -847,3 +847,89 @@ def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
     assert len(records.table) == pytest.approx(2.0 / 0.006, abs=4)
     assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
                 "--concurrency", "0"]) == 2
+
+
+# -- the host's speed drifts (sim/drift.py) -----------------------------------------------------------------------
+
+DRIFT = {"in_service": 0.48, "in_out": 0.5, "service_out": 0.42, "service_by_lag_ms": {"0.5": 0.64, "5": 0.32}}
+
+
+def test_drift_loadings_and_time_correlation_by_hand():
+    """Services 0.5 ms apart correlate by 0.64: the service's loading is sqrt(0.64) = 0.8; the ways' loadings give
+    their correlations with the service, 0.48 / 0.8 = 0.6 and 0.42 / 0.8 = 0.525. The latent's correlation: 1 at 0,
+    0.64 / 0.64 = 1 at 0.5 ms, 0.32 / 0.64 = 0.5 at 5 ms, which the fitted two exponentials pass near."""
+    from serving_bench.sim.drift import fit_drift
+
+    host, loadings = fit_drift({"m": DRIFT, "quiet": {"service_by_lag_ms": {"0.5": -0.1}}})
+    assert set(loadings) == {"m"}  # a model whose services do not correlate follows nothing
+    assert (loadings["m"].way_in, loadings["m"].service, loadings["m"].way_out) == pytest.approx((0.6, 0.8, 0.525))
+    assert host.correlation([0.0005, 0.005]) == pytest.approx([1.0, 0.5], abs=0.1)
+    assert fit_drift({}) == (None, {})
+    bad = _drifting_profile().to_json()
+    bad["devices"]["cpu"]["law"]["drift"] = 1.5
+    with pytest.raises(InputError, match=r"devices\.cpu\.law\.drift: expected a number in \(0, 1\]"):
+        Profile.from_json(bad, "p.json")
+
+
+def test_drift_latent_has_its_correlation_and_keeps_every_marginal():
+    """The latent on its grid: mean 0, variance 1, correlation r(L) at a lag (within sampling noise); a draw that
+    follows it stays uniform, and two draws at the same instant with loading 0.8 correlate by 0.64 (normal scores)."""
+    from scipy.special import ndtri
+
+    from serving_bench.sim.drift import GRID_STEP_S, HostDrift, at, follow
+
+    host = HostDrift(0.8, 0.004, 0.025)
+    z = host.latent(3)
+    assert abs(z.mean()) < 0.05 and z.var() == pytest.approx(1.0, abs=0.1)
+    lag = 10  # 5 ms
+    assert np.corrcoef(z[:-lag], z[lag:])[0, 1] == pytest.approx(float(host.correlation(lag * GRID_STEP_S)), abs=0.05)
+    assert np.array_equal(host.latent(3), z) and not np.array_equal(host.latent(4), z)
+    rng = np.random.default_rng(0)
+    t = rng.uniform(0, 60, 20000)
+    a, b = (follow(rng.random(len(t)), at(z, t), 0.8) for _ in range(2))
+    assert np.quantile(a, [0.1, 0.5, 0.9]) == pytest.approx([0.1, 0.5, 0.9], abs=0.02)
+    assert np.corrcoef(ndtri(a), ndtri(b))[0, 1] == pytest.approx(0.64, abs=0.03)
+    assert np.array_equal(follow(a, at(z, t), 0.0), a)
+
+
+def _drifting_profile(drift=DRIFT, hosted=False, share=1.0):
+    """The sleep model with a short, wide service (0.2-1 ms at batch 1, as a tiny model's) whose profile measured a
+    drift, followed at ``share`` of its loadings (the law's ``drift`` on the host)."""
+    data = (_hosted_profile(request_demand=0.5) if hosted else sleep_profile()).to_json()
+    model = data["models"]["sleep_python"]
+    model["devices"]["cpu"]["batches"] = {"1": {"samples_s": list(np.linspace(0.0002, 0.001, 41))},
+                                          "8": {"samples_s": list(np.linspace(0.0008, 0.0024, 41))}}
+    if hosted:
+        model["dispatch"] = {"samples_s": [0.0003, 0.0008, 0.002]}
+        model["overhead"] = {"samples_s": [0.0002, 0.0005, 0.003]}
+    if drift is not None:
+        model["drift"] = drift
+    data["request_device"] = "cpu"
+    data["devices"]["cpu"]["law"] = {"name": "pool", "drift": share}
+    return Profile.from_json(data, "p.json")
+
+
+def test_services_follow_the_hosts_speed_keep_their_marginal_and_queue_longer():
+    """Requests far apart (20 per second on one instance: none queues) see each service's measured distribution with
+    the drift as without it. At 0.8 load the services close in time (a dozen within the latent's 8 ms) are slow
+    together, and the queue behind a slow patch lengthens the tail: a p99 well above that of independent draws."""
+    config = one(max_batch_size=1)
+
+    def latency(profile, rate):
+        records = SimTarget(profile, config, seed=1).run(poisson(rate, 20000, seed=5)).table
+        return (records["done_s"] - records["intended_s"]).to_numpy()
+
+    sparse = latency(_drifting_profile(), 20), latency(_drifting_profile(drift=None), 20)
+    assert np.quantile(sparse[0], [0.1, 0.5, 0.9]) == pytest.approx(np.quantile(sparse[1], [0.1, 0.5, 0.9]), rel=0.03)
+    loaded = [latency(p, 0.8 / 0.0006) for p in (_drifting_profile(), _drifting_profile(drift=None),
+                                                  _drifting_profile(share=0.5))]
+    assert np.quantile(loaded[0], 0.99) > 1.2 * np.quantile(loaded[1], 0.99)
+    assert np.quantile(loaded[1], 0.99) < np.quantile(loaded[2], 0.99) < np.quantile(loaded[0], 0.99)
+    host = SimTarget(_drifting_profile(share=0.5), config).spec
+    assert host.models[0].drift.service == pytest.approx(0.4) and host.drift is not None
+
+
+def test_drift_engines_agree_open_and_closed():
+    profile = _drifting_profile(hosted=True)
+    config = one(max_batch_size=8, dynamic_batching=True, max_queue_delay_us=400, instances=(("cpu", 2),))
+    _engines_agree_open_and_closed(profile, config, poisson(400, 3000, seed=11), _Closed(6, 2.0), seed=2)

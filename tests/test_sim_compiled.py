@@ -112,6 +112,9 @@ CASES = {
     "pickup": lambda: SimTarget(T._pickup_profile(), ServingConfig((
         ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
         ModelServing("hog", max_batch_size=1))), seed=2).run(T.poisson(900, 3000, seed=4, models=("a", "hog"))),
+    **{f"drift_{mode}": (lambda mode=mode: SimTarget(T._drifting_profile(hosted=True), T.one(
+        max_batch_size=8, dynamic_batching=True, max_queue_delay_us=400, instances=(("cpu", 2),)), seed=3).run(
+        T.poisson(1500, 3000, seed=7), None if mode == "open" else T._Closed(6, 1.0))) for mode in ("open", "closed")},
 }
 
 

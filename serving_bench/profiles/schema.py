@@ -48,7 +48,9 @@ profile split that cost (``handoff_cpu_s`` measured), ``request_demand`` is only
 (its thread waking up), while which the payload still grows. A device's
 ``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
 ``psi`` scales the hand-off demands; ``wait_p`` and ``wait_s``, on the request device, are the probability and mean
-wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`).
+wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`; ``drift``,
+on the request device, in (0, 1], has the phases follow the host's speed with that share of the loadings the models'
+``drift`` figures give: :mod:`serving_bench.sim.drift`).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -81,7 +83,8 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
-OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s")  # the hand-off share; waiting for a core (sim.spec.CoreWait)
+# the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py)
+OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "drift")
 
 
 DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
@@ -115,7 +118,8 @@ def parse_drift(data: Any, source: str, where: str) -> dict:
 def parse_law(data: Any, source: str, where: str) -> dict | None:
     """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
-    demands; ``wait_p`` (at most 1) and ``wait_s``, optional, are the wait for a core)."""
+    demands; ``wait_p`` (at most 1) and ``wait_s``, optional, are the wait for a core; ``drift`` (at most 1),
+    optional, the share of the measured drift the phases follow)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
@@ -127,8 +131,9 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
         out[key] = number(data[key], source, f"{where}.{key}")
         if out[key] <= 0:
             raise InputError(source, f"{where}.{key}", "expected a number > 0")
-        if key == "wait_p" and out[key] > 1:
-            raise InputError(source, f"{where}.{key}", "expected a probability in (0, 1]")
+        if key in ("wait_p", "drift") and out[key] > 1:
+            raise InputError(source, f"{where}.{key}",
+                             "expected a probability in (0, 1]" if key == "wait_p" else "expected a number in (0, 1]")
     return out
 
 

@@ -36,6 +36,7 @@ import math
 from functools import partial
 
 from serving_bench.sim.device import Device
+from serving_bench.sim.drift import GRID_STEP_S
 from serving_bench.sim.spec import SimSpec
 from serving_bench.sim.state import PAYLOAD_STATES, Clock, ModelState, Payload
 
@@ -44,6 +45,7 @@ EPS_S = 1e-9  # clock comparisons tolerate 1 ns (Triton's clock resolution)
 TIMER_RESOLUTION_S = 1e-6
 NEVER = 1 << 62  # Triton waits in whole microseconds; a wait below 1 us is no wait
 INF = math.inf
+SQRT_HALF = math.sqrt(0.5)
 
 
 class Server:
@@ -75,6 +77,8 @@ class Server:
                 st.inst_device.append(self.devices[device])
                 st.inst_kinds.append([None] + [kinds[(ms.index, b)] for b in range(1, max(ms.max_batch, 1) + 1)])
                 st.inst_pickup_kind.append(kinds.get((ms.index, -1)))
+            if spec.drift is not None and ms.drift is not None and ms.drift.service > 0.0:
+                st.follow_drift(spec.drift.latent(seed), GRID_STEP_S, ms.drift.service)
         self.job_seq = 0
 
     # -- the step ----------------------------------------------------------------------------------------------------
@@ -157,10 +161,13 @@ class Server:
         items = p.items
         ui = st.ui
         if ui >= st.u.shape[0]:
-            st.u = st.rng.random(4096)
+            st.refill()
             ui = 0
         st.ui = ui + 1
         u = st.u[ui]
+        if st.drift_rho > 0.0:  # the host's speed now: Phi(rho Z(now) + sqrt(1 - rho^2) Phi^-1(u)) (sim/drift.py)
+            zi = int(now / st.drift_step) % st.drift_z.shape[0]
+            u = 0.5 * math.erfc(-(st.drift_rho * st.drift_z[zi] + st.drift_rest * st.e[ui]) * SQRT_HALF)
         last = st.inst_table.shape[2] - 1
         x = u * last
         i = int(x)

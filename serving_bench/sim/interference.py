@@ -208,17 +208,18 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 14) 
 
 
 FORMS = ("pool", "pool_eff", "soft", "pool+psi", "pool_eff+psi", "soft+psi",  # what the fit can choose among
-         "pool_eff+wait")
+         "pool_eff+wait", "pool_eff+wait+drift")
 PSI_RANGE = (0.1, 1.0)  # the share of the measured hand-off demand that competes for the cores
 WAIT_P_RANGE = (0.001, 1.0)  # the probability that a way in or out waits for a core taken by a long execution
 WAIT_S_RANGE = (2e-4, 1e-2)  # the scheduler's slice, s
 
 
 def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str) -> tuple[dict, float]:
-    """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too and ``+wait`` the
-    wait for a core: :data:`FORMS`) that fit ``observations`` best, by golden-section search one parameter at a
-    time (two rounds when there are two or more): the law's own and ``psi`` on the throughputs (:func:`error`), the
-    wait's on the p99s (:func:`tail_error`); (law, mean absolute log error of the throughputs)."""
+    """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too, ``+wait`` the
+    wait for a core and ``+drift`` the host's speed followed as measured: :data:`FORMS`) that fit ``observations``
+    best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
+    ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`); (law, mean absolute log
+    error of the throughputs)."""
     name, *extras = form.split("+")
     law: dict = {"name": name}
     if name == "soft":
@@ -231,6 +232,8 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
     law.update({k: 1.0 for k, _, objective, _ in searched if objective is error})
     if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
         law.update({"wait_p": 0.05, "wait_s": 3e-3})
+    if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
+        law["drift"] = 1.0
     for _ in range(2 if len(searched) > 1 else 1):
         for key, bounds, objective, runs in searched:
             law[key], _ = _golden(lambda v: objective(with_law(profile, device, {**law, key: v}), runs),

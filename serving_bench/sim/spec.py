@@ -25,7 +25,7 @@ The **demand** of a batch of ``b`` items of a model on a device, in this order:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.device import Kind, Law
+from serving_bench.sim.drift import HostDrift, Loadings, fit_drift
 
 GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
 DEFAULT_WAIT_S = 0.5  # Triton's batcher thread sleeps this long when its queue is empty and nothing wakes it
@@ -66,6 +67,7 @@ class ModelSpec:
     max_preferred_size: int = 0  # the largest preferred batch size (0: none)
     request_kind: Kind | None = None  # a request's way in and out as work on the host's cores (None: pure delays)
     pickup_s: dict[str, float] = field(default_factory=dict)  # per device: an idle instance taking up a payload
+    drift: Loadings | None = None  # how its phases follow the host's speed (SimSpec.drift; None: they do not)
 
     def __post_init__(self):
         self.max_preferred_size = max(self.preferred) if self.preferred else 0
@@ -113,6 +115,7 @@ class SimSpec:
     source: str
     request_device: str | None = None  # where requests' ways in and out run (see ModelSpec.request_kind)
     core_wait: CoreWait | None = None  # requests' ways in and out wait for a core on the request device
+    drift: HostDrift | None = None  # the host's speed in time, which the models' phases follow (sim/drift.py)
 
     def served_index(self, name: str) -> tuple[str, int] | None:
         for m in self.models:
@@ -136,7 +139,8 @@ class DeviceRule:
     pairs: dict[frozenset, list[Curve]] = field(default_factory=dict)
 
 
-HOST_PARAMETERS = ("psi", "wait_p", "wait_s")  # a law's parameters for the requests on the host, not for Law itself
+# a law's parameters for the requests on the host, not for Law itself
+HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "drift")
 
 
 def device_law(info) -> Law:
@@ -327,4 +331,10 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
     else:
         host = None
     wait = core_wait(profile.devices[host]) if host is not None else None
-    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host, wait)
+    laws = profile.devices[profile.request_device].law if profile.request_device is not None else None
+    share = float((laws or {}).get("drift", 0.0))  # the request device's law: how much of the drift is followed
+    drift, loadings = fit_drift({m.name: profile.models[m.name].drift for m in models
+                                 if profile.models[m.name].drift is not None}) if share > 0.0 else (None, {})
+    for m in models:  # the law's share of each measured loading
+        m.drift = Loadings(*(share * x for x in astuple(loadings[m.name]))) if m.name in loadings else None
+    return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host, wait, drift)

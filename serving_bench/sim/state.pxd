@@ -66,7 +66,9 @@ cdef class ModelState:
     cdef public Payload cur
     cdef public list pqueue
     cdef public unsigned char[:] is_idle
-    cdef public double[:] u
+    cdef public double[:] u, e
+    cdef public const double[:] drift_z
+    cdef public double drift_rho, drift_rest, drift_step
     cdef public int n_idle
     cdef public int slots
     cdef public object rng
@@ -80,6 +82,8 @@ cdef class ModelState:
     cdef public double[:] inst_per_request, inst_gap, inst_free_at, inst_pickup
     cdef public list inst_device, inst_kinds, inst_idle, inst_pickup_kind, picked
 
+    cpdef follow_drift(self, object z, double step_s, double rho)
+    cpdef refill(self)
     @cython.locals(arrived=cython.longlong, taken=cython.longlong)
     cpdef long long queued_items(self) except? -1
     cpdef admit_until(self, double now)

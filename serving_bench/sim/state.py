@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import ndtri
 
 from serving_bench.sim.device import Device
 from serving_bench.sim.spec import DEFAULT_WAIT_S
@@ -180,6 +181,13 @@ class ModelState:
         self.rng = np.random.default_rng(rng_seed)
         self.u = self.rng.random(4096)
         self.ui = 0
+        # the host's speed its services follow (follow_drift): loading, the rest, the latent grid and its step,
+        # and the normal scores of ``u``
+        self.drift_rho = 0.0
+        self.drift_rest = 1.0
+        self.drift_z = np.zeros(1)
+        self.drift_step = 1.0
+        self.e = np.zeros(1)
         self.timer_at = INF
         self.idle_since: float | None = None  # when the batcher last went to sleep on an empty queue
         self.absorbing = False  # see Server._absorb
@@ -208,6 +216,22 @@ class ModelState:
         self.inst_pickup = np.array([spec.pickup_s.get(d, 0.0) for d in devices], dtype=np.float64)
         self.inst_pickup_kind: list = []
         self.picked: list = []
+
+    def follow_drift(self, z: np.ndarray, step_s: float, rho: float) -> None:
+        """Its services follow the host's latent speed ``z`` (a grid of step ``step_s`` seconds, wrapping) with
+        loading ``rho`` (``sim/drift.py``)."""
+        self.drift_z = z
+        self.drift_step = step_s
+        self.drift_rho = rho
+        self.drift_rest = (1.0 - rho * rho) ** 0.5
+        self.e = ndtri(self.u)
+
+    def refill(self) -> None:
+        """The next 4096 uniform draws of the services (and their normal scores where they follow the drift)."""
+        self.u = self.rng.random(4096)
+        self.ui = 0
+        if self.drift_rho > 0.0:
+            self.e = ndtri(self.u)
 
     # -- arrivals ---------------------------------------------------------------------------------------------------
     def arrivals(self) -> tuple[np.ndarray, np.ndarray]:

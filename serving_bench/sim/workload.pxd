@@ -10,7 +10,7 @@ cdef class Workload:
     cdef public object spec, kinds, model, items, closed, clock
     cdef public Py_ssize_t n
     cdef public object u_dispatch, u_overhead, u_wait, u_step, sent_s, since_s, overhead_s, client_done_s
-    cdef public object dispatch_work_s, stream_of
+    cdef public object dispatch_work_s, stream_of, drift_z
     cdef public list errors, ensembles, step_of, feeds, streams, overhead_grid, request_kind
     cdef public dict sources, dispatch_grid, concurrency
     cdef public set hosted, dynamic

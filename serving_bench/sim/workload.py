@@ -31,6 +31,7 @@ from functools import partial
 
 import numpy as np
 
+from serving_bench.sim.drift import at as drift_at, follow
 from serving_bench.sim.spec import SimSpec
 
 EXCEEDS_BATCH = "inference request batch-size exceeds the model's max_batch_size"
@@ -103,6 +104,7 @@ class Workload:
         rng = np.random.default_rng((seed, 3))
         self.u_dispatch = rng.random(n)
         self.u_overhead = np.random.default_rng((seed, 2)).random(n)
+        self.drift_z = spec.drift.latent(seed) if spec.drift is not None else None  # the host's speed (drift.py)
         # where ways in and out wait for a core: per request one draw for each (column 0 in, 1 out)
         self.u_wait = np.random.default_rng((seed, 4)).random((n, 2)) if spec.core_wait is not None else None
         # ... and where each ensemble step's hand-off does (one column per step)
@@ -154,32 +156,42 @@ class Workload:
         self.client_done_v, self.work_in_v = self.client_done_s, self.dispatch_work_s
 
     # -- per-request draws ----------------------------------------------------------------------------------------
-    def dispatch_s(self, m: int, rids, since) -> np.ndarray:
-        """Time from send to the batcher for requests ``rids`` of model ``m`` (0 where nothing was measured): the
-        measured time from send to the batch's start, less the instance's taking up of the payload where the engine
-        simulates that (``ModelSpec.pickup_s``)."""
+    def _drifted(self, draws: np.ndarray, rids, m: int, way: str, at_s):
+        """The uniform draws ``draws[rids]`` of model ``m``'s way (``"way_in"`` or ``"way_out"``) at times
+        ``at_s``, following the host's speed where the model's profile measured that (sim/drift.py)."""
+        u = draws[rids]
+        loadings = self.spec.models[m].drift if m >= 0 else None
+        if self.drift_z is None or loadings is None:
+            return u
+        return follow(u, drift_at(self.drift_z, at_s), getattr(loadings, way))
+
+    def dispatch_s(self, m: int, rids, since, at_s) -> np.ndarray:
+        """Time from send (at ``at_s``) to the batcher for requests ``rids`` of model ``m`` (0 where nothing was
+        measured): the measured time from send to the batch's start, less the instance's taking up of the payload
+        where the engine simulates that (``ModelSpec.pickup_s``)."""
         ms = self.spec.models[m]
         if m not in self.dispatch_grid:
             return np.zeros(np.shape(rids))
-        out = self.dispatch_grid[m](self.u_dispatch[rids])
+        u = self._drifted(self.u_dispatch, rids, m, "way_in", at_s)
+        out = self.dispatch_grid[m](u)
         device = ms.instance_devices[0] if ms.instance_devices else None
         idle = ms.idle.get(device)
         if idle is not None and idle.dispatch_extra_s:
-            out = out + cold_extra(since, self.u_dispatch[rids], idle.overhead_gap_s, idle.dispatch_extra_s,
-                                   idle.dispatch_extra_p90_s)
+            out = out + cold_extra(since, u, idle.overhead_gap_s, idle.dispatch_extra_s, idle.dispatch_extra_p90_s)
         pickup = ms.pickup_s.get(device, 0.0)
         return np.maximum(out - pickup, 0.0) if pickup > 0.0 else out
 
-    def overhead_of(self, stream: int, rids) -> np.ndarray:
-        """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream``, plus the model's
-        cold-start extra for the time since the previous request reached the server."""
+    def overhead_of(self, stream: int, rids, at_s) -> np.ndarray:
+        """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream`` answered at
+        ``at_s``, plus the model's cold-start extra for the time since the previous request reached the server."""
         kind, index = self.kinds[stream]
         owner = self.spec.models[index] if kind == "model" else self.spec.ensembles[index]
-        out = self.overhead_grid[stream](self.u_overhead[rids])
+        u = self._drifted(self.u_overhead, rids, index if kind == "model" else -1, "way_out", at_s)
+        out = self.overhead_grid[stream](u)
         idle = owner.idle.get(owner.instance_devices[0]) if kind == "model" and owner.instance_devices else None
         if idle is not None:
-            out = out + cold_extra(self.since_s[rids], self.u_overhead[rids], idle.overhead_gap_s,
-                                   idle.overhead_extra_s, idle.overhead_extra_p90_s)
+            out = out + cold_extra(self.since_s[rids], u, idle.overhead_gap_s, idle.overhead_extra_s,
+                                   idle.overhead_extra_p90_s)
         return out
 
     # -- open loop ------------------------------------------------------------------------------------------------
@@ -193,10 +205,10 @@ class Workload:
                 continue
             rids, items = self._servable(index, rids)
             if index in self.hosted:  # sent at its time; the way in is simulated
-                self.dispatch_work_s[rids] = self.dispatch_s(index, rids, self.since_s[rids])
+                self.dispatch_work_s[rids] = self.dispatch_s(index, rids, self.since_s[rids], intended_s[rids])
                 self.feeds.append((intended_s[rids], rids, items, partial(self._way_in, index)))
                 continue
-            times = intended_s[rids] + self.dispatch_s(index, rids, self.since_s[rids])
+            times = intended_s[rids] + self.dispatch_s(index, rids, self.since_s[rids], intended_s[rids])
             by_time = np.argsort(times, kind="stable")
             rids, items, times = rids[by_time], items[by_time], times[by_time]
             if index in self.dynamic:
@@ -204,8 +216,8 @@ class Workload:
             else:
                 self.sources[index] = (times, rids, items)
         for stream in range(len(self.kinds)):  # each request's return overhead, known up front in open loop
-            rids = np.flatnonzero(self.model == stream)
-            self.overhead_s[rids] = self.overhead_of(stream, rids)
+            rids = np.flatnonzero(self.model == stream)  # (the host's speed read at its send: a few ms early)
+            self.overhead_s[rids] = self.overhead_of(stream, rids, intended_s[rids])
 
     def _servable(self, m: int, rids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Requests of model ``m`` it can run and their items (batch rows; 1 without batching); the others fail."""
@@ -258,7 +270,7 @@ class Workload:
         if self.hosted_v[self.stream_v[rid]] >= 0:
             self._way_in(m, rid, t, self._items(m, rid))
         else:
-            self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_v[rid])), rid, self._items(m, rid))
+            self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_v[rid], t)), rid, self._items(m, rid))
 
     def _items(self, m: int, rid: int) -> int:
         """Request ``rid``'s items at model ``m``: its batch rows where the model batches, else 1."""
@@ -266,7 +278,7 @@ class Workload:
 
     def _way_in(self, m: int, rid: int, t: float, items: int) -> None:
         """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
-        work = self.work_in_v[rid] if self.open_loop else float(self.dispatch_s(m, rid, self.since_v[rid]))
+        work = self.work_in_v[rid] if self.open_loop else float(self.dispatch_s(m, rid, self.since_v[rid], t))
         if work > 0.0:
             self.server.start_phase(self.host, self.request_kind[m], work, rid, t,
                                     self.wait_v[rid, 0] if self.waits else 1.0)
@@ -277,7 +289,7 @@ class Workload:
         """Request ``rid`` is answered by the server at ``now``: its way out starts (on the host's cores where that is
         simulated); in a closed loop its client sends the next request once the answer has come back."""
         stream = self.stream_v[rid]
-        overhead = self.overhead_v[rid] if self.open_loop else float(self.overhead_of(stream, rid))
+        overhead = self.overhead_v[rid] if self.open_loop else float(self.overhead_of(stream, rid, now))
         m = self.hosted_v[stream]
         if m >= 0:
             self.server.start_phase(self.host, self.request_kind[m], overhead, -1 - rid, now,
