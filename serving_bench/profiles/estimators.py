@@ -178,8 +178,8 @@ def phase_drift(run: LoopRun, model: str, wait_s: float, lags_ms: Sequence[float
     scores of way in and service (``in_service``), way in and way out (``in_out``), service and way out
     (``service_out``), and of the services of two requests ``lags_ms`` apart (``service_by_lag_ms``: each request
     against the first whose batch started at least that much later; a lag with fewer such pairs than
-    :data:`DRIFT_MINIMUM` is left out). None with fewer than
-    :data:`DRIFT_MINIMUM` matched requests. Measured, not simulated (docs/sim.md, "The host's speed drifts")."""
+    :data:`DRIFT_MINIMUM` is left out). None with fewer than :data:`DRIFT_MINIMUM` matched requests. Simulated by
+    :mod:`serving_bench.sim.drift` where the host's law has ``drift`` (docs/sim.md, "The host's speed drifts")."""
     found = matched_batches(run, model, DRIFT_MINIMUM)
     if found is None:
         return None

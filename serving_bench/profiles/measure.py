@@ -22,8 +22,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   delays each request's arrival at the batcher by a draw. *Overhead*: the rest of the client latency, the way back
   (from the intended time, so in open-loop runs the client's own send lateness is part of it), added on the return
   path. One sample per request each (without server-side times, one constant overhead covers both).
-* **Drift** (``drift``, measured, not simulated): from the ``b = 1`` run, how the host's speed moves a request's way
-  in, service and way out together and two requests' services some milliseconds apart
+* **Drift** (``drift``; simulated where the host's law has ``drift``, form ``pool_eff+wait+drift``:
+  :mod:`serving_bench.sim.drift`): from the ``b = 1`` run, how the host's speed moves a request's way in, service and
+  way out together and two requests' services some milliseconds apart
   (:func:`~serving_bench.profiles.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
 * **Cold starts** (``idle``): requests of one row sent one at a time with the instance idle ~2, 8, 32 and 64 ms
   between them (open loop, fixed spacing); the median service time, dispatch and overhead at each spacing minus those

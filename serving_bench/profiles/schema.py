@@ -17,7 +17,7 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
      "models": {"sleep_python": {
          "framework": "python", "precision": "fp32", "overhead": {...}?, "dispatch": {...}?,
          "request_demand": 0.9,                     # optional: host cores a request keeps busy on its way in and out
-         "drift": {"in_service": 0.48, "in_out": 0.5, "service_out": 0.42,   # optional, measured, not simulated:
+         "drift": {"in_service": 0.48, "in_out": 0.5, "service_out": 0.42,   # optional, simulated if the law says:
                    "service_by_lag_ms": {"0.5": 0.57, "5": 0.24, "50": 0.02}},  # estimators.phase_drift
          "devices": {"cpu": {
              "execution_mode": "eager", "threads": 1, "memory_bytes": null, "per_request_s": 0.0,
