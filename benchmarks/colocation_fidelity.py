@@ -15,15 +15,15 @@ in and out); then, on the real server:
     "all together" reached), simulated with the law fitted in (b).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
-default, ``serving_bench.profiles.measure.DEFAULT_LAW``) and of the baseline — the same solo profile with no
-interference (law ``none``: every job runs at its solo speed). The held-out throughput and p99 errors of every law
-are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to keep it under 5 minutes):
-the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per executed
-batch beside the measured ones (the batching that amortises the per-batch hand-offs). Targets (quiet 2-core machine): |p50| <= 5 %, |p99| <= 10 %,
-|throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 % throughput. The last line is the worst error
-of each metric over every entry and scenario.
+default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
+same solo profile with no interference (law ``none``: every job runs at its solo speed). The held-out throughput and
+p99 errors of every law are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to
+keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
+executed batch beside the measured ones (the batching that amortises the per-batch hand-offs). Targets (quiet 2-core
+machine): |p50| <= 5 %, |p99| <= 10 %, |throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 %
+throughput. The last line is the worst error of each metric over every entry and scenario.
 
-    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--data SAVED_DATA.json ...]
+    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--law FORM] [--data SAVED.json ...]
 
 The measurements are saved first (``colocation_fidelity_data[_quick]_<date>_<host>.json``: the solo profile, every
 closed-loop run, the replays' figures); ``--data`` evaluates saved measurements again without a server. Given the
@@ -277,9 +277,12 @@ def fit_all(profile: Profile, train: dict[str, list[Observation]],
     return fitted
 
 
-def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED) -> tuple[list[dict], dict, dict, dict]:
-    """Fit the laws on the training runs, predict the held-out ones and the replays; (rows, held-out throughput and
-    p99 error of each law, fitted laws, part (a)'s simulated throughput and requests per batch per k)."""
+def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
+             law: str = DEFAULT_LAW) -> tuple[list[dict], dict, dict, dict]:
+    """Fit the laws on the training runs, predict the held-out ones and the replays with ``law`` (the full model);
+    (rows, held-out throughput and p99 error of each law, fitted laws, part (a)'s simulated throughput and requests
+    per batch per k)."""
+    laws = laws if law in laws else (*laws, law)
     profile = Profile.from_json(data["profile"], "solo profile")
     seconds = data["seconds"]
     scaled = {int(k): (saved_observation(v), v["real"]) for k, v in data["scaled"].items()}
@@ -291,15 +294,15 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED) -> tuple[list[di
     stage(f"fitting {len(laws)} laws on {len(train)} training sets")
     fitted = fit_all(profile, train, laws)
     held = {f"(a) k = {k_max}": ("a", scaled[k_max][0]), "(b) all together": ("b", cases["all together"][0])}
-    held_out = {case: {law: tput_error(with_law(profile, "cpu", fitted[train_set][law]), obs, seconds)
-                       for law in laws} for case, (train_set, obs) in held.items()}
-    held_out_p99 = {case: {law: tail_error(with_law(profile, "cpu", fitted[train_set][law]), [obs])
-                           for law in laws} for case, (train_set, obs) in held.items()}
+    held_out = {case: {each: tput_error(with_law(profile, "cpu", fitted[train_set][each]), obs, seconds)
+                       for each in laws} for case, (train_set, obs) in held.items()}
+    held_out_p99 = {case: {each: tail_error(with_law(profile, "cpu", fitted[train_set][each]), [obs])
+                           for each in laws} for case, (train_set, obs) in held.items()}
     batching = {}
-    print(f"\n== (a) simulated with {DEFAULT_LAW} fitted on k < {k_max}: throughput and requests per executed batch "
+    print(f"\n== (a) simulated with {law} fitted on k < {k_max}: throughput and requests per executed batch "
           "(measured in brackets)")
     for k, (obs, real) in sorted(scaled.items()):
-        records = simulate(with_law(profile, "cpu", fitted["a"][DEFAULT_LAW]), obs, seconds)
+        records = simulate(with_law(profile, "cpu", fitted["a"][law]), obs, seconds)
         ok = answered(records, seconds)
         per_batch = len(ok) / float((1.0 / ok["exec_batch"].to_numpy(dtype=float)).sum()) if len(ok) else math.nan
         batching[k] = {"throughput": throughput(records, seconds)[SCALED], "per_batch": per_batch}
@@ -307,15 +310,15 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED) -> tuple[list[di
         print(f"  k = {k}: {batching[k]['throughput']:.0f} req/s ({measured['throughput']:.0f}), "
               f"{per_batch:.2f} requests per batch ({measured.get('per_batch', math.nan):.2f})")
     rows: list[dict] = []
-    print(f"\n== relative errors in %: full model (law {DEFAULT_LAW}) p50 p99 throughput | baseline (solo profile, "
+    print(f"\n== relative errors in %: full model (law {law}) p50 p99 throughput | baseline (solo profile, "
           "no interference) p50 p99 throughput   (* outside the target)")
-    held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][DEFAULT_LAW], *scaled[k_max], seconds, rows)
-    held_out_case("(b)", "all together", profile, fitted["b"][DEFAULT_LAW], *cases["all together"], seconds, rows)
+    held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][law], *scaled[k_max], seconds, rows)
+    held_out_case("(b)", "all together", profile, fitted["b"][law], *cases["all together"], seconds, rows)
     config = serving_config(serving, STREAMS)
     for load, replay in data["replays"].items():
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
-        sims = {side: summarize(SimTarget(with_law(profile, "cpu", law), config, seed=0).run(schedule))["models"]
-                for side, law in (("full", fitted["b"][DEFAULT_LAW]), ("baseline", {"name": "none"}))}
+        sims = {side: summarize(SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule))["models"]
+                for side, params in (("full", fitted["b"][law]), ("baseline", {"name": "none"}))}
         for m in STREAMS:
             real = replay["real"][m]
             entry = {side: {k: (s[m][f"{k}_s" if k != "throughput" else "throughput_rps"] - real[k]) / real[k]
@@ -325,7 +328,7 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED) -> tuple[list[di
     for what, table in (("throughput", held_out), ("p99", held_out_p99)):
         print(f"\n== held-out {what} error of each law (mean |log error|): the form is chosen by these")
         for case, by_law in table.items():
-            print(f"  {case:<18} " + "  ".join(f"{law} {err * 100:.1f} %" for law, err in by_law.items()))
+            print(f"  {case:<18} " + "  ".join(f"{each} {err * 100:.1f} %" for each, err in by_law.items()))
     return rows, {"throughput": held_out, "p99": held_out_p99}, fitted, batching
 
 
@@ -347,7 +350,7 @@ def spread(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
     return Spread.of([v * scale for v in values]).text(digits)
 
 
-def sessions(paths: list[str], laws: tuple[str, ...]) -> dict:
+def sessions(paths: list[str], laws: tuple[str, ...], law: str = DEFAULT_LAW) -> dict:
     """Evaluate the measurements of several sessions (saved ``_data`` files) one by one and print, over those
     measured on an undisturbed machine (hypervisor steal, where recorded, within ``DISTURBED_SHARE``), the median
     and range of each law's held-out errors, of the measured and simulated requests per batch of part (a), and of
@@ -359,7 +362,7 @@ def sessions(paths: list[str], laws: tuple[str, ...]) -> dict:
             skipped[path] = data["steal_share"]
             continue
         print(f"\n######## {Path(path).name}")
-        rows, held_out, _, batching = evaluate(data, laws)
+        rows, held_out, _, batching = evaluate(data, laws, law)
         runs[path] = {"worst": worst_errors(rows), "held_out": held_out, "a_simulated": batching,
                       "a_measured": {int(k): v["real"][SCALED].get("per_batch", math.nan)
                                      for k, v in data["scaled"].items()}}
@@ -373,7 +376,7 @@ def sessions(paths: list[str], laws: tuple[str, ...]) -> dict:
         for case in first["held_out"][what]:
             print(f"    {case:<18} " + "  ".join(
                 f"{law} {spread([r['held_out'][what][case][law] for r in runs.values()])}" for law in laws))
-    print(f"  (a) requests per executed batch, measured | simulated with {DEFAULT_LAW}:")
+    print(f"  (a) requests per executed batch, measured | simulated with {law}:")
     for k in sorted(first["a_measured"]):
         print(f"    k = {k}: {spread([r['a_measured'][k] for r in runs.values()], 1.0, 2)} | "
               f"{spread([r['a_simulated'][k]['per_batch'] for r in runs.values()], 1.0, 2)}")
@@ -393,11 +396,13 @@ def main() -> int:
     parser.add_argument("--data", nargs="+", help="evaluate the measurements saved by earlier runs (their _data "
                                                   "JSON) instead of measuring again; with several, also their "
                                                   "medians over the sessions")
+    parser.add_argument("--law", choices=FORMS, default=DEFAULT_LAW,
+                        help=f"the full model's law, fitted beside the compared ones (default {DEFAULT_LAW})")
     args = parser.parse_args()
     laws = LAWS_QUICK if args.quick else LAWS_COMPARED
     if args.data and len(args.data) > 1:
-        summary = sessions(args.data, laws)
-        path = write_result("colocation_fidelity_sessions", {**summary, "law": DEFAULT_LAW, "data": args.data},
+        summary = sessions(args.data, laws, args.law)
+        path = write_result("colocation_fidelity_sessions", {**summary, "law": args.law, "data": args.data},
                             quick=args.quick, out_dir=args.out, timed=False)
         print(f"results: {path}")
         print("the last line: the median over the sessions of each one's worst errors")
@@ -408,9 +413,9 @@ def main() -> int:
     else:
         data = measure(args.quick)
         print(f"measurements: {write_result('colocation_fidelity_data', data, quick=args.quick, out_dir=args.out)}")
-    rows, held_out, fitted, batching = evaluate(data, laws)
+    rows, held_out, fitted, batching = evaluate(data, laws, args.law)
     worst = worst_errors(rows)
-    path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": DEFAULT_LAW,
+    path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": args.law,
                                                 "a_simulated": batching, "fitted": fitted, "worst": worst,
                                                 "data": args.data and args.data[0]},
                         quick=args.quick, out_dir=args.out, timed=not args.data)
