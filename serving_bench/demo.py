@@ -33,6 +33,7 @@ from serving_bench.errors import InputError, ServerError
 from serving_bench.export.api import SETTLE_AFTER_EXPORT_S, export_models, settle_after_export
 from serving_bench.export.repository import load_manifest
 from serving_bench.report.cli import write_report
+from serving_bench.run.metrics import simulated_inside
 from serving_bench.run.results import run_summary, write_results
 from serving_bench.serve.server import TritonServer
 from serving_bench.serving_config import ServingConfig
@@ -200,7 +201,9 @@ class Demo:
     def simulate_and_validate(self) -> str:
         rows = adapters.validate(self.load_profile, self.repo, self.profile_path, self.out / "validate",
                                  replay_dir=self.out / "replay")
-        return f"{len(rows)} comparison rows in {self.out / 'validate'}"
+        judged = [inside for inside in map(simulated_inside, rows) if inside is not None]
+        return (f"{len(rows)} comparison rows in {self.out / 'validate'}; simulated inside the measured 95 % interval "
+                f"in {sum(judged)} of {len(judged)} latency rows")
 
     def tune(self) -> str:
         config = ServingConfig.from_repo(self.repo, list(self.schedule.models))

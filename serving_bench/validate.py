@@ -36,7 +36,7 @@ from serving_bench.files import atomic_write, atomic_write_json
 from serving_bench.load.driver import TritonTarget
 from serving_bench.load.profile import LoadProfile, build_schedule
 from serving_bench.profiles.schema import Profile
-from serving_bench.run.metrics import summarize
+from serving_bench.run.metrics import simulated_inside, summarize
 from serving_bench.run.records import Records, load_records
 from serving_bench.run.results import write_results
 from serving_bench.run.schedule import Schedule
@@ -51,6 +51,7 @@ METRICS = (("p50_s", "p50"), ("p90_s", "p90"), ("p99_s", "p99"), ("throughput_rp
 
 
 TIME_METRICS = {"p50", "p90", "p99", "server mean", "send late p99"}
+FIELDS = ("model", "metric", "measured", "simulated", "rel_error", "measured_low", "measured_high")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -98,9 +99,12 @@ def replay_with_busy_time(server, schedule: Schedule) -> Records:
 
 def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: dict,
             real_stats: dict | None = None, sim_batch: dict | None = None, sim_server: dict | None = None) -> list[dict]:
-    """Rows ``{model, metric, measured, simulated, rel_error}`` for every model and metric. ``mean batch`` is items per
-    executed batch over the whole run on both sides (Triton's ``inference_count / execution_count``; the simulator's
-    ``items_per_execution``), not the request-weighted mean of the summaries."""
+    """Rows ``{model, metric, measured, simulated, rel_error, measured_low, measured_high}`` for every model and
+    metric. ``mean batch`` is items per executed batch over the whole run on both sides (Triton's ``inference_count /
+    execution_count``; the simulator's ``items_per_execution``), not the request-weighted mean of the summaries. A
+    latency percentile's ``measured_low`` / ``measured_high`` is its measured 95 % interval where ``real_summary``
+    has them (``summarize(..., intervals=True)``; an end None where the requests are too few to bound it); other
+    rows have None."""
     rows = []
     real_stats = real_stats or {}
     for model in real_summary["models"]:
@@ -121,7 +125,9 @@ def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: di
             else:
                 mv, sv = r.get(key), s.get(key)
             err = (sv - mv) / mv if mv not in (None, 0) and sv is not None else None
-            rows.append({"model": model, "metric": label, "measured": mv, "simulated": sv, "rel_error": err})
+            low, high = (r.get("intervals_s") or {}).get(label, (None, None))
+            rows.append({"model": model, "metric": label, "measured": mv, "simulated": sv, "rel_error": err,
+                         "measured_low": low, "measured_high": high})
     return rows
 
 
@@ -141,7 +147,7 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
         with connect(repo, url=url, models=list(schedule.models)) as server:
             real = replay_with_busy_time(server, schedule)
     sim = target.run(schedule)
-    real_summary, sim_summary = summarize(real), summarize(sim)
+    real_summary, sim_summary = summarize(real, intervals=True), summarize(sim)
     out = Path(out_dir)
     write_results(out / "sim", sim, schedule)
     if replay_dir is None:
@@ -159,20 +165,26 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["model", "metric", "measured", "simulated", "rel_error"])
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'model':<26} {'metric':<12} {'measured':>12} {'simulated':>12} {'rel. error':>10}"]
+    """The rows as text; a latency percentile with its measured 95 % interval ("…" for an end too few requests
+    bound) and ``*`` where the simulated value falls outside it."""
+    lines = [f"{'model':<26} {'metric':<12} {'measured':>12} {'simulated':>12} {'rel. error':>10}  "
+             "measured 95 % interval"]
     for r in rows:
         def fmt(v, metric=r["metric"]):
             if v is None:
                 return f"{'-':>12}"
             return f"{v * 1e3:10.3f}ms" if metric in TIME_METRICS else f"{v:12.3f}"
         err = f"{r['rel_error'] * 100:+9.1f}%" if r["rel_error"] is not None else f"{'-':>10}"
-        lines.append(f"{r['model']:<26} {r['metric']:<12} {fmt(r['measured'])} {fmt(r['simulated'])} {err}")
+        inside = simulated_inside(r)
+        ends = ["…" if r.get(end) is None else f"{r[end] * 1e3:.3f}" for end in ("measured_low", "measured_high")]
+        interval = "" if inside is None else f"  {ends[0]} – {ends[1]} ms{'' if inside else ' *'}"
+        lines.append(f"{r['model']:<26} {r['metric']:<12} {fmt(r['measured'])} {fmt(r['simulated'])} {err}{interval}")
     return "\n".join(lines)
 
 

@@ -402,8 +402,28 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert abs(errors["throughput"]) < 0.03
     assert abs(errors["p50"]) < 0.15 and abs(errors["p99"]) < 0.35  # a busy 2-core CI machine; figures in docs
     assert abs(errors["mean batch"]) < 0.15
+    p50 = next(r for r in rows if r["metric"] == "p50")
+    assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~750 requests bound a median tightly
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
     assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
+
+
+def test_validation_rows_carry_the_measured_interval_and_say_where_the_simulation_falls_outside():
+    from serving_bench.report.render import validation_section
+    from serving_bench.validate import compare, format_table
+
+    real = {"models": {"m": {"p50_s": 0.010, "p90_s": 0.020, "p99_s": 0.040, "throughput_rps": 100.0,
+                             "intervals_s": {"p50": [0.009, 0.011], "p90": [0.018, 0.023], "p99": [0.035, None]}}}}
+    sim = {"models": {"m": {"p50_s": 0.0105, "p90_s": 0.030, "p99_s": 0.080, "throughput_rps": 100.0}}}
+    rows = {r["metric"]: r for r in compare(real, sim, {}, {})}
+    assert (rows["p50"]["measured_low"], rows["p50"]["measured_high"]) == (0.009, 0.011)
+    assert rows["throughput"]["measured_low"] is None and rows["throughput"]["measured_high"] is None
+    table = format_table(list(rows.values())).splitlines()
+    p50, p90, p99 = (next(line for line in table if f" {m} " in line) for m in ("p50", "p90", "p99"))
+    assert p50.endswith("9.000 – 11.000 ms") and p90.endswith("18.000 – 23.000 ms *")
+    assert p99.endswith("35.000 – … ms")  # an open end bounds nothing: 80 ms is not outside it
+    html = validation_section({"validation": list(rows.values())})
+    assert "18.00 – 23.00 (simulated outside)" in html and "35.00 – …" in html
 
 
 def _runtime_only_service(model_file, rows: int, repeats: int = 200) -> float:

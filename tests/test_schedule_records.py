@@ -1,4 +1,5 @@
-"""Schedule round trip, records accounting and the summary's coordinated-omission-safe latency."""
+"""Schedule round trip, records accounting, the summary's coordinated-omission-safe latency and its percentiles'
+confidence intervals."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from serving_bench.errors import InputError
 from serving_bench.run.schedule import Schedule
-from serving_bench.run.metrics import summarize
+from serving_bench.run.metrics import quantile_interval, simulated_inside, summarize
 from serving_bench.run.records import check_accounting, counts, load_records, new_records, save_records
 
 
@@ -50,3 +51,39 @@ def test_records_accounting_and_latency_from_intended_time(tmp_path):
     save_records(records, tmp_path)
     again = load_records(tmp_path)
     assert counts(again.table) == c and again.info.target == "test"
+
+
+def test_a_percentiles_interval_is_the_binomial_order_statistics():
+    """Worked by hand: of 100 values the median's 95 % interval is the 40th to the 61st (the textbook pair: a
+    Binomial(100, 0.5) count falls below 40 with probability 0.018 and above 60 with 0.018); a p99 needs n with
+    1 - 0.99^n >= 0.975, i.e. n >= 367.04: 368 values, for an upper end (the largest); nothing for no values."""
+    values = np.arange(1.0, 101.0)[::-1]  # unsorted on purpose
+    assert quantile_interval(values, 0.5) == (40.0, 61.0)
+    assert quantile_interval(np.arange(1.0, 368.0), 0.99)[1] is None
+    assert quantile_interval(np.arange(1.0, 369.0), 0.99)[1] == 368.0
+    assert quantile_interval(np.array([]), 0.5) == (None, None)
+    assert quantile_interval(np.arange(1.0, 4.0), 0.5) == (None, None)  # three values bound no median at 95 %
+
+
+def test_a_percentiles_interval_covers_the_true_quantile_as_often_as_it_says():
+    rng = np.random.default_rng(7)
+    true_p90 = np.log(10.0)  # of the unit exponential
+    covered = [lo <= true_p90 <= hi for lo, hi in (quantile_interval(rng.exponential(size=200), 0.9)
+                                                   for _ in range(1000))]
+    assert 0.94 <= np.mean(covered) <= 0.99  # at least 95 % (order statistics are conservative), and not vacuous
+
+
+def test_the_summary_gives_each_percentile_its_interval_on_request():
+    records = new_records(_schedule(), target="test")
+    table = records.table
+    table["sent_s"] = table["intended_s"]
+    table["done_s"] = table["intended_s"] + np.linspace(0.001, 0.1, len(table))
+    table["status"] = "ok"
+    assert "intervals_s" not in summarize(records, duration_s=2.0)["models"]["a"]
+    model = summarize(records, duration_s=2.0, intervals=True)["models"]["a"]
+    low, high = model["intervals_s"]["p50"]
+    assert low < model["p50_s"] < high and model["intervals_s"]["p99"][1] is None  # ~50 requests bound no p99
+    assert simulated_inside({"simulated": model["p50_s"], "measured_low": low, "measured_high": high})
+    assert not simulated_inside({"simulated": high * 1.01, "measured_low": low, "measured_high": high})
+    assert simulated_inside({"simulated": 1e9, "measured_low": low, "measured_high": None})  # an open end
+    assert simulated_inside({"simulated": 1.0, "measured_low": None, "measured_high": None}) is None

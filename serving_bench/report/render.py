@@ -12,6 +12,7 @@ from collections import defaultdict
 from html import escape
 
 from serving_bench.report.svg import heat_map, line_chart
+from serving_bench.run.metrics import simulated_inside
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px;color:#222}
@@ -200,13 +201,20 @@ def validation_section(data: dict) -> str:
         if err is None and r.get("simulated") is not None and r.get("measured"):
             err = (r["simulated"] - r["measured"]) / r["measured"]
         label, fmt = _metric_format(str(r.get("metric", "")))
+        inside = simulated_inside(r)
+        ends = ["…" if r.get(end) is None else fmt(r[end]) for end in ("measured_low", "measured_high")]
+        interval = "–" if inside is None else f"{ends[0]} – {ends[1]}" + ("" if inside else " (simulated outside)")
         rows.append([r.get("source", ""), r.get("model", ""), label,
                      (fmt(r.get("simulated")), r.get("simulated") or 0), (fmt(r.get("measured")), r.get("measured") or 0),
+                     (interval, r.get("measured_low") or 0),
                      ("–" if err is None else f"{err * 100:+.1f} %", err if err is not None else 0)])
-    body = _table(["source", "model", "metric", "simulated", "measured", "error"], rows, "sim-vs-measured") if rows \
+    headers = ["source", "model", "metric", "simulated", "measured", "measured 95 % interval", "error"]
+    body = _table(headers, rows, "sim-vs-measured") if rows \
         else '<p class="empty">No simulated-vs-measured comparison in this folder.</p>'
     note = ('<p class="note">Error = (simulated − measured) / measured, for the same schedule on the simulator and on '
-            'real Triton.</p>') if rows else ""
+            'real Triton. A measured percentile\'s 95 % interval is distribution-free (order statistics of the '
+            'requests in the window); “…” is an end too few requests bound — an error inside the interval is within '
+            'what the replay itself can tell.</p>') if rows else ""
     return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{note}{body}</section>'
 
 

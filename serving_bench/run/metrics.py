@@ -22,6 +22,7 @@ import pandas as pd
 from serving_bench.run.records import STATUSES, Records, counts_of_codes, status_column_codes
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
+INTERVAL_CONFIDENCE = 0.95  # of the latency percentiles' intervals (summarize's ``intervals``)
 OK = STATUSES.index("ok")
 
 
@@ -59,6 +60,35 @@ def _percentiles(values: np.ndarray, prefix: str = "") -> dict[str, float | None
         return {f"{prefix}p{p:g}_s": None for p in PERCENTILES}
     q = np.percentile(values, PERCENTILES)
     return {f"{prefix}p{p:g}_s": float(v) for p, v in zip(PERCENTILES, q)}
+
+
+def quantile_interval(values: np.ndarray, q: float,
+                      confidence: float = INTERVAL_CONFIDENCE) -> tuple[float | None, float | None]:
+    """Distribution-free ``confidence`` interval for the ``q``-quantile (0 < q < 1) of what ``values`` sample, in
+    their unit: the order statistics ``X(l) <= x_q <= X(u)``, where the count of values below ``x_q`` is Binomial(n, q),
+    chosen so that each end misses with probability at most (1 - confidence) / 2. An end that no order statistic
+    reaches is None: too few values to bound it (a p99 of a few hundred requests has no upper end)."""
+    n = len(values)
+    if n == 0:
+        return None, None
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=float)))])
+    k = np.arange(n + 1)
+    cdf = np.cumsum(np.exp(log_factorial[n] - log_factorial[k] - log_factorial[n - k]
+                           + k * np.log(q) + (n - k) * np.log1p(-q)))
+    miss = (1.0 - confidence) / 2.0
+    low = int(np.searchsorted(cdf, miss))  # l: P(count <= l - 1) < miss, so P(X(l) <= x_q) > 1 - miss
+    high = int(np.searchsorted(cdf, 1.0 - miss)) + 1  # u: P(count <= u - 1) >= 1 - miss
+    ordered = np.sort(values)
+    return (float(ordered[low - 1]) if low >= 1 else None), (float(ordered[high - 1]) if high <= n else None)
+
+
+def simulated_inside(row: Mapping) -> bool | None:
+    """Whether a validation row's ``simulated`` value lies in its measured interval (``measured_low`` ..
+    ``measured_high``; an open end, None, bounds nothing); None where the row has no interval or no simulated value."""
+    low, high, value = row.get("measured_low"), row.get("measured_high"), row.get("simulated")
+    if value is None or (low is None and high is None):
+        return None
+    return (low is None or value >= low) and (high is None or value <= high)
 
 
 def per_execution_batch(rows: np.ndarray, exec_batch: np.ndarray) -> float | None:
@@ -100,9 +130,11 @@ class Columns:
         return Columns(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
 
 
-def summarize_group(cols: Columns, *, window: tuple[float, float], slo: Slo | None = None) -> dict:
+def summarize_group(cols: Columns, *, window: tuple[float, float], slo: Slo | None = None,
+                    intervals: bool = False) -> dict:
     """Summary of one group of requests (a model's rows, or all); ``window`` = (start_s, end_s) of the
-    measurement."""
+    measurement. With ``intervals``, ``intervals_s`` holds each latency percentile's distribution-free confidence
+    interval (``"p99": [low, high]``, an end None where the requests are too few to bound it)."""
     start, end = window
     length = max(end - start, 1e-12)
     intended, sent, done, batch = cols.intended, cols.sent, cols.done, cols.batch
@@ -117,6 +149,8 @@ def summarize_group(cols: Columns, *, window: tuple[float, float], slo: Slo | No
 
     out: dict = {"counts": counts_of_codes(cols.status), "window_s": [start, end]}
     out.update(_percentiles(latency))
+    if intervals:
+        out["intervals_s"] = {f"p{p:g}": list(quantile_interval(latency, p / 100.0)) for p in PERCENTILES}
     out["mean_s"] = float(latency.mean()) if len(latency) else None
     service_q = _percentiles(service, "service_")
     out["service_p50_s"], out["service_p99_s"] = service_q["service_p50_s"], service_q["service_p99_s"]
@@ -159,8 +193,9 @@ def _rows_by_model(model: pd.Series) -> dict[str, np.ndarray]:
 
 def summarize(records: Records, *, slos: Mapping[str, Slo] | None = None, warmup_s: float | None = None,
               cooldown_s: float | None = None, duration_s: float | None = None,
-              telemetry: Mapping | None = None) -> dict:
-    """Summary per model and overall. Window bounds and SLOs default to the schedule's meta (``records.info.meta``)."""
+              telemetry: Mapping | None = None, intervals: bool = False) -> dict:
+    """Summary per model and overall. Window bounds and SLOs default to the schedule's meta (``records.info.meta``);
+    ``intervals``: each model's latency percentiles with their confidence intervals (:func:`summarize_group`)."""
     meta = records.info.meta
     table = records.table
     slos = dict(slos if slos is not None else meta.get("slos", {}))
@@ -174,7 +209,7 @@ def summarize(records: Records, *, slos: Mapping[str, Slo] | None = None, warmup
         "target": records.info.target,
         "partial": bool(records.info.partial),
         "overall": summarize_group(cols, window=window),
-        "models": {m: summarize_group(cols.take(rows), window=window, slo=slos.get(m))
+        "models": {m: summarize_group(cols.take(rows), window=window, slo=slos.get(m), intervals=intervals)
                    for m, rows in _rows_by_model(table["model"]).items()},
     }
     ensembles = meta.get("ensembles") or {}
