@@ -21,7 +21,10 @@ p99 errors of every law are printed too (with ``--quick`` only those of ``pool``
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
 executed batch beside the measured ones (the batching that amortises the per-batch hand-offs). Targets (quiet 2-core
 machine): |p50| <= 5 %, |p99| <= 10 %, |throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 %
-throughput. The last line is the worst error of each metric over every entry and scenario.
+throughput. Each measured p50 and p99 keeps its distribution-free 95 % interval (``run.metrics.quantile_interval``),
+and a line before the last counts the rows whose prediction falls inside it and the p99s too few requests bound
+above (a quick replay's tiny models: most) — what the measurement itself can resolve. The last line is the worst
+error of each metric over every entry and scenario.
 
     .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--law FORM] [--data SAVED.json ...]
 
@@ -57,7 +60,7 @@ from serving_bench.peers.report import Spread, write_result  # noqa: E402
 from serving_bench.profiles.measure import DEFAULT_LAW, IDLE_ROUNDS, calibration_serving, measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
-from serving_bench.run.metrics import summarize  # noqa: E402
+from serving_bench.run.metrics import quantile_interval, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -66,6 +69,7 @@ from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import (FORMS, Observation, answered, fit,  # noqa: E402
                                              serving_from_json, simulate, tail_error, throughput, with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
+from serving_bench.validate import server_mean_s  # noqa: E402
 
 ENSEMBLE = ("tiny_ensemble", ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript"))
 ENSEMBLE_STEPS = ENSEMBLE[1] + ("tiny_ensemble_combiner",)
@@ -104,7 +108,9 @@ def export(repo: Path) -> list[str]:
 
 
 def figures(latency: np.ndarray, rps: float) -> dict:
-    return {"p50": float(np.percentile(latency, 50)), "p99": float(np.percentile(latency, 99)), "throughput": rps}
+    """p50, p99 (s) and throughput (req/s), with the percentiles' measured 95 % intervals (``intervals``)."""
+    return {"p50": float(np.percentile(latency, 50)), "p99": float(np.percentile(latency, 99)), "throughput": rps,
+            "intervals": {f"p{q}": list(quantile_interval(latency, q / 100)) for q in (50, 99)}}
 
 
 def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dict[str, dict]:
@@ -189,9 +195,13 @@ def serving_config(serving: dict, streams) -> ServingConfig:
 
 
 def line(label: str, case: str, entry: str, full: dict, base: dict) -> str:
+    """One row of errors in %; a replay's row ends with the full model's error in the mean time inside the server
+    (Triton's queue + compute per request) where it was measured: the part of the latency the ways in and out
+    do not set."""
     return (f"  {label:<4} {case:<14} {entry:<22} " +
             " ".join(f"{full[k] * 100:+7.1f}{'*' if abs(full[k]) > TARGETS[k] else ' '}" for k in TARGETS) +
-            "  | " + " ".join(f"{base[k] * 100:+7.1f}" for k in TARGETS))
+            "  | " + " ".join(f"{base[k] * 100:+7.1f}" for k in TARGETS) +
+            (f"  | server mean {full['server_mean'] * 100:+.1f}" if "server_mean" in full else ""))
 
 
 def held_out_case(label: str, case: str, profile: Profile, law: dict, obs: Observation, real: dict,
@@ -251,10 +261,14 @@ def measure(quick: bool) -> dict:
             replays = {}
             for load in LOADS:
                 seed = int(load * 10)
-                summary = summarize(TritonTarget(server).run(poisson_schedule(capacity, load, replay_s, seed)))
+                records = TritonTarget(server).run(poisson_schedule(capacity, load, replay_s, seed))
+                summary, stats = summarize(records, intervals=True), records.info.server_stats or {}
                 replays[str(load)] = {"seed": seed, "real": {
                     m: {"p50": summary["models"][m]["p50_s"], "p99": summary["models"][m]["p99_s"],
-                        "throughput": summary["models"][m]["throughput_rps"]} for m in STREAMS}}
+                        "throughput": summary["models"][m]["throughput_rps"],
+                        "intervals": {k: summary["models"][m]["intervals_s"][k] for k in ("p50", "p99")},
+                        "server_mean": server_mean_s(stats.get(m) or {})}
+                    for m in STREAMS}}
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
             "replays": replays, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
@@ -317,12 +331,16 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     config = serving_config(serving, STREAMS)
     for load, replay in data["replays"].items():
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
-        sims = {side: summarize(SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule))["models"]
+        runs = {side: SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule)
                 for side, params in (("full", fitted["b"][law]), ("baseline", {"name": "none"}))}
+        sims = {side: summarize(records)["models"] for side, records in runs.items()}
         for m in STREAMS:
             real = replay["real"][m]
             entry = {side: {k: (s[m][f"{k}_s" if k != "throughput" else "throughput_rps"] - real[k]) / real[k]
                             for k in TARGETS} for side, s in sims.items()}
+            simulated_server = runs["full"].info.sim.server_mean_s.get(m)
+            if real.get("server_mean") and simulated_server is not None:  # measured since 2026-12-03
+                entry["full"]["server_mean"] = (simulated_server - real["server_mean"]) / real["server_mean"]
             rows.append({"scenario": "(c)", "case": f"load {load}", "entry": m, **entry, "measured": real})
             print(line("(c)", f"load {load}", m, entry["full"], entry["baseline"]))
     for what, table in (("throughput", held_out), ("p99", held_out_p99)):
@@ -330,6 +348,25 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
         for case, by_law in table.items():
             print(f"  {case:<18} " + "  ".join(f"{each} {err * 100:.1f} %" for each, err in by_law.items()))
     return rows, {"throughput": held_out, "p99": held_out_p99}, fitted, batching
+
+
+def inside_intervals(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per percentile, how many rows' full-model prediction lies in the measured 95 % interval (``inside``) of how
+    many rows have one (``rows``; data saved before 2026-12-03 have none), and how many of those intervals have no
+    upper end (``open``: too few requests to bound it)."""
+    out = {}
+    for k in ("p50", "p99"):
+        judged = [dict(zip(("measured_low", "measured_high"), r["measured"]["intervals"][k]),
+                       simulated=r["measured"][k] * (1 + r["full"][k]))
+                  for r in rows if "intervals" in r["measured"] and not math.isnan(r["full"][k])]
+        out[k] = {"inside": sum(bool(simulated_inside(j)) for j in judged), "rows": len(judged),
+                  "open": sum(j["measured_high"] is None for j in judged)}
+    return out
+
+
+def inside_line(inside: dict[str, dict[str, int]]) -> str:
+    return "full model inside the measured 95 % interval: " + ", ".join(
+        f"{k} {c['inside']} of {c['rows']} rows ({c['open']} with no upper end)" for k, c in inside.items())
 
 
 def worst_errors(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -409,15 +446,19 @@ def main() -> int:
         print(worst_line(summary["worst"]))
         return 0
     if args.data:
-        data = json.loads(Path(args.data[0]).read_text())
+        data_path = args.data[0]
+        data = json.loads(Path(data_path).read_text())
     else:
         data = measure(args.quick)
-        print(f"measurements: {write_result('colocation_fidelity_data', data, quick=args.quick, out_dir=args.out)}")
+        data_path = str(write_result("colocation_fidelity_data", data, quick=args.quick, out_dir=args.out))
+        print(f"measurements: {data_path}")
     rows, held_out, fitted, batching = evaluate(data, laws, args.law)
-    worst = worst_errors(rows)
+    worst, inside = worst_errors(rows), inside_intervals(rows)
+    print(inside_line(inside))
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": args.law,
+                                                "inside_interval": inside,
                                                 "a_simulated": batching, "fitted": fitted, "worst": worst,
-                                                "data": args.data and args.data[0]},
+                                                "data": data_path},  # (its suffix may differ from this file's)
                         quick=args.quick, out_dir=args.out, timed=not args.data)
     print(f"results: {path}")
     print(worst_line(worst))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -97,6 +98,13 @@ def replay_with_busy_time(server, schedule: Schedule) -> Records:
         m: sum(ns - before[m].get(b, (0, 0))[1] for b, (_, ns) in after[m].items()) * 1e-9 for m in models})
 
 
+def server_mean_s(stats: Mapping) -> float | None:
+    """A model's mean time inside Triton per request (s), queued and computed, from its statistics over a run
+    (``records.info.server_stats[model]``: queue + compute input, infer and output means); None where one is missing."""
+    parts = [stats.get(f"{p}_mean_s") for p in ("queue", "compute_input", "compute_infer", "compute_output")]
+    return sum(parts) if all(p is not None for p in parts) else None
+
+
 def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: dict,
             real_stats: dict | None = None, sim_batch: dict | None = None, sim_server: dict | None = None) -> list[dict]:
     """Rows ``{model, metric, measured, simulated, rel_error, measured_low, measured_high}`` for every model and
@@ -115,11 +123,8 @@ def compare(real_summary: dict, sim_summary: dict, real_util: dict, sim_util: di
             elif key == "mean_exec_batch":  # items per execution on both sides (Triton's inference/execution count)
                 mv = (real_stats.get(model) or {}).get("mean_exec_batch")
                 sv = (sim_batch or {}).get(model)
-            elif key == "server_mean_s":  # queued and computed: Triton's queue + compute means per request
-                stats = real_stats.get(model) or {}
-                parts = [stats.get(f"{p}_mean_s") for p in ("queue", "compute_input", "compute_infer", "compute_output")]
-                mv = sum(parts) if all(p is not None for p in parts) else None
-                sv = (sim_server or {}).get(model)
+            elif key == "server_mean_s":
+                mv, sv = server_mean_s(real_stats.get(model) or {}), (sim_server or {}).get(model)
             elif key == "lateness_p99_s":
                 mv, sv = r.get(key), None  # the simulated client is never late: nothing to compare
             else:
