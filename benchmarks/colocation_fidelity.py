@@ -12,7 +12,8 @@ in and out); then, on the real server:
 (b) co-location: every entry alone, every pair, then all together (one instance and one client each): the law is
     fitted on the solo runs and pairs and "all together" is predicted;
 (c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
-    "all together" reached), simulated with the law fitted in (b).
+    "all together" reached), simulated with the law fitted in (b); the one at 0.9 is replayed a second time, and
+    the two measurements' differences (the measurement's own repeatability) are printed beside the model's errors.
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
 default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
@@ -79,6 +80,7 @@ STREAMS = ("tiny_cnn_onnxruntime", "tiny_cnn_tvm", "tiny_mlp_torchscript", "slee
 SCALED = "tiny_cnn_onnxruntime"
 INSTANCES = (1, 2, 4, 8)
 LOADS = (0.3, 0.6, 0.9)
+REPEATED_LOAD = 0.9  # replayed twice: the measurement's own repeatability beside the model's errors
 LAWS_COMPARED = FORMS
 LAWS_QUICK = ("pool", "pool_eff", DEFAULT_LAW)  # --quick: the simplest forms beside the default
 TARGETS = {"p50": 0.05, "p99": 0.10, "throughput": 0.03}
@@ -258,20 +260,46 @@ def measure(quick: bool) -> dict:
             print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()))
 
             stage("(c) open-loop replays of all entries together")
-            replays = {}
-            for load in LOADS:
-                seed = int(load * 10)
-                records = TritonTarget(server).run(poisson_schedule(capacity, load, replay_s, seed))
-                summary, stats = summarize(records, intervals=True), records.info.server_stats or {}
-                replays[str(load)] = {"seed": seed, "real": {
-                    m: {"p50": summary["models"][m]["p50_s"], "p99": summary["models"][m]["p99_s"],
-                        "throughput": summary["models"][m]["throughput_rps"],
-                        "intervals": {k: summary["models"][m]["intervals_s"][k] for k in ("p50", "p99")},
-                        "server_mean": server_mean_s(stats.get(m) or {})}
-                    for m in STREAMS}}
+            replays = {str(load): {"seed": int(load * 10), "real": replay_figures(
+                server, poisson_schedule(capacity, load, replay_s, int(load * 10)))} for load in LOADS}
+            print(f"  load {REPEATED_LOAD} once more: the measurement's own repeatability")
+            repeat = {"load": str(REPEATED_LOAD), "real": replay_figures(
+                server, poisson_schedule(capacity, REPEATED_LOAD, replay_s, int(REPEATED_LOAD * 10)))}
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
-            "replays": replays, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
+            "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
+
+
+def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:
+    """Per stream of one open-loop replay on the real server: p50, p99 (s, from the intended time) with their 95 %
+    intervals, throughput (req/s) and Triton's mean time inside the server per request (s; None for an ensemble)."""
+    records = TritonTarget(server).run(schedule)
+    summary, stats = summarize(records, intervals=True), records.info.server_stats or {}
+    return {m: {"p50": summary["models"][m]["p50_s"], "p99": summary["models"][m]["p99_s"],
+                "throughput": summary["models"][m]["throughput_rps"],
+                "intervals": {k: summary["models"][m]["intervals_s"][k] for k in ("p50", "p99")},
+                "server_mean": server_mean_s(stats.get(m) or {})} for m in STREAMS}
+
+
+def repeatability(data: dict) -> dict[str, float] | None:
+    """The largest |difference| per metric (p50, p99, throughput; relative to the first) between the replay at
+    ``REPEATED_LOAD`` and the same schedule replayed again on the same server, printed per stream: the floor the
+    measurement itself sets under any model's error. None for data saved before 2026-12-03 (no repeat)."""
+    repeat = data.get("repeat")
+    if not repeat:
+        return None
+    first, again = data["replays"][repeat["load"]]["real"], repeat["real"]
+    print(f"\n== (c) load {repeat['load']} replayed again, the same schedule: its p50 p99 throughput in % of the "
+          "first's")
+    diffs = {m: {k: (again[m][k] - first[m][k]) / first[m][k] for k in TARGETS} for m in STREAMS}
+    for m, d in diffs.items():
+        print(f"  {m:<22} " + " ".join(f"{d[k] * 100:+7.1f}" for k in TARGETS))
+    return {k: max(abs(d[k]) for d in diffs.values()) for k in TARGETS}
+
+
+def repeatability_line(worst: dict[str, float]) -> str:
+    return ("the measurement's own repeatability (one replay twice): worst p50 "
+            f"{worst['p50'] * 100:.1f} %, p99 {worst['p99'] * 100:.1f} %, throughput {worst['throughput'] * 100:.1f} %")
 
 
 def fit_law(profile: Profile, runs: list[Observation], law: str) -> dict:
@@ -453,10 +481,12 @@ def main() -> int:
         data_path = str(write_result("colocation_fidelity_data", data, quick=args.quick, out_dir=args.out))
         print(f"measurements: {data_path}")
     rows, held_out, fitted, batching = evaluate(data, laws, args.law)
-    worst, inside = worst_errors(rows), inside_intervals(rows)
+    worst, inside, repeat = worst_errors(rows), inside_intervals(rows), repeatability(data)
     print(inside_line(inside))
+    if repeat:
+        print(repeatability_line(repeat))
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": args.law,
-                                                "inside_interval": inside,
+                                                "inside_interval": inside, "repeatability": repeat,
                                                 "a_simulated": batching, "fitted": fitted, "worst": worst,
                                                 "data": data_path},  # (its suffix may differ from this file's)
                         quick=args.quick, out_dir=args.out, timed=not args.data)

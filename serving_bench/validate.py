@@ -8,7 +8,9 @@ per-batch-size statistics during the replay / (instances x run length); run leng
 end and the last answer, on each side. A utilisation error at equal throughput and batch size means the server
 computed slower or faster during the replay than when the profile was measured (a busy shared machine), not a
 queueing error. ``send late p99`` is the load generator's own lateness (sent - intended) in the replay: the simulated
-client is never late, so a large value there is measured latency the simulator cannot know.
+client is never late, so a large value there is measured latency the simulator cannot know. Each measured latency
+percentile carries its distribution-free 95 % interval (``measured_low``, ``measured_high``; an end None where too
+few requests bound it): a simulated value inside it is as close as the replay itself can tell.
 
 ``--replay DIR`` reuses a replay of the same schedule instead of running the server (the per-batch statistics are
 then unknown: executions x mean compute time per request is used, which weights each batch by its size, an upward
