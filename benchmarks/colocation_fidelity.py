@@ -13,7 +13,9 @@ in and out); then, on the real server:
     fitted on the solo runs and pairs and "all together" is predicted;
 (c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
     "all together" reached), simulated with the law fitted in (b); the one at 0.9 is replayed a second time, and
-    the two measurements' differences (the measurement's own repeatability) are printed beside the model's errors.
+    the two measurements' differences (the measurement's own repeatability) are printed beside the model's errors;
+    before each replay a closed loop of tiny_cnn_onnxruntime alone probes the host's speed against its solo run in
+    (b) (a machine that sped up or slowed down between the fit and the replay shows there).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
 default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
@@ -23,9 +25,9 @@ keep it under 5 minutes): the form is chosen by them, not by goodness of fit; an
 executed batch beside the measured ones (the batching that amortises the per-batch hand-offs). Targets (quiet 2-core
 machine): |p50| <= 5 %, |p99| <= 10 %, |throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 %
 throughput. Each measured p50 and p99 keeps its distribution-free 95 % interval (``run.metrics.quantile_interval``),
-and a line before the last counts the rows whose prediction falls inside it and the p99s too few requests bound
-above (a quick replay's tiny models: most) — what the measurement itself can resolve. The last line is the worst
-error of each metric over every entry and scenario.
+and the lines before the last count the rows whose prediction falls inside it and the p99s too few requests bound
+above (a quick replay's tiny models: most), then give the repeated replay's worst differences — what the
+measurement itself can resolve. The last line is the worst error of each metric over every entry and scenario.
 
     .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--law FORM] [--data SAVED.json ...]
 
@@ -260,14 +262,24 @@ def measure(quick: bool) -> dict:
             print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()))
 
             stage("(c) open-loop replays of all entries together")
-            replays = {str(load): {"seed": int(load * 10), "real": replay_figures(
-                server, poisson_schedule(capacity, load, replay_s, int(load * 10)))} for load in LOADS}
+            replays = {}
+            for load in LOADS:
+                probe = speed_probe(session, seconds)
+                replays[str(load)] = {"seed": int(load * 10), "probe_rps": probe, "real": replay_figures(
+                    server, poisson_schedule(capacity, load, replay_s, int(load * 10)))}
             print(f"  load {REPEATED_LOAD} once more: the measurement's own repeatability")
-            repeat = {"load": str(REPEATED_LOAD), "real": replay_figures(
+            probe = speed_probe(session, seconds)
+            repeat = {"load": str(REPEATED_LOAD), "probe_rps": probe, "real": replay_figures(
                 server, poisson_schedule(capacity, REPEATED_LOAD, replay_s, int(REPEATED_LOAD * 10)))}
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
             "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
+
+
+def speed_probe(session: Session, seconds: float) -> float:
+    """The host's speed just before a replay: requests per second of ``SCALED`` alone in a closed loop of one
+    client (the same run as its solo case in (b), so the two compare: the machine's drift, not the model's)."""
+    return closed_run(session, {SCALED: 1}, seconds)[SCALED]["throughput"]
 
 
 def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:
@@ -288,9 +300,12 @@ def repeatability(data: dict) -> dict[str, float] | None:
     repeat = data.get("repeat")
     if not repeat:
         return None
-    first, again = data["replays"][repeat["load"]]["real"], repeat["real"]
+    replay = data["replays"][repeat["load"]]
+    first, again = replay["real"], repeat["real"]
+    speed = (f" (the host's speed before it {repeat['probe_rps'] / replay['probe_rps']:.2f}x the first's)"
+             if "probe_rps" in repeat else "")
     print(f"\n== (c) load {repeat['load']} replayed again, the same schedule: its p50 p99 throughput in % of the "
-          "first's")
+          f"first's{speed}")
     diffs = {m: {k: (again[m][k] - first[m][k]) / first[m][k] for k in TARGETS} for m in STREAMS}
     for m, d in diffs.items():
         print(f"  {m:<22} " + " ".join(f"{d[k] * 100:+7.1f}" for k in TARGETS))
@@ -357,7 +372,11 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][law], *scaled[k_max], seconds, rows)
     held_out_case("(b)", "all together", profile, fitted["b"][law], *cases["all together"], seconds, rows)
     config = serving_config(serving, STREAMS)
+    solo_rps = cases[SCALED][1][SCALED]["throughput"]
     for load, replay in data["replays"].items():
+        if "probe_rps" in replay:  # measured since 2026-12-03
+            print(f"  (c)  load {load}: the host's speed before it, {SCALED} alone {replay['probe_rps']:.0f} req/s, "
+                  f"{replay['probe_rps'] / solo_rps:.2f}x its solo run in (b)")
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
         runs = {side: SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule)
                 for side, params in (("full", fitted["b"][law]), ("baseline", {"name": "none"}))}
