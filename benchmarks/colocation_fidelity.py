@@ -24,7 +24,7 @@ p99 errors of every law are printed too (with ``--quick`` only those of ``pool``
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
 executed batch beside the measured ones (the batching that amortises the per-batch hand-offs). Targets (quiet 2-core
 machine): |p50| <= 5 %, |p99| <= 10 %, |throughput| <= 3 % at loads <= 0.9; leave-out predictions within 10 %
-throughput. Each measured p50 and p99 keeps its distribution-free 95 % interval (``run.metrics.quantile_interval``),
+throughput. Each measured p50 and p99 keeps its distribution-free 95 % interval (``run.metrics.quantile_intervals``),
 and the lines before the last count the rows whose prediction falls inside it and the p99s too few requests bound
 above (a quick replay's tiny models: most), then give the repeated replay's worst differences — what the
 measurement itself can resolve. The last line is the worst error of each metric over every entry and scenario.
@@ -63,7 +63,7 @@ from serving_bench.peers.report import Spread, write_result  # noqa: E402
 from serving_bench.profiles.measure import DEFAULT_LAW, IDLE_ROUNDS, calibration_serving, measure_profile  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
-from serving_bench.run.metrics import quantile_interval, simulated_inside, summarize  # noqa: E402
+from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -114,7 +114,7 @@ def export(repo: Path) -> list[str]:
 def figures(latency: np.ndarray, rps: float) -> dict:
     """p50, p99 (s) and throughput (req/s), with the percentiles' measured 95 % intervals (``intervals``)."""
     return {"p50": float(np.percentile(latency, 50)), "p99": float(np.percentile(latency, 99)), "throughput": rps,
-            "intervals": {f"p{q}": list(quantile_interval(latency, q / 100)) for q in (50, 99)}}
+            "intervals": {f"p{q}": list(i) for q, i in zip((50, 99), quantile_intervals(latency, (0.5, 0.99)))}}
 
 
 def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dict[str, dict]:

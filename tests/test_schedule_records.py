@@ -8,8 +8,13 @@ import pytest
 
 from serving_bench.errors import InputError
 from serving_bench.run.schedule import Schedule
-from serving_bench.run.metrics import quantile_interval, simulated_inside, summarize
+from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize
 from serving_bench.run.records import check_accounting, counts, load_records, new_records, save_records
+
+
+def quantile_interval(values, q):
+    """One quantile's interval (``quantile_intervals`` of a single ``q``)."""
+    return quantile_intervals(values, [q])[0]
 
 
 def _schedule(n=100):

@@ -62,24 +62,28 @@ def _percentiles(values: np.ndarray, prefix: str = "") -> dict[str, float | None
     return {f"{prefix}p{p:g}_s": float(v) for p, v in zip(PERCENTILES, q)}
 
 
-def quantile_interval(values: np.ndarray, q: float,
-                      confidence: float = INTERVAL_CONFIDENCE) -> tuple[float | None, float | None]:
-    """Distribution-free ``confidence`` interval for the ``q``-quantile (0 < q < 1) of what ``values`` sample, in
-    their unit: the order statistics ``X(l) <= x_q <= X(u)``, where the count of values below ``x_q`` is Binomial(n, q),
-    chosen so that each end misses with probability at most (1 - confidence) / 2. An end that no order statistic
-    reaches is None: too few values to bound it (a p99 of a few hundred requests has no upper end)."""
+def quantile_intervals(values: np.ndarray, qs, confidence: float = INTERVAL_CONFIDENCE
+                       ) -> list[tuple[float | None, float | None]]:
+    """Distribution-free ``confidence`` interval for each ``q``-quantile of ``qs`` (0 < q < 1) of what ``values``
+    sample, in their unit: the order statistics ``X(l) <= x_q <= X(u)``, where the count of values below ``x_q`` is
+    Binomial(n, q), chosen so that each end misses with probability at most (1 - confidence) / 2. An end that no order
+    statistic reaches is None: too few values to bound it (a p99 of a few hundred requests has no upper end). The
+    values are sorted once for all of ``qs``."""
     n = len(values)
     if n == 0:
-        return None, None
+        return [(None, None) for _ in qs]
     log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=float)))])
     k = np.arange(n + 1)
-    cdf = np.cumsum(np.exp(log_factorial[n] - log_factorial[k] - log_factorial[n - k]
-                           + k * np.log(q) + (n - k) * np.log1p(-q)))
-    miss = (1.0 - confidence) / 2.0
-    low = int(np.searchsorted(cdf, miss))  # l: P(count <= l - 1) < miss, so P(X(l) <= x_q) > 1 - miss
-    high = int(np.searchsorted(cdf, 1.0 - miss)) + 1  # u: P(count <= u - 1) >= 1 - miss
+    log_choose = log_factorial[n] - log_factorial[k] - log_factorial[n - k]
     ordered = np.sort(values)
-    return (float(ordered[low - 1]) if low >= 1 else None), (float(ordered[high - 1]) if high <= n else None)
+    miss = (1.0 - confidence) / 2.0
+    out = []
+    for q in qs:
+        cdf = np.cumsum(np.exp(log_choose + k * np.log(q) + (n - k) * np.log1p(-q)))
+        low = int(np.searchsorted(cdf, miss))  # l: P(count <= l - 1) < miss, so P(X(l) <= x_q) > 1 - miss
+        high = int(np.searchsorted(cdf, 1.0 - miss)) + 1  # u: P(count <= u - 1) >= 1 - miss
+        out.append(((float(ordered[low - 1]) if low >= 1 else None), (float(ordered[high - 1]) if high <= n else None)))
+    return out
 
 
 def simulated_inside(row: Mapping) -> bool | None:
@@ -150,7 +154,8 @@ def summarize_group(cols: Columns, *, window: tuple[float, float], slo: Slo | No
     out: dict = {"counts": counts_of_codes(cols.status), "window_s": [start, end]}
     out.update(_percentiles(latency))
     if intervals:
-        out["intervals_s"] = {f"p{p:g}": list(quantile_interval(latency, p / 100.0)) for p in PERCENTILES}
+        out["intervals_s"] = {f"p{p:g}": list(interval) for p, interval in
+                              zip(PERCENTILES, quantile_intervals(latency, [p / 100.0 for p in PERCENTILES]))}
     out["mean_s"] = float(latency.mean()) if len(latency) else None
     service_q = _percentiles(service, "service_")
     out["service_p50_s"], out["service_p99_s"] = service_q["service_p50_s"], service_q["service_p99_s"]
