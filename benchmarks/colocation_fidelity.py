@@ -507,8 +507,9 @@ def main() -> int:
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": args.law,
                                                 "inside_interval": inside, "repeatability": repeat,
                                                 "a_simulated": batching, "fitted": fitted, "worst": worst,
-                                                "data": data_path},  # (its suffix may differ from this file's)
-                        quick=args.quick, out_dir=args.out, timed=not args.data)
+                                                "data": data_path},
+                        quick=args.quick, out_dir=args.out, timed=not args.data,
+                        same_suffix_as=None if args.data else Path(data_path))
     print(f"results: {path}")
     print(worst_line(worst))
     return 0

@@ -135,6 +135,16 @@ def test_a_second_result_of_the_day_does_not_overwrite_the_first(tmp_path):
     assert '"run": 1' in first.read_text() and '"run": 2' in second.read_text()
 
 
+def test_a_result_takes_the_suffix_of_the_measurements_it_was_computed_from(tmp_path):
+    for _ in range(3):  # data, data_2, data_3 ...
+        data = write_result("bench_data", {}, quick=True, out_dir=tmp_path)
+    write_result("bench", {}, quick=True, out_dir=tmp_path)  # ... and one result of an earlier run
+    paired = write_result("bench", {}, quick=True, out_dir=tmp_path, same_suffix_as=data)
+    assert data.name.endswith("_3.json") and paired.name == data.name.replace("bench_data", "bench")
+    taken = write_result("bench", {}, quick=True, out_dir=tmp_path, same_suffix_as=data)  # taken: the next free one
+    assert taken.name == data.name.replace("bench_data", "bench").replace("_3.json", "_2.json")
+
+
 def test_a_result_records_the_hypervisors_steal_and_says_when_the_machine_was_disturbed(tmp_path, monkeypatch, capsys):
     quiet = write_result("bench", {"run": 1}, quick=True, out_dir=tmp_path)
     facts = json.loads(quiet.read_text())

@@ -19,6 +19,7 @@ from serving_bench.load.driver import TritonTarget
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.metrics import summarize
+from serving_bench.serve.control import Control
 from serving_bench.serving_config import ServingConfig
 
 pytestmark = pytest.mark.server
@@ -218,7 +219,14 @@ def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server)
     pgid = server.process.pid
 
     def stall():
-        time.sleep(1.5)
+        """Stop the server for 1 s once it has answered 100 of the run's requests (about 1 s into the schedule):
+        timed from the run's own progress, not from the thread's start, so a slow start cannot miss the run."""
+        with Control(server.endpoints.grpc_url) as control:
+            def answered() -> int:
+                return control.statistics(["sleep_zero"])["sleep_zero"]["inference_count"]
+            start, deadline = answered(), time.monotonic() + 60.0
+            while answered() - start < 100 and time.monotonic() < deadline:
+                time.sleep(0.01)
         os.killpg(pgid, signal.SIGSTOP)
         time.sleep(1.0)
         os.killpg(pgid, signal.SIGCONT)

@@ -377,33 +377,37 @@ def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
 @pytest.mark.server
 @pytest.mark.slow
 def test_measure_then_validate_on_real_triton(tmp_path):
-    """Profile the sleep model on the real server, then validate the simulator against a real replay of it."""
+    """Profile the sleep model on the real server, then validate the simulator against a real replay of it.
+
+    The sleep is long (15 ms + 2 ms per item) against the python backend's own work (1.5-3 ms a batch), because that
+    work runs at the host's speed, which drifts by tens of percent within a minute on a shared VM: with a 5 ms sleep
+    the profile and the replay, 20 s apart, disagreed by more than 15 % at p50 in 2 of 8 runs on a quiet machine."""
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.profiles.measure import measure_profile
     from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"
-    write_sleep_entry(repo, "sleep_python", base_ms=5.0, per_item_ms=1.0, max_batch_size=8)
+    write_sleep_entry(repo, "sleep_python", base_ms=15.0, per_item_ms=2.0, max_batch_size=8)
     profile = measure_profile(repo, ["sleep_python"], tmp_path / "p.json", batch_sizes=[1, 8], colocation=(1, 2),
                               colocation_batches=(1,), seconds=0.5, rounds=2)
     md = profile.models["sleep_python"].devices["cpu"]
     # server-side service times: the sleep plus the python backend's own work, never less than the sleep
-    assert 0.006 <= md.batches[1].quantile(0.01) and md.batches[1].median < 0.010
-    assert 0.013 <= md.batches[8].quantile(0.01) and md.batches[8].median < 0.020
+    assert 0.017 <= md.batches[1].quantile(0.01) and md.batches[1].median < 0.022
+    assert 0.031 <= md.batches[8].quantile(0.01) and md.batches[8].median < 0.036
     assert 0.0 < md.batch_gap_s < 0.002 and 0.0 <= md.per_request_s < 0.001
     assert md.idle is not None and md.idle.service_extra_s[0] == 0.0
     assert 0.0 < profile.overhead_for("sleep_python").median < 0.010
     s2 = md.colocation[0](2)
     assert 1.5 < s2 <= 2.0  # sleeping instances share the CPUs almost perfectly
     load = tmp_path / "load.yaml"
-    load.write_text("name: v\nduration: 6s\nwarmup: 1s\nseed: 2\nmodels:\n  sleep_python: {rate: 150}\n")
+    load.write_text("name: v\nduration: 12s\nwarmup: 1s\nseed: 2\nmodels:\n  sleep_python: {rate: 55}\n")
     rows = run_validation(load, repo, tmp_path / "p.json", tmp_path / "val")
     errors = {r["metric"]: r["rel_error"] for r in rows}
     assert abs(errors["throughput"]) < 0.03
     assert abs(errors["p50"]) < 0.15 and abs(errors["p99"]) < 0.35  # a busy 2-core CI machine; figures in docs
     assert abs(errors["mean batch"]) < 0.15
     p50 = next(r for r in rows if r["metric"] == "p50")
-    assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~750 requests bound a median tightly
+    assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~660 requests bound a median tightly
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
     assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
 

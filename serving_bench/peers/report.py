@@ -50,17 +50,23 @@ def machine() -> dict:
 
 
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None,
-                 markdown: str | None = None, timed: bool = True) -> Path:
+                 markdown: str | None = None, timed: bool = True, same_suffix_as: Path | None = None) -> Path:
     """Write ``data`` (plus :func:`machine`) as JSON, and ``markdown`` beside it as ``.md`` if given; returns the
     JSON path: ``NAME[_quick]_DATE_HOST.json``, or ``..._2.json``, ``_3``, ... when an earlier run of the day has it
-    (a committed result is never overwritten). A run on a disturbed machine (hypervisor steal above
-    ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout, unless nothing in it was timed (``timed=False``: figures
-    computed from saved measurements, whose own files record their steal)."""
+    (a committed result is never overwritten). ``same_suffix_as``: a file this run wrote under another name (its
+    measurements, say); this one takes its suffix where that is free, so the pair's names agree. A run on a disturbed
+    machine (hypervisor steal above ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout, unless nothing in it
+    was timed (``timed=False``: figures computed from saved measurements, whose own files record their steal)."""
     facts = machine()
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{name}{'_quick' if quick else ''}_{facts['date']}_{facts['host']}"
+    day_host = f"_{facts['date']}_{facts['host']}"
+    stem = f"{name}{'_quick' if quick else ''}{day_host}"
     path, n = out_dir / f"{stem}.json", 2
+    if same_suffix_as is not None:
+        head, found, suffix = Path(same_suffix_as).stem.rpartition(day_host)
+        if found and head and (suffix == "" or (suffix[:1] == "_" and suffix[1:].isdigit())):
+            path = out_dir / f"{stem}{suffix}.json"
     while path.exists():
         path, n = out_dir / f"{stem}_{n}.json", n + 1
     atomic_write_json(path, {**facts, **data}, sort_keys=False)
