@@ -47,8 +47,6 @@ import math
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -317,21 +315,13 @@ def repeatability_line(worst: dict[str, float]) -> str:
             f"{worst['p50'] * 100:.1f} %, p99 {worst['p99'] * 100:.1f} %, throughput {worst['throughput'] * 100:.1f} %")
 
 
-def fit_law(profile: Profile, runs: list[Observation], law: str) -> dict:
-    return fit(profile, "cpu", runs, law)[0]
-
-
 def fit_all(profile: Profile, train: dict[str, list[Observation]],
             laws: tuple[str, ...]) -> dict[str, dict[str, dict]]:
-    """Every law of ``laws`` fitted on every training set (case -> law -> parameters), the fits — each a series of
-    simulations, deterministic — spread over the machine's cores."""
-    jobs = [(case, law) for case in train for law in laws]
-    with ProcessPoolExecutor(max_workers=cpu_cores()) as pool:
-        laws = list(pool.map(partial(fit_law, profile), [train[case] for case, _ in jobs], [law for _, law in jobs]))
-    fitted: dict[str, dict[str, dict]] = {case: {} for case in train}
-    for (case, law), params in zip(jobs, laws):
-        fitted[case][law] = params
-    return fitted
+    """Every law of ``laws`` fitted on every training set (case -> law -> parameters). Each fit is a series of
+    deterministic simulations; those of one step are spread over the machine's cores (one fit, the wait's on the
+    pairs, is most of the work: spread over the fits, it ran on one core while the other idled)."""
+    return {case: {law: fit(profile, "cpu", runs, law, workers=cpu_cores())[0] for law in laws}
+            for case, runs in train.items()}
 
 
 def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,

@@ -733,7 +733,8 @@ def test_pickup_engines_agree_open_and_closed():
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     """Observations made with an effective capacity of 70 % of two cores: fitting pool_eff recovers eta = 0.7; on
     held-out observations the fitted law beats plain processor sharing (which has nothing to fit)."""
-    from serving_bench.sim.interference import Observation, fit, leave_one_out, predict, with_law
+    from serving_bench.sim.interference import (Observation, Simulations, fit, leave_one_out, predict, tail_error,
+                                                with_law)
 
     truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", {"name": "pool_eff", "eta": 0.7})
     runs = []
@@ -745,6 +746,11 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     base = _demand_profile({"a": 1.0, "b": 1.0})
     law, err = fit(base, "cpu", runs, "pool_eff")
     assert law["eta"] == pytest.approx(0.7, abs=0.02) and err < 0.01
+    assert fit(base, "cpu", runs, "pool_eff", workers=2) == (law, err)  # the same simulations, in two processes
+    tails = [dataclasses.replace(obs, measured_p99={m: 0.01 for m in obs.clients}) for obs in runs]
+    with Simulations(base, "cpu", workers=2) as parallel:
+        assert parallel.error(law, tails, tail=True) == Simulations(base, "cpu").error(law, tails, tail=True) == \
+            tail_error(with_law(base, "cpu", law), tails) > 0
     held_out = leave_one_out(base, "cpu", runs, ("pool", "pool_eff"))
     assert held_out["pool_eff"] < 0.02 < held_out["pool"]
     assert Observation.from_json(runs[0].to_json()) == runs[0]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -134,15 +136,17 @@ def predict(profile: Profile, obs: Observation, seconds: float | None = None, se
     return throughput(simulate(profile, obs, seconds, seed), seconds)
 
 
+def _log_error(pairs: Iterable[tuple[Mapping[str, float], Mapping[str, float]]]) -> float:
+    """Mean absolute log error of simulated against measured figures over ``(measured, simulated)`` pairs of
+    per-model figures (the measured ones that are 0 are left out)."""
+    errs = [abs(math.log(max(simulated.get(m, 0.0), 1e-9) / value))
+            for measured, simulated in pairs for m, value in measured.items() if value > 0]
+    return float(np.mean(errs)) if errs else 0.0
+
+
 def error(profile: Profile, observations: Sequence[Observation]) -> float:
     """Mean absolute log error of simulated against measured throughput over every model of every observation."""
-    errs = []
-    for obs in observations:
-        pred = predict(profile, obs)
-        for m, measured in obs.measured_rps.items():
-            if measured > 0:
-                errs.append(abs(math.log(max(pred.get(m, 0.0), 1e-9) / measured)))
-    return float(np.mean(errs)) if errs else 0.0
+    return _log_error((obs.measured_rps, predict(profile, obs)) for obs in observations)
 
 
 def p99(records: Records, seconds: float) -> dict[str, float]:
@@ -153,19 +157,61 @@ def p99(records: Records, seconds: float) -> dict[str, float]:
     return {m: float(np.percentile(latency[models == m], 99)) for m in np.unique(models)}
 
 
+def simulated_p99(profile: Profile, obs: Observation) -> dict[str, float]:
+    """Per model the simulated p99 (s) of the observation's configuration, over :func:`sim_seconds` of a tail."""
+    seconds = sim_seconds(obs, tail=True)
+    return p99(simulate(profile, obs, seconds), seconds)
+
+
 def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
     """Mean absolute log error of the simulated against the measured p99 over every model of every observation
     that measured one (each simulated for :func:`sim_seconds` of a tail: a p99 needs more answers than a throughput)."""
-    errs = []
-    for obs in observations:
-        if not obs.measured_p99:
-            continue
-        seconds = sim_seconds(obs, tail=True)
-        pred = p99(simulate(profile, obs, seconds), seconds)
-        for m, measured in obs.measured_p99.items():
-            if measured > 0:
-                errs.append(abs(math.log(max(pred.get(m, 0.0), 1e-9) / measured)))
-    return float(np.mean(errs)) if errs else 0.0
+    return _log_error((obs.measured_p99, simulated_p99(profile, obs)) for obs in observations if obs.measured_p99)
+
+
+def _figures(profile: Profile, device: str, law: Mapping, tail: bool, obs: Observation) -> dict[str, float]:
+    """The observation simulated with ``device`` shared by ``law``: its throughputs, or its p99s for ``tail``."""
+    return (simulated_p99 if tail else predict)(with_law(profile, device, law), obs)
+
+
+_HELD: tuple[Profile, str] | None = None  # a worker process's profile and device (Simulations)
+
+
+def _hold(profile: Profile, device: str) -> None:
+    global _HELD
+    _HELD = (profile, device)
+
+
+def _held_figures(law: Mapping, tail: bool, obs: Observation) -> dict[str, float]:
+    return _figures(*_HELD, law, tail, obs)
+
+
+class Simulations:
+    """One profile's observations simulated with trial laws of one device: :meth:`error` is :func:`error` (or
+    :func:`tail_error`) of the profile under a law. With ``workers`` > 1 the observations of a call are spread over as
+    many processes, which receive the profile once (a copy sent with each simulation would rebuild its cached service
+    tables every time: twice the work); the figures are the same (every simulation is seeded)."""
+
+    def __init__(self, profile: Profile, device: str, workers: int = 1):
+        self.profile, self.device = profile, device
+        self._pool = (ProcessPoolExecutor(workers, initializer=_hold, initargs=(profile, device))
+                      if workers > 1 else None)
+
+    def __enter__(self) -> "Simulations":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def error(self, law: Mapping, observations: Sequence[Observation], tail: bool = False) -> float:
+        """Mean absolute log error of the simulated throughputs (p99s for ``tail``) under ``law``."""
+        runs = [obs for obs in observations if obs.measured_p99] if tail else list(observations)
+        if self._pool is None:
+            figures = [_figures(self.profile, self.device, law, tail, obs) for obs in runs]
+        else:
+            figures = self._pool.map(partial(_held_figures, dict(law), tail), runs)
+        return _log_error(((obs.measured_p99 if tail else obs.measured_rps), f) for obs, f in zip(runs, figures))
 
 
 def pinned(law: Mapping) -> dict[str, tuple[float, float]]:
@@ -214,39 +260,42 @@ WAIT_P_RANGE = (0.001, 1.0)  # the probability that a way in or out waits for a 
 WAIT_S_RANGE = (2e-4, 1e-2)  # the scheduler's slice, s
 
 
-def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str) -> tuple[dict, float]:
+def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str,
+        workers: int = 1) -> tuple[dict, float]:
     """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too, ``+wait`` the
     wait for a core and ``+drift`` the host's speed followed as measured: :data:`FORMS`) that fit ``observations``
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
     ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`); (law, mean absolute log
-    error of the throughputs)."""
+    error of the throughputs). The simulations of each step are spread over ``workers`` processes
+    (:class:`Simulations`)."""
     name, *extras = form.split("+")
     law: dict = {"name": name}
     if name == "soft":
         law["power"] = POWERS[-1]
     tails = tail_runs(profile, device, observations)
-    searched = ([("eta", ETA_RANGE, error, observations)] if name in ("pool_eff", "soft") else []) + \
-        ([("psi", PSI_RANGE, error, observations)] if "psi" in extras else []) + \
-        ([("wait_p", WAIT_P_RANGE, tail_error, tails), ("wait_s", WAIT_S_RANGE, tail_error, tails)]
-         if "wait" in extras else [])
-    law.update({k: 1.0 for k, _, objective, _ in searched if objective is error})
+    searched = ([("eta", ETA_RANGE, False, observations)] if name in ("pool_eff", "soft") else []) + \
+        ([("psi", PSI_RANGE, False, observations)] if "psi" in extras else []) + \
+        ([("wait_p", WAIT_P_RANGE, True, tails), ("wait_s", WAIT_S_RANGE, True, tails)]
+         if "wait" in extras else [])  # (parameter, its range, fitted on the p99s, on these runs)
+    law.update({k: 1.0 for k, _, on_tails, _ in searched if not on_tails})
     if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
         law.update({"wait_p": 0.05, "wait_s": 3e-3})
     if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
         law["drift"] = 1.0
-    for _ in range(2 if len(searched) > 1 else 1):
-        for key, bounds, objective, runs in searched:
-            law[key], _ = _golden(lambda v: objective(with_law(profile, device, {**law, key: v}), runs),
-                                  *bounds, steps=10 if objective is error else 7)
-    err = error(with_law(profile, device, law), observations)
-    if name == "soft":  # the onset's sharpness: the best of a few
-        best = (law, err)
-        for power in POWERS[:-1]:
-            candidate = {**law, "power": power}
-            e = error(with_law(profile, device, candidate), observations)
-            if e < best[1]:
-                best = (candidate, e)
-        law, err = best
+    with Simulations(profile, device, workers) as sims:
+        for _ in range(2 if len(searched) > 1 else 1):
+            for key, bounds, on_tails, runs in searched:
+                law[key], _ = _golden(lambda v: sims.error({**law, key: v}, runs, on_tails),
+                                      *bounds, steps=7 if on_tails else 10)
+        err = sims.error(law, observations)
+        if name == "soft":  # the onset's sharpness: the best of a few
+            best = (law, err)
+            for power in POWERS[:-1]:
+                candidate = {**law, "power": power}
+                e = sims.error(candidate, observations)
+                if e < best[1]:
+                    best = (candidate, e)
+            law, err = best
     return law, err
 
 
