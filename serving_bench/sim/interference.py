@@ -169,11 +169,6 @@ def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
     return _log_error((obs.measured_p99, simulated_p99(profile, obs)) for obs in observations if obs.measured_p99)
 
 
-def _figures(profile: Profile, device: str, law: Mapping, tail: bool, obs: Observation) -> dict[str, float]:
-    """The observation simulated with ``device`` shared by ``law``: its throughputs, or its p99s for ``tail``."""
-    return (simulated_p99 if tail else predict)(with_law(profile, device, law), obs)
-
-
 _HELD: tuple[Profile, str] | None = None  # a worker process's profile and device (Simulations)
 
 
@@ -183,7 +178,10 @@ def _hold(profile: Profile, device: str) -> None:
 
 
 def _held_figures(law: Mapping, tail: bool, obs: Observation) -> dict[str, float]:
-    return _figures(*_HELD, law, tail, obs)
+    """In a worker: the observation simulated with the held device shared by ``law``, its throughputs (p99s for
+    ``tail``)."""
+    profile, device = _HELD
+    return (simulated_p99 if tail else predict)(with_law(profile, device, law), obs)
 
 
 class Simulations:
@@ -206,11 +204,10 @@ class Simulations:
 
     def error(self, law: Mapping, observations: Sequence[Observation], tail: bool = False) -> float:
         """Mean absolute log error of the simulated throughputs (p99s for ``tail``) under ``law``."""
-        runs = [obs for obs in observations if obs.measured_p99] if tail else list(observations)
         if self._pool is None:
-            figures = [_figures(self.profile, self.device, law, tail, obs) for obs in runs]
-        else:
-            figures = self._pool.map(partial(_held_figures, dict(law), tail), runs)
+            return (tail_error if tail else error)(with_law(self.profile, self.device, law), observations)
+        runs = [obs for obs in observations if obs.measured_p99] if tail else list(observations)
+        figures = self._pool.map(partial(_held_figures, dict(law), tail), runs)
         return _log_error(((obs.measured_p99 if tail else obs.measured_rps), f) for obs, f in zip(runs, figures))
 
 
