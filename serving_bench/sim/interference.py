@@ -264,7 +264,7 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
     ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`); (law, mean absolute log
     error of the throughputs). The simulations of each step are spread over ``workers`` processes
-    (:class:`Simulations`)."""
+    (:class:`Simulations`; no more than there are observations, the most a step runs at once)."""
     name, *extras = form.split("+")
     law: dict = {"name": name}
     if name == "soft":
@@ -279,7 +279,7 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
         law.update({"wait_p": 0.05, "wait_s": 3e-3})
     if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
         law["drift"] = 1.0
-    with Simulations(profile, device, workers) as sims:
+    with Simulations(profile, device, min(workers, len(observations))) as sims:
         for _ in range(2 if len(searched) > 1 else 1):
             for key, bounds, on_tails, runs in searched:
                 law[key], _ = _golden(lambda v: sims.error({**law, key: v}, runs, on_tails),
