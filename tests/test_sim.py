@@ -809,6 +809,28 @@ def test_the_engines_cold_start_curve_is_the_profiles_interpolation():
         assert curve.at(float(x)) == interp(float(x), xs, ys)
 
 
+def test_one_draw_at_a_time_is_what_numpy_draws_for_an_array():
+    """A closed loop draws each request's way in and out one float at a time (``interp_one``, no array call); those
+    floats are numpy's, bit for bit: on a quantile grid, a constant one, a cold-start curve with its tail, at the
+    points, between them, beyond both ends, at inf and NaN."""
+    from serving_bench.sim.workload import Grid, cold_extra, interp_one
+
+    rng = np.random.default_rng(7)
+    values = np.sort(rng.gamma(2.0, 1e-4, 257))
+    u = np.concatenate([rng.random(2000), np.linspace(0.0, 1.0, 257), [0.0, 1.0, -0.5, 1.5]])
+    for grid in (Grid(values), Grid(np.full(257, 3e-4))):
+        assert np.array_equal(np.array([grid(float(x)) for x in u]), grid(u))
+        assert all(type(grid(float(x))) is float for x in u[:3])
+    gaps, median, p90 = (0.0003, 0.0021, 0.008, 0.0318), (0.0, 0.00015, 0.00031, 0.00059), (0.0, 0.0002, 0.0005, 1e-3)
+    since = np.concatenate([rng.random(2000) * 0.04, gaps, [0.0, math.inf]])
+    draws = rng.random(len(since))
+    for tail in (p90, ()):
+        one = np.array([cold_extra(float(g), float(d), gaps, median, tail) for g, d in zip(since, draws)])
+        assert np.array_equal(one, cold_extra(since, draws, gaps, median, tail))
+    assert np.isnan(interp_one(math.nan, gaps, median)) and np.isnan(np.interp(math.nan, gaps, median))
+    assert interp_one(0.005, (0.005,), (2.0,)) == np.interp(0.005, (0.005,), (2.0,)) == 2.0
+
+
 def test_an_observation_is_simulated_long_enough_for_its_slowest_model():
     """A 300 ms model measured at 1 / 0.3 s = 3.33 req/s: half a simulated second holds one answer (2 req/s, a 40 %
     error from the start alone); the simulated time grows to 20 answers (6 s), capped at 5 s: 16 answers, -4 %. A

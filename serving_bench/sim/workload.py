@@ -25,6 +25,7 @@ events happen in.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -62,17 +63,43 @@ class Stream:
     queue: deque
 
 
+def interp_one(x: float, xp, fp) -> float:
+    """``np.interp(x, xp, fp)`` for one float ``x`` (``xp`` increasing; sequences of floats): the float operations
+    of numpy's own loop, so bit for bit the same value, without the cost of an array call (the closed loop draws per
+    request, one at a time)."""
+    if x != x:
+        return x
+    if x >= xp[-1]:
+        return fp[-1]
+    if x < xp[0]:
+        return fp[0]
+    j = bisect_right(xp, x) - 1
+    if xp[j] == x:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    y = slope * (x - xp[j]) + fp[j]
+    if y != y:  # numpy's fallback: from the other end
+        y = slope * (x - xp[j + 1]) + fp[j + 1]
+        if y != y and fp[j] == fp[j + 1]:
+            y = fp[j]
+    return y
+
+
 class Grid:
     """A quantile grid (evenly spaced probabilities 0 .. 1) ready to sample: ``grid(u)`` is its value at probability
-    ``u`` (scalar or array), linearly interpolated. A constant grid (a constant distribution) gives its value without
-    the search: what ``np.interp`` returns there too (zero slope: ``0 * dx + c``)."""
+    ``u`` (an array, or one float: then a float), linearly interpolated as ``np.interp`` does. A constant grid (a
+    constant distribution) gives its value without the search: what ``np.interp`` returns there too (zero slope:
+    ``0 * dx + c``)."""
 
     def __init__(self, values):
         self.values = np.asarray(values, dtype=np.float64)
         self.probabilities = np.linspace(0.0, 1.0, len(self.values))
         self.constant = bool((self.values == self.values[0]).all())
+        self._values, self._probabilities = self.values.tolist(), self.probabilities.tolist()
 
-    def __call__(self, u) -> np.ndarray:
+    def __call__(self, u):
+        if isinstance(u, float):
+            return self._values[0] + 0.0 if self.constant else interp_one(u, self._probabilities, self._values)
         if self.constant:
             return np.full(np.shape(u), self.values[0] + 0.0)
         return np.interp(u, self.probabilities, self.values)
@@ -80,8 +107,14 @@ class Grid:
 
 def cold_extra(gap_s, u, gaps: tuple[float, ...], median: tuple[float, ...], p90: tuple[float, ...]):
     """A way's cold-start extra (s) after ``gap_s`` seconds since the previous request, drawn at probability ``u``
-    (arrays or scalars): the median extra up to ``u = 0.5``, the p90 extra from ``u = 0.9``, linear between (the
-    median extra everywhere when ``p90`` is empty)."""
+    (arrays, or floats: then a float): the median extra up to ``u = 0.5``, the p90 extra from ``u = 0.9``, linear
+    between (the median extra everywhere when ``p90`` is empty)."""
+    if isinstance(gap_s, float) and isinstance(u, float):
+        extra = interp_one(gap_s, gaps, median)
+        if not p90:
+            return extra
+        weight = min(max((u - 0.5) / 0.4, 0.0), 1.0)
+        return extra + weight * (interp_one(gap_s, gaps, p90) - extra)
     extra = np.interp(gap_s, gaps, median)
     if not p90:
         return extra
@@ -179,7 +212,9 @@ class Workload:
         if idle is not None and idle.dispatch_extra_s:
             out = out + cold_extra(since, u, idle.overhead_gap_s, idle.dispatch_extra_s, idle.dispatch_extra_p90_s)
         pickup = ms.pickup_s.get(device, 0.0)
-        return np.maximum(out - pickup, 0.0) if pickup > 0.0 else out
+        if pickup <= 0.0:
+            return out
+        return max(out - pickup, 0.0) if isinstance(out, float) else np.maximum(out - pickup, 0.0)
 
     def overhead_of(self, stream: int, rids, at_s) -> np.ndarray:
         """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream`` answered at
