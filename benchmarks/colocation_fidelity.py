@@ -16,9 +16,7 @@ in and out); then, on the real server:
     of the set replayed stands over what the pairs imply; the pairs' law, held out against it in (b), gave the
     replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/sim.md); the one at 0.9 is
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
-    printed beside the model's errors; before each replay a closed loop of tiny_cnn_onnxruntime alone probes the
-    host's speed against its solo run in (b) (a machine that sped up or slowed down between the fit and the replay
-    shows there; the replays' error does not follow it: docs/sim.md).
+    printed beside the model's errors.
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
 default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
@@ -265,22 +263,14 @@ def measure(quick: bool) -> dict:
             stage("(c) open-loop replays of all entries together")
             replays = {}
             for load in LOADS:
-                probe = speed_probe(session, seconds)
-                replays[str(load)] = {"seed": int(load * 10), "probe_rps": probe, "real": replay_figures(
+                replays[str(load)] = {"seed": int(load * 10), "real": replay_figures(
                     server, poisson_schedule(capacity, load, replay_s, int(load * 10)))}
             print(f"  load {REPEATED_LOAD} once more: the measurement's own repeatability")
-            probe = speed_probe(session, seconds)
-            repeat = {"load": str(REPEATED_LOAD), "probe_rps": probe, "real": replay_figures(
+            repeat = {"load": str(REPEATED_LOAD), "real": replay_figures(
                 server, poisson_schedule(capacity, REPEATED_LOAD, replay_s, int(REPEATED_LOAD * 10)))}
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
             "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
-
-
-def speed_probe(session: Session, seconds: float) -> float:
-    """The host's speed just before a replay: requests per second of ``SCALED`` alone in a closed loop of one
-    client (the same run as its solo case in (b), so the two compare: the machine's drift, not the model's)."""
-    return closed_run(session, {SCALED: 1}, seconds)[SCALED]["throughput"]
 
 
 def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:
@@ -303,10 +293,8 @@ def repeatability(data: dict) -> dict[str, float] | None:
         return None
     replay = data["replays"][repeat["load"]]
     first, again = replay["real"], repeat["real"]
-    speed = (f" (the host's speed before it {repeat['probe_rps'] / replay['probe_rps']:.2f}x the first's)"
-             if "probe_rps" in repeat else "")
     print(f"\n== (c) load {repeat['load']} replayed again, the same schedule: its p50 p99 throughput in % of the "
-          f"first's{speed}")
+          "first's")
     diffs = {m: {k: (again[m][k] - first[m][k]) / first[m][k] for k in TARGETS} for m in STREAMS}
     for m, d in diffs.items():
         print(f"  {m:<22} " + " ".join(f"{d[k] * 100:+7.1f}" for k in TARGETS))
@@ -367,13 +355,9 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][law], *scaled[k_max], seconds, rows)
     held_out_case("(b)", "all together", profile, fitted["b"][law], *cases["all together"], seconds, rows)
     config = serving_config(serving, STREAMS)
-    solo_rps = cases[SCALED][1][SCALED]["throughput"]
     print(f"  (c)  simulated with {law} fitted on (b)'s all-together run: " +
           ", ".join(f"{k} {v:.4g}" for k, v in fitted["c"][law].items() if k != "name"))
     for load, replay in data["replays"].items():
-        if "probe_rps" in replay:  # measured since 2026-12-03
-            print(f"  (c)  load {load}: the host's speed before it, {SCALED} alone {replay['probe_rps']:.0f} req/s, "
-                  f"{replay['probe_rps'] / solo_rps:.2f}x its solo run in (b)")
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
         runs = {side: SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule)
                 for side, params in (("full", fitted["c"][law]), ("baseline", {"name": "none"}))}
