@@ -7,12 +7,10 @@ real server and in the simulator with that profile; it prints measured and simul
 simulation of a baseline in the same run: the profile with median cold-start extras only (no p90 extras of the
 ways in and out).
 
-What it shows on the 2-core VM (2026-12-02, native sender, after ONNX Runtime's spinning was turned off): every
-rate predicted too fast, p50 by 14-38 %, p99 by 38-55 %. (With the spinning pool of before, on the Python sender, the
-same measurement gave p50 +78 / +82 % and p99 +145 / +121 % at 600 / 900 req/s.) See
-docs/sim.md, "Runtimes that spin between runs". With the ways' p90 cold-start extras (twice the same evening, on a
-disturbed VM): closer than the median-only baseline in 18 of 20 figures, the p99s still 9-75 % low (docs/sim.md,
-"The host's speed drifts").
+What it showed on the 2-core VM while the profile measured cold starts at even spacings (2026-12-02/03, native
+sender, ONNX Runtime's spinning off): every rate predicted too fast, p50 by 14-38 %, p99 by 29-55 %. With the cold
+starts measured at random quiet times (2026-12-03, quiet VM): p50 -11 / -0 / +4 / -3 / -4 %, p99 -14 / +19 / -16 /
+-19 / -8 % at 30 / 100 / 300 / 600 / 900 req/s (docs/sim.md, "Cold starts under irregular arrivals").
 
     .venv/bin/python scripts/repro_solo_open_loop.py [--seconds 6]
 """

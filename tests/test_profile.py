@@ -293,65 +293,78 @@ def test_lone_wait_follows_tritons_preferred_sizes():
     assert lone_wait_s(config, 1) == 0.0 and lone_wait_s(config, 2) == pytest.approx(5e-4)
 
 
-def test_idle_effect_from_spaced_runs_is_monotone_and_relative_to_back_to_back():
-    from serving_bench.profiles.estimators import LoopRun, idle_effect
+def _cold_runs(groups, slow_way_in=None):
+    """A hot run (back to back: way in 0.2 ms, service 0.3 ms, latency 1 ms) and one cold-start run: a first request,
+    then per group ``(gap, service extra, way out extra)`` 13 requests, each that many seconds after the one before;
+    ``slow_way_in(i)``: extra seconds on the way in of the group requests' i-th."""
+    from serving_bench.profiles.estimators import LoopRun
 
-    runs, t = {}, 100.0
-    # hot: 0.3 ms service, 1 ms client latency, requests back to back;
-    # spaced: service 0.3 + extra; the 64 ms spacing stalled (a 66 ms extra: the instance never idled), so it is
-    # left out; the 8 ms spacing's second round ran beside something else (a 3 ms extra): the first round's counts
-    for key, (period, extra) in {("m", "solo", 1): (0.0012, 0.0), ("m", "idle", 0.002, 0): (0.003, 0.0002),
-                                 ("m", "idle", 0.008, 0): (0.009, 0.0001), ("m", "idle", 0.032, 0): (0.033, 0.0006),
-                                 ("m", "idle", 0.064, 0): (0.065, 0.066),
-                                 ("m", "idle", 0.008, 1): (0.009, 0.003)}.items():
-        t0 = t
-        sent, batches = [], []
-        for _ in range(20):
-            sent.append(t)
-            batches.append((t + 0.0002, t + 0.0005 + extra, 1))
-            t += period
-        latency = np.full(20, 0.001 + extra + (0.0004 if key[1] == "idle" else 0.0))
-        sent = np.array(sent)
-        runs[key] = LoopRun({"m": latency}, {}, (t0, t), {"m": sent}, {"m": sent + latency},
-                            {"m": _executions(batches)})
-        t += 1.0
-    effect = idle_effect(runs, "m", 0.0)
-    assert effect.service_extra_s == pytest.approx((0.0, 0.0002, 0.0002, 0.0006))  # never warmer after longer idle
-    assert effect.service_idle_s[0] == pytest.approx(0.0012 - 0.0003)
-    assert effect.overhead_extra_s == pytest.approx((0.0, 0.0004, 0.0004, 0.0004))
-    assert effect.overhead_gap_s == pytest.approx((0.001, 0.003, 0.009, 0.033))
+    def run(t0, gaps, service_extra, out_extra, way_in_extra):
+        sent = t0 + np.concatenate([[0.0], np.cumsum(gaps)])  # a first request, then each its gap after the last
+        service_extra, out_extra, way_in_extra = (np.concatenate([x[:1], x]) for x in (service_extra, out_extra,
+                                                                                        way_in_extra))
+        way_in = 0.0002 + way_in_extra
+        batches = [(t + w, t + w + 0.0003 + e, 1) for t, w, e in zip(sent, way_in, service_extra)]
+        latency = way_in + 0.0003 + service_extra + 0.0005 + out_extra
+        return LoopRun({"m": latency}, {}, (t0, sent[-1] + 1.0), {"m": sent}, {"m": sent + latency},
+                       {"m": _executions(batches)})
+
+    hot = run(100.0, np.full(19, 0.001), np.zeros(19), np.zeros(19), np.zeros(19))
+    gaps = np.repeat([g for g, _, _ in groups], 13)
+    extra = {k: np.repeat([group[k] for group in groups], 13) for k in (1, 2)}
+    way_in = np.array([slow_way_in(i) if slow_way_in else 0.0 for i in range(len(gaps))])
+    return {("m", "solo", 1): hot, ("m", "cold", 0): run(200.0, gaps, extra[1], extra[2], way_in)}
+
+
+def test_cold_starts_are_binned_monotone_and_relative_to_back_to_back():
+    from serving_bench.profiles.estimators import COLD_BINS, cold_starts
+
+    # six groups of 13 requests, 2 ... 64 ms apart; the third group computed faster than the second (a longer
+    # idle cannot make a start warmer: lifted to the second's extra)
+    groups = [(0.002, 1e-4, 0.0), (0.004, 2e-4, 1e-4), (0.008, 1e-4, 1e-4), (0.016, 3e-4, 2e-4),
+              (0.032, 6e-4, 3e-4), (0.064, 9e-4, 4e-4)]
+    assert len(groups) == COLD_BINS
+    effect = cold_starts(_cold_runs(groups), "m", 0.0)
+    assert effect.service_extra_s == pytest.approx((0.0, 1e-4, 2e-4, 2e-4, 3e-4, 6e-4, 9e-4))
+    assert effect.overhead_extra_s == pytest.approx((0.0, 0.0, 1e-4, 1e-4, 2e-4, 3e-4, 4e-4))
+    assert effect.overhead_gap_s == pytest.approx((0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064))
+    # the service's x: the instance's idle time (a group's gap less its requests' time on the instance, 0.3 ms + extra)
+    assert effect.service_idle_s[0] == pytest.approx(0.001 - 0.0003)
+    assert effect.service_idle_s[2] == pytest.approx(0.004 - 0.0003 - 2e-4)
+    assert effect.dispatch_extra_s == pytest.approx((0.0,) * 7, abs=1e-12)
+    # a request sent before the previous one was answered met a busy server, not a cold one: left out;
+    runs = _cold_runs(groups)
+    cold = runs[("m", "cold", 0)]
+    cold.sent["m"][30] = cold.sent["m"][29] + 1e-4
+    cold.done["m"][30] = cold.sent["m"][30] + 0.003
+    cold.latency["m"][30] = 0.003
+    # a second round beside something else (every batch 0.5 ms longer): the first round's figures count
+    runs[("m", "cold", 1)] = _cold_runs([(g, e + 5e-4, o) for g, e, o in groups])[("m", "cold", 0)]
+    left_out = cold_starts(runs, "m", 0.0)
+    for name in ("service_extra_s", "overhead_gap_s", "overhead_extra_s", "dispatch_extra_p90_s"):
+        assert getattr(left_out, name) == pytest.approx(getattr(effect, name), abs=1e-12)
 
 
 def test_a_cold_way_in_keeps_its_tail_beside_its_median():
     from serving_bench.errors import InputError
     from serving_bench.profiles.distributions import parse_idle
-    from serving_bench.profiles.estimators import LoopRun, idle_effect, way_p90s
+    from serving_bench.profiles.estimators import COLD_MINIMUM, LoopRun, cold_starts, quiet_requests
     from serving_bench.sim.workload import cold_extra
 
-    # hot: way in 0.2 ms, service 0.3 ms, way out 0.5 ms, back to back; 32 ms apart one request in five waits 2 ms
-    # more on its way in: the median way in is unchanged (extra 0) but its 90th percentile is 2 ms longer
-    runs, t = {}, 0.0
-    for key, period in {("m", "solo", 1): 0.0012, ("m", "idle", 0.032, 0): 0.033}.items():
-        t0, sent, batches, latency = t, [], [], []
-        for i in range(20):
-            way_in = 0.0022 if key[1] == "idle" and i % 5 == 0 else 0.0002
-            sent.append(t)
-            batches.append((t + way_in, t + way_in + 0.0003, 1))
-            latency.append(way_in + 0.0008)
-            t += period
-        sent, latency = np.array(sent), np.array(latency)
-        runs[key] = LoopRun({"m": latency}, {}, (t0, t), {"m": sent}, {"m": sent + latency},
-                            {"m": _executions(batches)})
-        t += 1.0
-    effect = idle_effect(runs, "m", 0.0)
-    assert effect.dispatch_extra_s == pytest.approx((0.0, 0.0), abs=1e-12)
-    assert effect.dispatch_extra_p90_s == pytest.approx((0.0, 0.002), abs=1e-12)
-    assert effect.overhead_extra_p90_s == pytest.approx((0.0, 0.0), abs=1e-12)
+    # 32 ms and more apart, one request in four waits 2 ms more on its way in: the median way in is unchanged
+    # (extra 0) but its 90th percentile is 2 ms longer in every bin (13 requests: 3 or 4 slow ones)
+    runs = _cold_runs([(0.032 + 0.001 * i, 0.0, 0.0) for i in range(6)], lambda i: 0.002 if i % 4 == 0 else 0.0)
+    effect = cold_starts(runs, "m", 0.0)
+    assert effect.dispatch_extra_s == pytest.approx((0.0,) * 7, abs=1e-12)
+    assert effect.dispatch_extra_p90_s == pytest.approx((0.0,) + (0.002,) * 6, abs=1e-12)
+    assert effect.overhead_extra_p90_s == pytest.approx((0.0,) * 7, abs=1e-12)
     assert parse_idle(effect.to_json(), "p.json", "idle") == effect  # kept in the profile
-    few = runs[("m", "solo", 1)]  # four matched requests are too few to match: no percentile rather than an error
-    few = LoopRun({"m": few.latency["m"][:4]}, {}, few.window, {"m": few.sent["m"][:4]}, {"m": few.done["m"][:4]},
-                  {"m": few.executions["m"].select(np.arange(4))})
-    assert way_p90s(few, "m", 0.0) is None
+    cold = runs[("m", "cold", 0)]  # too few requests to bin: no cold starts rather than an error
+    n = COLD_MINIMUM - 1
+    few = LoopRun({"m": cold.latency["m"][:n]}, {}, cold.window, {"m": cold.sent["m"][:n]},
+                  {"m": cold.done["m"][:n]}, {"m": cold.executions["m"].select(np.arange(n))})
+    assert quiet_requests(few, "m", 0.0) is None
+    assert cold_starts({("m", "solo", 1): runs[("m", "solo", 1)], ("m", "cold", 0): few}, "m", 0.0) is None
     # a draw at probability u: the median extra up to 0.5, the p90 extra from 0.9, linear between
     gaps, median, p90 = (0.001, 0.033), (0.0, 0.0001), (0.0, 0.0021)
     assert cold_extra(0.033, np.array([0.3, 0.7, 0.95]), gaps, median, p90) == pytest.approx([0.0001, 0.0011, 0.0021])

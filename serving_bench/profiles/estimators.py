@@ -333,63 +333,93 @@ def medians(run: LoopRun, model: str, wait_s: float) -> tuple[float, float, floa
     return compute, float(np.median(latency)) - compute - wait_s, 0.0, None
 
 
-def idle_effect(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
-    """The cold-start extras (:class:`IdleEffect`) from the back-to-back run at batch 1 (the hot reference) and the
-    spaced runs (keys ``(model, "idle", spacing, round)``): per spacing, median service and overhead minus the hot
-    medians (at least 0, and never smaller after a longer idle: a longer idle cannot make a start warmer), each the
-    least over the spacing's rounds (a host busy with something else only ever inflates a round). The service's x is
-    the instance's median idle time from the executed batches of the round it comes from (without them: the spacing
-    minus the hot latency); the overhead's x is the spacing. The ways in and out also get their extra at the 90th
-    percentile (:func:`way_p90s`, least over the rounds, never below the median extra). A spaced run whose instance
-    idled less than half the planned spacing (a stall on a shared machine queued its requests: it measured a
-    backlog, not a cold start) is left out."""
+COLD_BINS = 6  # bins of the quiet time before a request in the cold-start runs (equal counts)
+COLD_MINIMUM = 12  # requests a bin needs
+
+
+def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndarray] | None:
+    """The requests of an open-loop run of one-row requests that met a quiet server — each alone in its batch, sent
+    after the previous one was answered — with, per request: ``since`` (s from the previous request's send),
+    ``idle`` (s the instance sat idle before its batch), ``service``, ``way_out`` and ``way_in`` (as in
+    :func:`service_and_overhead`). None without logged batches or with fewer than ``COLD_MINIMUM`` such requests."""
+    found = matched_batches(run, model, COLD_MINIMUM)
+    if found is None:
+        return None
+    matched, batches = found
+    h = hop_s(run, batches, model)
+    sent_all, done_all = run.sent[model], run.done[model]
+    since = np.diff(sent_all, prepend=np.nan)[matched]
+    after_answer = (sent_all > np.concatenate([[-np.inf], np.maximum.accumulate(done_all)[:-1]]))[matched]
+    starts, first = np.unique(batches.start_s, return_index=True)
+    j = np.searchsorted(starts, batches.start_s)
+    previous_end = np.where(j > 0, batches.end_s[first][np.maximum(j - 1, 0)], np.nan)
+    idle = batches.start_s - previous_end - h
+    sent = sent_all[matched]
+    keep = (batches.requests == 1) & after_answer & (idle > 0)  # nan compares false: the run's first batch
+    if keep.sum() < COLD_MINIMUM:
+        return None
+    phases = {"since": since, "idle": idle, "service": batches.duration_s + h,
+              "way_out": run.latency[model][matched] - (batches.end_s - sent) - h / 2,
+              "way_in": np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)}
+    return {k: v[keep] for k, v in phases.items()}
+
+
+def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
+    """The cold-start extras (:class:`IdleEffect`) from the back-to-back run at batch 1 (the hot reference: a closed
+    loop, where nothing waits) and the open-loop runs of one-row requests at random quiet times (keys ``(model,
+    "cold", round)``): the requests that met a quiet server (:func:`quiet_requests`), pooled over the rounds, fall into
+    :data:`COLD_BINS` bins of equal counts — by the time since the previous request for the ways in and out, by the
+    instance's idle time for the service — and each bin gives the median's extra over the hot median (the ways also
+    the 90th percentile's over the hot one) at the bin's median time. Each extra is the least over the rounds (of
+    the bin's requests in each round: a host busy with something else only ever inflates a round), never below 0,
+    never smaller after a longer time (a longer idle cannot make a start warmer), a tail's never below its median's.
+
+    Random rather than evenly spaced quiet times because the extras depend on more than the last gap: on the 2-core
+    VM an ONNX Runtime model's requests at fixed spacing stayed nearly as fast as back to back up to 2 ms apart, while
+    under Poisson arrivals its batch took +110 us more at any gap from 0.5 ms and its way in's p99 was 2.5 times the
+    hot one (docs/sim.md, "Cold starts under irregular arrivals"): the runs sample the histories irregular traffic
+    has."""
     hot_run = runs[(model, "solo", 1)]
-    hot_service, hot_overhead, hot_dispatch, hot_idle = medians(hot_run, model, wait_s)
-    hot_tails = way_p90s(hot_run, model, wait_s)
-    hot_latency = float(np.mean(hot_run.latency[model]))
-    spaced = [k for k in runs if len(k) == 4 and k[0] == model and k[1] == "idle"]
-    if not spaced:
+    hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s, None)
+    quiet = [q for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
+             if len(k) == 3 and k[:2] == (model, "cold") for q in [quiet_requests(run, model, wait_s)] if q is not None]
+    if hot_in is None or not quiet:
         return None
-    s_x, s_y = [hot_idle if hot_idle is not None else 0.0], [0.0]
-    o_x, o_y, d_y, o_y90, d_y90 = [hot_latency], [0.0], [0.0], [0.0], [0.0]
-    for g in sorted({k[2] for k in spaced}):
-        rounds = [(medians(runs[k], model, wait_s), way_p90s(runs[k], model, wait_s)) for k in spaced if k[2] == g]
-        rounds = [(r, t) for r, t in rounds if r[3] is None or r[3] >= g / 2]
-        if not rounds:
-            continue
-        service, _, _, idle = min((r for r, _ in rounds), key=lambda r: r[0])
-        overhead, dispatch = min(r[1] for r, _ in rounds), min(r[2] for r, _ in rounds)
-        period = g + hot_latency
-        s_x.append(idle if idle is not None else max(period - hot_latency, 0.0))
-        s_y.append(max(service - hot_service, 0.0))
-        o_x.append(period)
-        o_y.append(max(overhead - hot_overhead, 0.0))
-        d_y.append(max(dispatch - hot_dispatch, 0.0))
-        if hot_tails is not None and all(t is not None for _, t in rounds):  # the tail never below the middle
-            o_y90.append(max(min(t[0] for _, t in rounds) - hot_tails[0], o_y[-1]))
-            d_y90.append(max(min(t[1] for _, t in rounds) - hot_tails[1], d_y[-1]))
+    cold = {name: np.concatenate([q[name] for q in quiet]) for name in quiet[0]}
+    rounds = np.concatenate([np.full(len(q["since"]), r) for r, q in enumerate(quiet)])
+    bins = max(1, min(COLD_BINS, len(rounds) // COLD_MINIMUM))
 
-    def monotone(xs, ys):
-        order = np.argsort(xs, kind="stable")
-        xs, ys = np.asarray(xs)[order], np.maximum.accumulate(np.asarray(ys)[order])
-        keep = np.concatenate([[True], np.diff(xs) > 0])
-        return tuple(float(x) for x in xs[keep]), tuple(float(y) for y in ys[keep])
+    def binned(key: str, phase: str, hot: np.ndarray, p: float, x0: float) -> tuple[tuple, tuple]:
+        groups = np.array_split(np.argsort(cold[key], kind="stable"), bins)
+        xs = [x0] + [float(np.median(cold[key][g])) for g in groups]
+        ys = [0.0] + [least_over_rounds(cold[phase][g], rounds[g], p) - float(np.quantile(hot, p)) for g in groups]
+        return monotone(xs, ys)
 
-    (sx, sy), (ox, oy), (_, dy) = monotone(s_x, s_y), monotone(o_x, o_y), monotone(o_x, d_y)
-    logged = batches_of(hot_run, model) is not None
-    tails = {}
-    if logged and len(o_y90) == len(o_x):
-        tails = {"overhead_extra_p90_s": monotone(o_x, o_y90)[1], "dispatch_extra_p90_s": monotone(o_x, d_y90)[1]}
-    return IdleEffect(sx, sy, ox, oy, dy if logged else (), **tails)
+    hot_period = float(np.mean(np.diff(hot_run.sent[model]))) if len(hot_run.sent[model]) > 1 else 0.0
+    _, _, _, hot_idle = medians(hot_run, model, wait_s)
+    sx, sy = binned("idle", "service", hot_service, 0.5, hot_idle or 0.0)
+    ox, oy = binned("since", "way_out", hot_out, 0.5, hot_period)
+    _, dy = binned("since", "way_in", hot_in, 0.5, hot_period)
+    _, oy90 = binned("since", "way_out", hot_out, 0.9, hot_period)
+    _, dy90 = binned("since", "way_in", hot_in, 0.9, hot_period)
+    return IdleEffect(sx, sy, ox, oy, dy, overhead_extra_p90_s=tuple(map(max, oy90, oy)),
+                      dispatch_extra_p90_s=tuple(map(max, dy90, dy)))
 
 
-def way_p90s(run: LoopRun, model: str, wait_s: float) -> tuple[float, float] | None:
-    """(90th percentile of the way out, of the way in) of a one-at-a-time run, each request matched to its batch
-    (:func:`service_and_overhead`); None where it matched none (no logged batches, or too few)."""
-    _, way_out, way_in = service_and_overhead(run, model, wait_s, None)
-    if way_in is None:
-        return None
-    return float(np.quantile(way_out, 0.9)), float(np.quantile(way_in, 0.9))
+def least_over_rounds(values: np.ndarray, rounds: np.ndarray, p: float) -> float:
+    """The least over the rounds of the ``p``-quantile of each round's ``values`` (rounds with at least
+    ``COLD_MINIMUM // 2`` of them; all pooled where none has)."""
+    counted = [values[rounds == r] for r in np.unique(rounds) if (rounds == r).sum() >= COLD_MINIMUM // 2]
+    return min(float(np.quantile(v, p)) for v in counted) if counted else float(np.quantile(values, p))
+
+
+def monotone(xs: Sequence[float], ys: Sequence[float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Points sorted by x, each y at least 0 and at least every y before it, one point per x (the first)."""
+    order = np.argsort(xs, kind="stable")
+    xs, ys = np.asarray(xs, dtype=float)[order], np.maximum.accumulate(np.maximum(np.asarray(ys, dtype=float)[order],
+                                                                                   0.0))
+    keep = np.concatenate([[True], np.diff(xs) > 0])
+    return tuple(float(x) for x in xs[keep]), tuple(float(y) for y in ys[keep])
 
 
 def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

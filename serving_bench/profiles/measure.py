@@ -26,13 +26,16 @@ and the client's own jitter on a busy machine must not leak into service times:
   :mod:`serving_bench.sim.drift`): from the ``b = 1`` run, how the host's speed moves a request's way in, service and
   way out together and two requests' services some milliseconds apart
   (:func:`~serving_bench.profiles.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
-* **Cold starts** (``idle``): requests of one row sent one at a time with the instance idle ~2, 8, 32 and 64 ms
-  between them (open loop, fixed spacing); the median service time, dispatch and overhead at each spacing minus those
-  of the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores an
-  ONNX Runtime model computes twice as long after 16 ms idle as back to back). The simulator adds it per batch from
-  the instance's idle time and per request from the time since the previous request. The ways in and out also keep
-  their extra at the 90th percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed
-  drifts"); a draw takes the median extra up to probability 0.5 and the p90 one from 0.9.
+* **Cold starts** (``idle``): requests of one row sent one at a time, each after the previous answer plus a random
+  quiet time (log-uniform from 0.05 to 64 ms, seeded; open loop, :data:`COLD_COUNT` per round); binned by the time
+  since the previous request (and the instance's idle time for the service), the median service time, dispatch and
+  overhead of each bin minus those of the back-to-back run give how much a start after idle time costs (runtime
+  threads parked, caches cold: on 2 cores an ONNX Runtime model computes twice as long after 16 ms idle as back to
+  back). Random, not evenly spaced: irregular traffic starts colder than a steady rhythm of the same gap
+  (:func:`~serving_bench.profiles.estimators.cold_starts`). The simulator adds it per batch from the instance's
+  idle time and per request from the time since the previous request. The ways in and out also keep their extra at
+  the 90th percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed drifts"); a draw
+  takes the median extra up to probability 0.5 and the p90 one from 0.9.
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
   instance spends per batch beyond Triton's compute time (its thread releasing a payload and taking the next): the
   mean time from one batch's start to the next (when that one had been sent already) minus Triton's mean compute;
@@ -94,7 +97,7 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
 from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, handoff_split,
-                                              idle_effect, lone_wait_s, per_request_cost, phase_drift,
+                                              cold_starts, lone_wait_s, per_request_cost, phase_drift,
                                               pickup_s, service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
@@ -112,10 +115,15 @@ DEFAULT_LAW = "pool_eff+wait"  # chosen by held-out error: benchmarks/colocation
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
-IDLE_GAPS_S = (0.002, 0.008, 0.032, 0.064)  # idle time between spaced requests for the cold-start measurement
-IDLE_COUNT = 25  # requests per spacing
-IDLE_ROUNDS = 2  # rounds of the spaced runs, minutes apart: a busy host only ever inflates a round's cold starts
+COLD_QUIET_S = (5e-5, 0.064)  # range of the random quiet time after an answer before the next request (log-uniform)
+COLD_COUNT = 150  # requests per round of the cold-start runs
+IDLE_ROUNDS = 2  # rounds of the cold-start runs, minutes apart (pooled)
 HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
+
+
+def _us(seconds: Sequence[float]) -> str:
+    """Seconds as whole microseconds joined by slashes (a log line's figures)."""
+    return "/".join(f"{v * 1e6:.0f}" for v in seconds)
 
 
 def default_batch_sizes(max_batch_size: int, padded: Sequence[int] = ()) -> list[int]:
@@ -200,7 +208,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     ``law`` is fitted to (0: none, processor sharing over the cores); ``colocation``: instance counts for measured
     override curves S(k) (k > 1 measured; none by default); ``colocation_batches``: batch sizes of the curves
     (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds per
-    co-located point; ``idle_rounds``: rounds of the spaced runs the cold starts are measured in; ``threads``:
+    co-located point; ``idle_rounds``: rounds of the cold-start runs; ``threads``:
     threads per instance (embedded server); ``trace``: server-side times from
     Triton's request trace instead of the runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU
     instances with CUDA graphs (``all`` or sizes, as ``serve --cuda-graphs``). Entries whose runtime pads batches
@@ -248,9 +256,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return run
         return (m, "solo", b), measure
 
-    def idle(m: str, g: float, r: int) -> Step:
-        return (m, "idle", g, r), lambda s: s.spaced(m, 1, g + float(np.mean(runs[(m, "solo", 1)].latency[m])),
-                                                     IDLE_COUNT)
+    def cold(m: str, r: int) -> Step:
+        def measure(session: Session) -> LoopRun:
+            rng = np.random.default_rng([r, models.index(m)])  # seeded: the same quiet times in every profile
+            quiet = np.exp(rng.uniform(*np.log(COLD_QUIET_S), COLD_COUNT))
+            return session.open_loop(m, 1, np.cumsum(float(np.mean(runs[(m, "solo", 1)].latency[m])) + quiet))
+        return (m, "cold", r), measure
 
     def per_request(m: str) -> Step:
         def measure(session: Session) -> tuple:
@@ -277,13 +288,13 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     steps: list[Step] = []
     for m in models:
         config = configs[m]
-        steps += [solo(m, b) for b in sizes[m]] + [idle(m, g, 0) for g in IDLE_GAPS_S]
+        steps += [solo(m, b) for b in sizes[m]] + [cold(m, 0)]
         if not url:
             steps.append(((m, "gap"), lambda s, m=m: s.run({m: (sizes[m][-1], GAP_CONCURRENCY)},
                                                            max(seconds / 2, 0.5))))
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
-    steps += [idle(m, g, r) for r in range(1, idle_rounds) for m in models for g in IDLE_GAPS_S]  # later rounds
+    steps += [cold(m, r) for r in range(1, idle_rounds) for m in models]  # later rounds
     for a, b in pair_list:
         steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
     restarts = 0 if url else MAX_RESTARTS  # an external server is not ours to start again
@@ -349,16 +360,13 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     f"({r.request_demand:.2f} cores on the way in and out) + {split[1] * 1e6:.0f} us per batch; "
                     f"an idle instance takes up a payload in {r.pickup_s * 1e6:.0f} us")
 
-        r.idle = idle_effect(runs, m, lone_wait_s(config, 1))
+        r.idle = cold_starts(runs, m, lone_wait_s(config, 1))
         if r.idle is not None:
-            log(f"{m}: cold start: service +" + ", +".join(
-                f"{e * 1e6:.0f} us after {i * 1e3:.1f} ms idle" for i, e in zip(r.idle.service_idle_s,
-                                                                              r.idle.service_extra_s)) +
-                "; overhead +" + ", +".join(f"{e * 1e6:.0f} us after a {g * 1e3:.1f} ms gap"
-                                            for g, e in zip(r.idle.overhead_gap_s, r.idle.overhead_extra_s)) +
-                ("; at p90 the way in +" + ", +".join(f"{e * 1e6:.0f} us" for e in r.idle.dispatch_extra_p90_s) +
-                 ", the way out +" + ", +".join(f"{e * 1e6:.0f} us" for e in r.idle.overhead_extra_p90_s)
-                 if r.idle.dispatch_extra_p90_s else ""))
+            e = r.idle
+            log(f"{m}: cold start (us): service +{_us(e.service_extra_s)} after {_us(e.service_idle_s)} idle; way in "
+                f"+{_us(e.dispatch_extra_s)} (p90 +{_us(e.dispatch_extra_p90_s)}), way out "
+                f"+{_us(e.overhead_extra_s)} (p90 +{_us(e.overhead_extra_p90_s)}) after {_us(e.overhead_gap_s)} since "
+                "the previous request")
 
     # -- phase 2: co-location curves -------------------------------------------------------------------------------
     if ks:

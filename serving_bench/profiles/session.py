@@ -70,12 +70,12 @@ class Session:
                     raise
         raise AssertionError("unreachable")
 
-    def spaced(self, model: str, rows: int, period: float, count: int) -> LoopRun:
-        """Open loop: ``count`` requests of ``rows`` rows, one every ``period`` seconds (the instance idles between
-        them when ``period`` exceeds the latency)."""
-        times = np.arange(count) * period
-        schedule = Schedule(times, np.zeros(count, dtype=np.int32), (model,), np.zeros(count, dtype=np.int32),
-                            np.full(count, rows, dtype=np.int32), {"duration_s": float(count * period)})
+    def open_loop(self, model: str, rows: int, times: np.ndarray) -> LoopRun:
+        """Open loop: requests of ``rows`` rows sent at ``times`` (seconds from the run's start, increasing)."""
+        count = len(times)
+        schedule = Schedule(np.asarray(times, dtype=np.float64), np.zeros(count, dtype=np.int32), (model,),
+                            np.zeros(count, dtype=np.int32), np.full(count, rows, dtype=np.int32),
+                            {"duration_s": float(times[-1]) if count else 0.0})
         return self._collect(TritonTarget(self.endpoints, source="profile measurement"), schedule, {model: rows})
 
     def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
