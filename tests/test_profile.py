@@ -317,7 +317,7 @@ def _cold_runs(groups, slow_way_in=None):
 
 
 def test_cold_starts_are_binned_monotone_and_relative_to_back_to_back():
-    from serving_bench.profiles.estimators import COLD_BINS, cold_starts
+    from serving_bench.profiles.estimators import COLD_BINS, COLD_MEMORY, cold_starts
 
     # six groups of 13 requests, 2 ... 64 ms apart; the third group computed faster than the second (a longer
     # idle cannot make a start warmer: lifted to the second's extra)
@@ -328,9 +328,13 @@ def test_cold_starts_are_binned_monotone_and_relative_to_back_to_back():
     assert effect.service_extra_s == pytest.approx((0.0, 1e-4, 2e-4, 2e-4, 3e-4, 6e-4, 9e-4))
     assert effect.overhead_extra_s == pytest.approx((0.0, 0.0, 1e-4, 1e-4, 2e-4, 3e-4, 4e-4))
     assert effect.overhead_gap_s == pytest.approx((0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064))
-    # the service's x: the instance's idle time (a group's gap less its requests' time on the instance, 0.3 ms + extra)
+    # the service's x: the instance's recent idle time (a weighted mean of its idle times, each a gap less the time
+    # on the instance, 0.3 ms + extra), lagging behind a rise: between the group before's idle time and its own
+    assert effect.service_memory == COLD_MEMORY
     assert effect.service_idle_s[0] == pytest.approx(0.001 - 0.0003)
-    assert effect.service_idle_s[2] == pytest.approx(0.004 - 0.0003 - 2e-4)
+    idle = [g - 0.0003 - e for g, e, _ in groups]
+    for i in range(1, len(groups)):
+        assert idle[i - 1] < effect.service_idle_s[i + 1] < idle[i]
     assert effect.dispatch_extra_s == pytest.approx((0.0,) * 7, abs=1e-12)
     # a request sent before the previous one was answered met a busy server, not a cold one: left out;
     runs = _cold_runs(groups)

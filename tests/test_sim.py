@@ -14,6 +14,7 @@ import pytest
 from serving_bench.errors import InputError
 from serving_bench.load.driver import TritonTarget
 from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
+from serving_bench.profiles.distributions import parse_idle
 from serving_bench.run.metrics import summarize
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop, Target
@@ -166,6 +167,28 @@ def test_cold_start_after_idle_time():
     assert r["done_s"][3] == pytest.approx(0.0671 + 0.006 + 0.002 + 0.003)
 
 
+def test_cold_start_follows_the_instance_s_recent_idle_time():
+    """With a memory below 1 a batch's cold-start extra follows the weighted mean of its instance's idle times: two
+    requests 1 ms after the previous answer stay cold after a 10 ms idle, cooling off by half each (memory 0.5);
+    with memory 1 (the last idle time alone) they are hot at once."""
+    times = np.array([0.0, 0.018, 0.027, 0.035])
+    sched = Schedule(times, np.zeros(4), ("sleep_python",), np.zeros(4), np.ones(4), {"duration_s": 1.0})
+    done = {}
+    for memory in (0.5, 1.0):
+        idle = IdleEffect((0.001, 0.01), (0.0, 0.002), (0.002, 0.05), (0.0, 0.0), service_memory=memory)
+        profile = sleep_profile(idle=idle)
+        done[memory] = SimTarget(profile, one(max_batch_size=1)).run(sched).table["done_s"].to_numpy()
+        assert profile.models["sleep_python"].devices["cpu"].idle.service_memory == memory  # kept in the profile
+    # never busy before (the last value, +2 ms); 10 ms idle (the first idle time: +2 ms); then 1 ms idle twice:
+    # recent 5.5 ms (+1 ms), then 3.25 ms (+0.5 ms)
+    assert done[0.5] == pytest.approx([0.008, 0.026, 0.027 + 0.006 + 0.001, 0.035 + 0.006 + 0.0005])
+    assert done[1.0] == pytest.approx([0.008, 0.026, 0.033, 0.035 + 0.006 + 0.002 / 9])  # the last: 2 ms idle
+    bad = IdleEffect((0.001, 0.01), (0.0, 0.002), (0.002, 0.05), (0.0, 0.0)).to_json()
+    bad["service"]["memory"] = 0.0
+    with pytest.raises(InputError, match=r"idle.service.memory: expected a number in \(0, 1\]"):
+        parse_idle(bad, "p.json", "idle")
+
+
 def test_dispatch_delays_the_arrival_at_the_batcher():
     """A measured dispatch time (thread hand-offs inside Triton) delays each request's arrival at the batcher: a
     lone request takes dispatch + service; two requests 0.5 ms apart with a 2 ms dispatch still batch together when
@@ -281,7 +304,8 @@ def test_fast_engine_equals_simpy_reference(seed):
     if seed == 2:
         config = ServingConfig(tuple(m.replace(max_queue_delay_us=0, max_queue_size=0) for m in config.models))
     gap = 0.0003 if seed >= 2 else 0.0
-    idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005)) if seed % 2 else None
+    idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005),
+                      service_memory=0.125 if seed == 3 else 1.0) if seed % 2 else None
     fast = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed).run(sched)
     ref = SimTarget(_noisy_profile(gap=gap, idle=idle), config, seed=seed, engine="simpy").run(sched)
     assert fast.table.equals(ref.table)

@@ -77,7 +77,8 @@ def _mixed(seed: int, engine: str = "fast"):
     config = T._mixed_config()
     if seed == 2:
         config = ServingConfig(tuple(m.replace(max_queue_delay_us=0, max_queue_size=0) for m in config.models))
-    idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005)) if seed % 2 else None
+    idle = IdleEffect((0.0005, 0.01), (0.0, 0.001), (0.001, 0.01), (0.0, 0.0005),
+                      service_memory=0.125 if seed == 3 else 1.0) if seed % 2 else None
     profile = T._noisy_profile(gap=0.0003 if seed >= 2 else 0.0, idle=idle)
     return SimTarget(profile, config, seed=seed, engine=engine).run(sched)
 

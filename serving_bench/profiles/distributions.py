@@ -166,8 +166,11 @@ def parse_curve(data: Any, source: str, where: str) -> Curve:
 class IdleEffect:
     """How much slower work is after idle time (a *cold* start: runtime threads parked, caches and clocks cold).
 
-    An executed batch that starts after its instance sat idle ``service_idle_s[i]`` seconds takes
-    ``service_extra_s[i]`` longer than back-to-back ("hot"); a request that reaches the server
+    An executed batch whose instance's *recent idle time* is ``service_idle_s[i]`` seconds takes
+    ``service_extra_s[i]`` longer than back-to-back ("hot"): the exponentially weighted mean of the instance's idle
+    times before its batches, the newest weighing ``service_memory`` (1: the last idle time alone, as profiles
+    measured before 2026-12-04 have it; a model's warmth follows its recent rate, not only its last gap:
+    docs/sim.md, "Cold starts under irregular arrivals"). A request that reaches the server
     ``overhead_gap_s[i]`` seconds after the previous request (any model) has an overhead ``overhead_extra_s[i]``
     longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). Those two
     are medians; ``overhead_extra_p90_s`` / ``dispatch_extra_p90_s`` (empty: none measured) are the same extras at
@@ -182,6 +185,7 @@ class IdleEffect:
     dispatch_extra_s: tuple[float, ...] = ()
     overhead_extra_p90_s: tuple[float, ...] = ()
     dispatch_extra_p90_s: tuple[float, ...] = ()
+    service_memory: float = 1.0
 
     def service_extra(self, idle: float) -> float:
         return interp(idle, self.service_idle_s, self.service_extra_s)
@@ -192,6 +196,8 @@ class IdleEffect:
     def to_json(self) -> dict:
         out = {"service": {"idle_s": list(self.service_idle_s), "extra_s": list(self.service_extra_s)},
                "overhead": {"gap_s": list(self.overhead_gap_s), "extra_s": list(self.overhead_extra_s)}}
+        if self.service_memory != 1.0:
+            out["service"]["memory"] = self.service_memory
         if self.dispatch_extra_s:
             out["overhead"]["dispatch_extra_s"] = list(self.dispatch_extra_s)
         for key in ("overhead_extra_p90_s", "dispatch_extra_p90_s"):
@@ -234,4 +240,8 @@ def parse_idle(data: Any, source: str, where: str) -> IdleEffect:
         if not isinstance(values, list) or len(values) != len(parts[2]):
             raise InputError(source, f"{where}.overhead.{key}", "expected a list as long as gap_s")
         extras[key] = tuple(number(v, source, f"{where}.overhead.{key}") for v in values)
-    return IdleEffect(*parts, **extras)
+    memory = data["service"].get("memory", 1.0)
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not 0.0 < memory <= 1.0:
+        raise InputError(source, f"{where}.service.memory", "expected a number in (0, 1]: the newest idle time's "
+                         "weight in the instance's recent idle time")
+    return IdleEffect(*parts, **extras, service_memory=float(memory))

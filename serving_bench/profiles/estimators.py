@@ -333,15 +333,18 @@ def medians(run: LoopRun, model: str, wait_s: float) -> tuple[float, float, floa
     return compute, float(np.median(latency)) - compute - wait_s, 0.0, None
 
 
-COLD_BINS = 6  # bins of the quiet time before a request in the cold-start runs (equal counts)
+COLD_BINS = 6  # bins of the cold-start runs' requests (equal counts)
 COLD_MINIMUM = 12  # requests a bin needs
+COLD_MEMORY = 1 / 8  # the newest idle time's weight in an instance's recent idle time (IdleEffect.service_memory)
 
 
 def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndarray] | None:
     """The requests of an open-loop run of one-row requests that met a quiet server — each alone in its batch, sent
     after the previous one was answered — with, per request: ``since`` (s from the previous request's send),
-    ``idle`` (s the instance sat idle before its batch), ``service``, ``way_out`` and ``way_in`` (as in
-    :func:`service_and_overhead`). None without logged batches or with fewer than ``COLD_MINIMUM`` such requests."""
+    ``recent_idle`` (s: the exponentially weighted mean of the instance's idle times before the run's batches up to
+    its own, the newest weighing :data:`COLD_MEMORY`, as the simulator keeps it), ``service``, ``way_out`` and
+    ``way_in`` (as in :func:`service_and_overhead`). None without logged batches or with fewer than
+    ``COLD_MINIMUM`` such requests."""
     found = matched_batches(run, model, COLD_MINIMUM)
     if found is None:
         return None
@@ -352,13 +355,18 @@ def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndar
     after_answer = (sent_all > np.concatenate([[-np.inf], np.maximum.accumulate(done_all)[:-1]]))[matched]
     starts, first = np.unique(batches.start_s, return_index=True)
     j = np.searchsorted(starts, batches.start_s)
-    previous_end = np.where(j > 0, batches.end_s[first][np.maximum(j - 1, 0)], np.nan)
-    idle = batches.start_s - previous_end - h
+    idles = np.concatenate([[np.nan], starts[1:] - batches.end_s[first][:-1] - h])  # per distinct batch
+    recent = np.empty(len(idles))
+    mean = np.nan
+    for k, gap in enumerate(idles):
+        mean = gap if not mean == mean else mean + COLD_MEMORY * (gap - mean)  # the first one starts it
+        recent[k] = mean
+    idle, recent_idle = idles[j], recent[j]
     sent = sent_all[matched]
     keep = (batches.requests == 1) & after_answer & (idle > 0)  # nan compares false: the run's first batch
     if keep.sum() < COLD_MINIMUM:
         return None
-    phases = {"since": since, "idle": idle, "service": batches.duration_s + h,
+    phases = {"since": since, "recent_idle": recent_idle, "service": batches.duration_s + h,
               "way_out": run.latency[model][matched] - (batches.end_s - sent) - h / 2,
               "way_in": np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)}
     return {k: v[keep] for k, v in phases.items()}
@@ -366,19 +374,20 @@ def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndar
 
 def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     """The cold-start extras (:class:`IdleEffect`) from the back-to-back run at batch 1 (the hot reference: a closed
-    loop, where nothing waits) and the open-loop runs of one-row requests at random quiet times (keys ``(model,
-    "cold", round)``): the requests that met a quiet server (:func:`quiet_requests`), pooled over the rounds, fall into
-    :data:`COLD_BINS` bins of equal counts — by the time since the previous request for the ways in and out, by the
-    instance's idle time for the service — and each bin gives the median's extra over the hot median (the ways also
-    the 90th percentile's over the hot one) at the bin's median time. Each extra is the least over the rounds (of
-    the bin's requests in each round: a host busy with something else only ever inflates a round), never below 0,
-    never smaller after a longer time (a longer idle cannot make a start warmer), a tail's never below its median's.
+    loop, where nothing waits) and the open-loop runs of one-row requests at random quiet times of rising mean (keys
+    ``(model, "cold", round)``): the requests that met a quiet server (:func:`quiet_requests`), pooled over the
+    rounds, fall into :data:`COLD_BINS` bins of equal counts — by the time since the previous request for the ways in
+    and out, by the instance's recent idle time for the service — and each bin gives the median's extra over the hot
+    median (the ways also the 90th percentile's over the hot one) at the bin's median time. Each extra is the least
+    over the rounds (of the bin's requests in each round: a host busy with something else only ever inflates a
+    round), never below 0, never smaller after a longer time (a longer idle cannot make a start warmer), a tail's
+    never below its median's.
 
-    Random rather than evenly spaced quiet times because the extras depend on more than the last gap: on the 2-core
-    VM an ONNX Runtime model's requests at fixed spacing stayed nearly as fast as back to back up to 2 ms apart, while
-    under Poisson arrivals its batch took +110 us more at any gap from 0.5 ms and its way in's p99 was 2.5 times the
-    hot one (docs/sim.md, "Cold starts under irregular arrivals"): the runs sample the histories irregular traffic
-    has."""
+    Why random quiet times and a recent idle time: how much slower a batch starts depends on the model's recent rate,
+    not on its last gap alone. On the 2-core VM an ONNX Runtime model's batches under Poisson arrivals took ~110 us
+    more than back to back at any last gap from 0.3 ms on, and the same at fixed spacings of the same mean; keyed
+    on the weighted mean of the last ~8 idle times, fixed spacings and Poisson arrivals of every rate agree (docs/
+    sim.md, "Cold starts under irregular arrivals")."""
     hot_run = runs[(model, "solo", 1)]
     hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s, None)
     quiet = [q for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
@@ -397,13 +406,13 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
 
     hot_period = float(np.mean(np.diff(hot_run.sent[model]))) if len(hot_run.sent[model]) > 1 else 0.0
     _, _, _, hot_idle = medians(hot_run, model, wait_s)
-    sx, sy = binned("idle", "service", hot_service, 0.5, hot_idle or 0.0)
+    sx, sy = binned("recent_idle", "service", hot_service, 0.5, hot_idle or 0.0)
     ox, oy = binned("since", "way_out", hot_out, 0.5, hot_period)
     _, dy = binned("since", "way_in", hot_in, 0.5, hot_period)
     _, oy90 = binned("since", "way_out", hot_out, 0.9, hot_period)
     _, dy90 = binned("since", "way_in", hot_in, 0.9, hot_period)
     return IdleEffect(sx, sy, ox, oy, dy, overhead_extra_p90_s=tuple(map(max, oy90, oy)),
-                      dispatch_extra_p90_s=tuple(map(max, dy90, dy)))
+                      dispatch_extra_p90_s=tuple(map(max, dy90, dy)), service_memory=COLD_MEMORY)
 
 
 def least_over_rounds(values: np.ndarray, rounds: np.ndarray, p: float) -> float:

@@ -27,13 +27,14 @@ and the client's own jitter on a busy machine must not leak into service times:
   way out together and two requests' services some milliseconds apart
   (:func:`~serving_bench.profiles.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
 * **Cold starts** (``idle``): requests of one row sent one at a time, each after the previous answer plus a random
-  quiet time (log-uniform from 0.05 to 64 ms, seeded; open loop, :data:`COLD_COUNT` per round); binned by the time
-  since the previous request (and the instance's idle time for the service), the median service time, dispatch and
-  overhead of each bin minus those of the back-to-back run give how much a start after idle time costs (runtime
-  threads parked, caches cold: on 2 cores an ONNX Runtime model computes twice as long after 16 ms idle as back to
-  back). Random, not evenly spaced: irregular traffic starts colder than a steady rhythm of the same gap
-  (:func:`~serving_bench.profiles.estimators.cold_starts`). The simulator adds it per batch from the instance's
-  idle time and per request from the time since the previous request. The ways in and out also keep their extra at
+  quiet time (exponential, seeded; open loop; :data:`COLD_BLOCK` requests at each mean of :data:`COLD_QUIET_S`,
+  rising); binned by the time since the previous request (by the instance's recent idle time for the service: the
+  weighted mean of its last idle times), the median service time, dispatch and overhead of each bin minus those of
+  the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores
+  an ONNX Runtime model computes twice as long after 16 ms idle as back to back). A batch's warmth follows the
+  model's recent rate, not only its last gap (:func:`~serving_bench.profiles.estimators.cold_starts`). The
+  simulator adds it per batch from the instance's recent idle time and per request from the time since the previous
+  request. The ways in and out also keep their extra at
   the 90th percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed drifts"); a draw
   takes the median extra up to probability 0.5 and the p90 one from 0.9.
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
@@ -115,8 +116,8 @@ DEFAULT_LAW = "pool_eff+wait"  # chosen by held-out error: benchmarks/colocation
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
-COLD_QUIET_S = (5e-5, 0.064)  # range of the random quiet time after an answer before the next request (log-uniform)
-COLD_COUNT = 150  # requests per round of the cold-start runs
+COLD_QUIET_S = (0.0005, 0.002, 0.008, 0.032, 0.128)  # mean random quiet times after an answer, block by block
+COLD_BLOCK = 24  # requests per block of the cold-start runs (one block per mean quiet time, rising)
 IDLE_ROUNDS = 2  # rounds of the cold-start runs, minutes apart (pooled)
 HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
 
@@ -259,7 +260,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     def cold(m: str, r: int) -> Step:
         def measure(session: Session) -> LoopRun:
             rng = np.random.default_rng([r, models.index(m)])  # seeded: the same quiet times in every profile
-            quiet = np.exp(rng.uniform(*np.log(COLD_QUIET_S), COLD_COUNT))
+            quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
             return session.open_loop(m, 1, np.cumsum(float(np.mean(runs[(m, "solo", 1)].latency[m])) + quiet))
         return (m, "cold", r), measure
 

@@ -27,7 +27,7 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "hop_s": 0.0002,                       # optional: Triton's compute time outside the runtime (mean)
              "handoff_cpu_s": 0.0005,               # optional: host CPU per batch outside the runtime
              "pickup_s": 0.00005,                   # optional: an idle instance taking up a payload
-             "idle": {"service": {"idle_s": [...], "extra_s": [...]},        # cold starts (IdleEffect)
+             "idle": {"service": {"idle_s": [...], "extra_s": [...], "memory": 0.125},  # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
              "colocation": [{"batch": 1, "k": [1, 2, 4], "speedup": [1.0, 1.9, 2.0]}]}}}},

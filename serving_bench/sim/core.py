@@ -156,7 +156,8 @@ class Server:
 
     def _start(self, st: ModelState, p: Payload, instance: int, now: float) -> None:
         """Instance ``instance`` starts payload ``p``: one service-time draw, plus the per-request cost of every
-        request after the first, plus the cold-start extra for the time the instance sat idle, becomes a job on the
+        request after the first, plus the cold-start extra for the instance's recent idle time (the exponentially
+        weighted mean of its idle times, this one's included: ``IdleEffect.service_memory``), becomes a job on the
         instance's device."""
         items = p.items
         ui = st.ui
@@ -182,7 +183,13 @@ class Server:
             work += per_request * (p.nreq - 1)
         idle = st.inst_idle[instance]
         if idle is not None:
-            work += idle.at(now - st.inst_free_at[instance])
+            idle_s = now - st.inst_free_at[instance]
+            recent = st.inst_recent_idle[instance]
+            memory = st.inst_memory[instance]
+            if memory < 1.0 and recent < INF:  # 1: the last idle time alone (bit for bit)
+                idle_s = recent + memory * (idle_s - recent)
+            st.inst_recent_idle[instance] = idle_s
+            work += idle.at(idle_s)
         dev = st.inst_device[instance]
         self.job_seq += 1
         dev.add(now, work, st.inst_kinds[instance][items], self.job_seq, p, st.m, instance)

@@ -79,7 +79,7 @@ cdef class ModelState:
     cdef public double busy_s
     cdef public long long executions, executed_items
     cdef public double[:, :, :] inst_table
-    cdef public double[:] inst_per_request, inst_gap, inst_free_at, inst_pickup
+    cdef public double[:] inst_per_request, inst_gap, inst_free_at, inst_pickup, inst_memory, inst_recent_idle
     cdef public list inst_device, inst_kinds, inst_idle, inst_pickup_kind, picked
 
     cpdef follow_drift(self, object z, double step_s, double rho)

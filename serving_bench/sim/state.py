@@ -200,14 +200,18 @@ class ModelState:
         self.executions = 0  # executed batches
         self.executed_items = 0
         # per instance: its service-time table (``[batch size, quantile point]``), per-request cost, gap before it
-        # takes the next payload, cold-start extra by idle seconds (a Piecewise, or None), when it last became free
-        # (-inf: never busy); the Server adds its device and its sharing rule per batch size
+        # takes the next payload, cold-start extra by recent idle seconds (a Piecewise, or None), the newest idle
+        # time's weight in that recent idle time and the recent idle time itself (inf: none yet), when it last
+        # became free (-inf: never busy); the Server adds its device and its sharing rule per batch size
         devices = spec.instance_devices
         self.inst_table = spec.instance_tables
         self.inst_per_request = np.array([spec.per_request_s[d] for d in devices], dtype=np.float64)
         self.inst_gap = np.array([spec.batch_gap_s.get(d, 0.0) for d in devices], dtype=np.float64)
         self.inst_idle: list = [None if spec.idle.get(d) is None else
                                 Piecewise(spec.idle[d].service_idle_s, spec.idle[d].service_extra_s) for d in devices]
+        self.inst_memory = np.array([spec.idle[d].service_memory if spec.idle.get(d) is not None else 1.0
+                                     for d in devices], dtype=np.float64)
+        self.inst_recent_idle = np.full(n_inst, INF)
         self.inst_free_at = np.full(n_inst, -INF)
         self.inst_device: list = []
         self.inst_kinds: list = []
