@@ -38,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     # measuring a profile fits the devices' sharing law through the simulator (sim.interference, sim.device's laws)
     "profiles": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "sim.interference", "sim.device"},
     # the simulator knows the spine, profiles' schema and the serving knobs; never a real server or the driver
-    "sim": FOUNDATIONS | {"run", "export", "serving_config", "profiles.schema", "load.profile"},
+    "sim": FOUNDATIONS | {"run", "export", "serving_config", "profiles.schema", "profiles.distributions",
+                          "load.profile"},
     "validate": FOUNDATIONS | {"run", "load", "serve", "profiles", "serving_config", "sim"},
     "report": FOUNDATIONS | {"run"},
     "tune": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "profiles", "sim", "validate", "report"},

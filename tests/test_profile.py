@@ -380,6 +380,43 @@ def test_a_cold_way_in_keeps_its_tail_beside_its_median():
         parse_idle(bad, "p.json", "idle")
 
 
+def test_the_wait_behind_a_long_execution_is_measured_by_how_quiet_the_host_was():
+    """Requests of "s" (way in 0.2 ms, batch 0.3 ms) sent while a batch of "long" runs: 50 ms apart (a quiet host)
+    18 of 30 take 3 ms longer on their way in, 1 ms apart (a busy host) 8 of 150. The wait's length is uniform up to
+    2 x 3 - 1 = 5 ms (those longer than 1 ms average (5 + 1) / 2), and p (1 - 1 ms / 5 ms) (1 - exp(-g / quiet_s)),
+    at each request's recent quiet time g, comes out at what each host shows: 60 % and about 5 %."""
+    from serving_bench.profiles.distributions import recent_means
+    from serving_bench.profiles.estimators import QUIET_MEMORY, LoopRun, quiet_wait
+    from serving_bench.sim.interference import WAIT_S_RANGE
+
+    sends = np.concatenate([np.arange(60) * 0.050, 4.0 + np.arange(400) * 0.001])
+    during_quiet = np.arange(60) % 2 == 0
+    during_busy = (np.arange(400) >= 100) & (np.arange(400) % 20 < 10)  # after the quiet time has worn off
+    during = np.concatenate([during_quiet, during_busy])
+    waits = np.zeros(len(sends))
+    waits[np.flatnonzero(during_quiet)[np.arange(30) % 5 < 3]] = 0.003  # three in five
+    waits[60 + np.flatnonzero(during_busy)[::19]] = 0.003  # one in nineteen
+    starts = sends + 0.0002 + waits
+    long_starts = sorted({round(t - 0.0001, 7) for t in sends[during]})
+    long_sent = np.array(long_starts) - 0.0005
+    done = starts + 0.0004
+    run = LoopRun({"s": done - sends, "long": np.full(len(long_sent), 0.001)}, {}, (-1.0, 10.0),
+                  {"s": sends, "long": long_sent}, {"s": done, "long": long_sent + 0.001},
+                  {"s": _executions([(a, a + 0.0003, 1) for a in starts]),
+                   "long": _executions([(a, a + 0.0002, 1) for a in long_starts])})  # each covers its send
+    wait = quiet_wait([run], "long", WAIT_S_RANGE)
+    # a busy request that waited 3 ms ran after the next two: matched to their batches, those are not judged
+    assert 170 <= wait.beside <= during.sum() == 180 and wait.waited == 18 + 8
+    assert wait.slice_s == pytest.approx(0.005)
+    everything = np.sort(np.concatenate([sends, long_sent]))  # the host's recent quiet time at each send, by hand
+    g = np.array(recent_means(np.diff(everything, prepend=-np.inf).tolist(), QUIET_MEMORY))
+    g = g[np.searchsorted(everything, sends)][during]
+    chance = wait.p * (1 - 0.001 / wait.slice_s) * -np.expm1(-g / wait.quiet_s)
+    assert chance[:30].mean() == pytest.approx(0.6, abs=0.08) and chance[30:].mean() == pytest.approx(8 / 150, abs=0.03)
+    assert wait.law()["wait_quiet_memory"] == QUIET_MEMORY
+    assert quiet_wait([run], "nothing", WAIT_S_RANGE) is None
+
+
 def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
     """The fit's warning note marks a profile uncertain (the demo measures it once more when its machine was
     disturbed); other notes do not."""

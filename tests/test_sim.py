@@ -630,7 +630,30 @@ def test_core_wait_probability_and_length_by_hand():
     assert wait.wait_s(3.0, 0.0, 2.0, 0.0) == 0.0
 
 
-def _waiting_profile(wait_p=1.0, wait_s=0.002):
+def test_a_wait_after_quiet_time_by_hand():
+    """p = 0.5, slice 2 ms, quiet time 4 ms: beside a long execution a phase after 4 ms of quiet waits with q = 0.5 x
+    (1 - 1/e) = 0.316 whatever else runs (a draw u = 0.1 waits (0.1 / 0.316) x 2 ms), after none never; nothing
+    long running, no wait. The host's recent quiet time is the weighted mean of the gaps between sends: with
+    memory 1/2, gaps of 8 ms then 2 ms give 5 ms at the second send (open and closed loop alike)."""
+    from serving_bench.sim.spec import CoreWait
+    from serving_bench.sim.workload import Workload
+
+    wait = CoreWait(0.5, 0.002, quiet_s=0.004, memory=0.5)
+    q = 0.5 * (1 - math.exp(-1))
+    assert wait.wait_s(1.0, 1.0, 2.0, 0.1, 0.004) == pytest.approx(0.1 / q * 0.002)
+    assert wait.wait_s(4.0, 1.0, 2.0, 0.1, 0.004) == pytest.approx(0.1 / q * 0.002)  # crowded or not
+    assert wait.wait_s(1.0, 1.0, 2.0, q + 0.01, 0.004) == 0.0
+    assert wait.wait_s(1.0, 1.0, 2.0, 0.001, 0.0) == 0.0 and wait.wait_s(1.0, 0.0, 2.0, 0.001, 1.0) == 0.0
+    profile = _waiting_profile(0.5, 0.002, wait_quiet_s=0.004, wait_quiet_memory=0.5)
+    config = ServingConfig((ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1)))
+    target = SimTarget(profile, config)
+    assert target.spec.core_wait == wait
+    times = np.array([0.0, 0.008, 0.010])
+    work = Workload(target.spec, 0, [("model", 1)], np.zeros(3, dtype=np.int64), np.ones(3, dtype=np.int64), times)
+    assert list(work.quiet_s) == pytest.approx([math.inf, 0.008, 0.005])
+
+
+def _waiting_profile(wait_p=1.0, wait_s=0.002, **quiet):
     """On 2 cores: "long" (10 ms batches of demand 2: both cores) and "short" (1 ms batches of demand 1) whose
     requests' ways in and out (1 ms each, demand 0) run on the host and wait for a core behind long executions."""
     data = _demand_profile({"long": 2.0, "short": 1.0}, threads=2).to_json()
@@ -642,7 +665,7 @@ def _waiting_profile(wait_p=1.0, wait_s=0.002):
     short["dispatch"] = {"constant_s": 0.001}
     short["overhead"] = {"constant_s": 0.001}
     data["request_device"] = "cpu"
-    data["devices"]["cpu"]["law"] = {"name": "pool", "wait_p": wait_p, "wait_s": wait_s}
+    data["devices"]["cpu"]["law"] = {"name": "pool", "wait_p": wait_p, "wait_s": wait_s, **quiet}
     return Profile.from_json(data, "p.json")
 
 
@@ -681,8 +704,9 @@ def test_an_ensemble_step_waits_for_a_core_behind_a_long_execution():
         assert busy.run(sched, mode).table.equals(reference.table)
 
 
-def test_core_waits_engines_agree_open_and_closed():
-    profile = _waiting_profile(wait_p=0.6, wait_s=0.003)
+@pytest.mark.parametrize("quiet", [{}, {"wait_quiet_s": 0.004, "wait_quiet_memory": 0.125}])
+def test_core_waits_engines_agree_open_and_closed(quiet):
+    profile = _waiting_profile(wait_p=0.6, wait_s=0.003, **quiet)
     config = ServingConfig((ModelServing("long", max_batch_size=2, dynamic_batching=True),
                             ModelServing("short", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 2),))))
     data = profile.to_json()
@@ -819,6 +843,39 @@ def test_a_wait_for_a_core_is_fitted_on_the_runs_that_do_not_outnumber_the_cores
     alone, pair, crowd = run({"a": 2}), run({"a": 1, "b": 1}), run({m: 2 for m in "abcd"})
     assert tail_runs(profile, "cpu", [alone, pair, crowd]) == [alone, pair]
     assert tail_runs(profile, "cpu", [crowd]) == [crowd]
+
+
+def test_an_open_loop_run_calibrates_the_wait_and_not_the_throughput():
+    """An open-loop observation (Poisson arrivals at given rates, replayed from its seed) is kept with the light runs
+    the wait is fitted on, crowd or not, and left out where throughputs are compared (its throughput is its offered
+    load); its p99 is the simulation of its own schedule, which the wait for a core lengthens."""
+    from serving_bench.sim.interference import (Observation, closed, error, leave_one_out, open_schedule,
+                                                simulated_p99, tail_error, tail_runs, with_law)
+
+    schedule = open_schedule({"long": 20.0, "short": 200.0}, 5.0, 3)
+    assert schedule.equals(open_schedule({"short": 200.0, "long": 20.0}, 5.0, 3))  # one schedule per seed
+    assert not schedule.equals(open_schedule({"long": 20.0, "short": 200.0}, 5.0, 4))
+    counts = np.bincount(schedule.model, minlength=2)
+    assert schedule.models == ("long", "short") and abs(counts[1] - 1000) < 4 * 1000 ** 0.5
+    assert (np.diff(schedule.arrival_s) >= 0).all() and set(schedule.batch) == {1}
+    profile = _waiting_profile(0.5, 0.004)
+    serving = {m: ModelServing(m, max_batch_size=1) for m in ("long", "short")}
+    light = Observation("cpu", serving, {}, {"long": 20.0, "short": 200.0}, rates={"long": 20.0, "short": 200.0},
+                        seconds=5.0, seed=3)
+    crowd = Observation("cpu", serving, {"long": 3, "short": 3}, {"long": 50.0, "short": 500.0})
+    assert Observation.from_json(light.to_json()) == light
+    assert tail_runs(profile, "cpu", [crowd, light]) == [light] and closed([crowd, light]) == [crowd]
+    assert error(profile, [crowd, light]) == error(profile, [crowd])
+    assert set(leave_one_out(profile, "cpu", [crowd, light], ("pool",))) == {"pool"}
+    records = SimTarget(profile, ServingConfig(tuple(serving.values())), seed=0).run(schedule)
+    ok = records.table[records.table["status"].astype(str) == "ok"]
+    short = ok[ok["model"].astype(str) == "short"]
+    waited = simulated_p99(profile, dataclasses.replace(light, seed=3))["short"]
+    assert waited == pytest.approx(float(np.percentile(short["done_s"] - short["sent_s"], 99)))
+    plain = with_law(profile, "cpu", {"name": "pool", "wait_p": 1e-9, "wait_s": 0.004})
+    assert simulated_p99(plain, light)["short"] < waited  # the wait lengthens the tail
+    measured = dataclasses.replace(light, measured_p99={"short": waited})
+    assert tail_error(profile, [measured]) == 0.0 < tail_error(plain, [measured])
 
 
 def test_the_engines_cold_start_curve_is_the_profiles_interpolation():

@@ -109,6 +109,10 @@ CASES = {
     "core_waits": lambda: SimTarget(T._waiting_profile(wait_p=0.6, wait_s=0.003), ServingConfig((
         ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1, instances=(("cpu", 2),)))),
         seed=4).run(T.poisson(300, 2000, seed=6, models=("long", "short")), T._Closed({"long": 1, "short": 3}, 1.0)),
+    "quiet_waits": lambda: SimTarget(T._waiting_profile(wait_p=0.6, wait_s=0.003, wait_quiet_s=0.004,
+                                                        wait_quiet_memory=0.125), ServingConfig((
+        ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1, instances=(("cpu", 2),)))),
+        seed=4).run(T.poisson(300, 2000, seed=6, models=("long", "short"))),
     "ensembles_closed": _ensembles_closed,
     "pickup": lambda: SimTarget(T._pickup_profile(), ServingConfig((
         ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),

@@ -12,7 +12,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from serving_bench.errors import InputError
 
@@ -204,6 +204,17 @@ class IdleEffect:
             if getattr(self, key):
                 out["overhead"][key] = list(getattr(self, key))
         return out
+
+
+def recent_means(values: Sequence[float], memory: float) -> list[float]:
+    """The exponentially weighted running mean of ``values`` in order, the newest weighing ``memory`` (1: each value
+    itself): what a profile calls a *recent* idle or quiet time. A value that is not finite (nothing before it) is
+    kept as it is until a finite one starts the mean."""
+    out, mean = [], math.inf
+    for value in values:
+        mean = value if memory >= 1.0 or not math.isfinite(mean) else mean + memory * (value - mean)
+        out.append(mean)
+    return out
 
 
 def interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.distributions import Dist, IdleEffect
+from serving_bench.profiles.distributions import Dist, IdleEffect, recent_means
 from serving_bench.serve.execution_log import Executions
 
 MAX_SAMPLES = 2000  # samples kept per distribution (quantiles of more)
@@ -356,11 +356,7 @@ def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndar
     starts, first = np.unique(batches.start_s, return_index=True)
     j = np.searchsorted(starts, batches.start_s)
     idles = np.concatenate([[np.nan], starts[1:] - batches.end_s[first][:-1] - h])  # per distinct batch
-    recent = np.empty(len(idles))
-    mean = np.nan
-    for k, gap in enumerate(idles):
-        mean = gap if not mean == mean else mean + COLD_MEMORY * (gap - mean)  # the first one starts it
-        recent[k] = mean
+    recent = np.array(recent_means(idles.tolist(), COLD_MEMORY))  # the first one (nan) starts nothing
     idle, recent_idle = idles[j], recent[j]
     sent = sent_all[matched]
     keep = (batches.requests == 1) & after_answer & (idle > 0)  # nan compares false: the run's first batch
@@ -429,6 +425,79 @@ def monotone(xs: Sequence[float], ys: Sequence[float]) -> tuple[tuple[float, ...
                                                                                    0.0))
     keep = np.concatenate([[True], np.diff(xs) > 0])
     return tuple(float(x) for x in xs[keep]), tuple(float(y) for y in ys[keep])
+
+
+QUIET_MEMORY = 1 / 8  # the newest gap's weight in the host's recent quiet time (CoreWait.memory)
+WAITED_S = 0.001  # a way in this much longer than the model's usual one beside no long execution waited for a core
+WAIT_MINIMUM = 20  # requests sent during a long execution that the wait's estimate needs
+QUIET_GRID_S = np.geomspace(5e-4, 1.0, 61)  # the quiet times the estimate searches
+P_GRID = np.linspace(0.01, 1.0, 100)  # ... and the probabilities
+
+
+@dataclass(frozen=True)
+class QuietWait:
+    """The wait for a core behind a long execution as a law's ``wait_p``, ``wait_s`` and ``wait_quiet_s``
+    (:class:`serving_bench.sim.spec.CoreWait`), measured: from ``beside`` requests sent while one ran, ``waited`` of
+    them longer than :data:`WAITED_S` on their way in."""
+
+    p: float
+    slice_s: float
+    quiet_s: float
+    beside: int
+    waited: int
+
+    def law(self) -> dict[str, float]:
+        return {"wait_p": self.p, "wait_s": self.slice_s, "wait_quiet_s": self.quiet_s,
+                "wait_quiet_memory": QUIET_MEMORY}
+
+
+def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, float]) -> QuietWait | None:
+    """The wait for a core behind ``long``'s executions, from open-loop runs of it beside other models at different
+    rates, every one's batches logged: each other model's requests that met their batch alone are judged by their
+    way in (send to batch start, less half the hop) against that model's median of those sent while no ``long``
+    batch ran; one that was sent while one ran and took :data:`WAITED_S` longer waited.
+
+    As :class:`~serving_bench.sim.spec.CoreWait` draws it — with probability ``q = p (1 - exp(-g / quiet_s))``, ``g``
+    the host's recent quiet time (the weighted mean of the times between sends of any model, the newest weighing
+    :data:`QUIET_MEMORY`: how busy the host has been, more than the last gap), a time uniform on (0, ``slice_s``) —
+    a request waits
+    longer than :data:`WAITED_S` with probability ``q (1 - WAITED_S / slice_s)``, and those that do wait on average
+    ``(slice_s + WAITED_S) / 2`` longer: ``slice_s`` from their mean excess (within ``slice_range``), ``p`` and
+    ``quiet_s`` by maximum likelihood over a grid. None with fewer than :data:`WAIT_MINIMUM` requests sent during a
+    long batch."""
+    quiet, excess = [], []
+    for run in runs:
+        executions = run.executions or {}
+        if long not in executions or not run.sent:
+            continue
+        sends = np.sort(np.concatenate(list(run.sent.values())))
+        recent = np.array(recent_means(np.diff(sends, prepend=-np.inf).tolist(), QUIET_MEMORY))
+        long_runs = executions[long]
+        for model in run.sent:
+            found = matched_batches(run, model, 5) if model != long else None
+            if found is None:
+                continue
+            matched, batches = found
+            alone = batches.requests == 1
+            sent = run.sent[model][matched][alone]
+            way_in = (batches.start_s - run.sent[model][matched] - hop_s(run, batches, model) / 2)[alone]
+            k = np.searchsorted(long_runs.start_s, sent) - 1
+            during = (k >= 0) & (sent < long_runs.end_s[np.maximum(k, 0)])
+            if during.all() or not during.any():
+                continue
+            quiet.append(recent[np.searchsorted(sends, sent)][during])
+            excess.append(way_in[during] - float(np.median(way_in[~during])))
+    if not quiet or sum(len(q) for q in quiet) < WAIT_MINIMUM:
+        return None
+    g, e = np.concatenate(quiet), np.concatenate(excess)
+    waited = e > WAITED_S
+    slice_s = float(np.clip(2 * e[waited].mean() - WAITED_S, *slice_range)) if waited.any() else slice_range[0]
+    seen = max(1.0 - WAITED_S / slice_s, 0.0)
+    shape = -np.expm1(-g[None, :] / QUIET_GRID_S[:, None])  # [quiet grid, request]
+    chance = np.clip(P_GRID[:, None, None] * seen * shape[None], 1e-12, 1 - 1e-12)  # [p, quiet, request]
+    likelihood = np.where(waited, np.log(chance), np.log1p(-chance)).sum(axis=2)
+    i, j = np.unravel_index(int(np.argmax(likelihood)), likelihood.shape)
+    return QuietWait(float(P_GRID[i]), slice_s, float(QUIET_GRID_S[j]), int(len(g)), int(waited.sum()))
 
 
 def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

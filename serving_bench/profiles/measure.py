@@ -57,9 +57,14 @@ and the client's own jitter on a busy machine must not leak into service times:
 * **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
   alone with ``calibrate`` clients, each beside the model of the longest batch-1 service (one client each; with
   three models or more), then all models together with one client each and with ``calibrate`` each —
-  ``rounds`` times, the median answered requests per second; the device's sharing law (``law``, default
-  ``pool_eff``) is fitted to them through the simulator (:mod:`serving_bench.sim.interference`) and the runs are
-  kept in the profile (``calibration``).
+  ``rounds`` times, the median answered requests per second and p99; then two open loops of all models together at
+  Poisson times, the longest at a rate that keeps :data:`LONG_SHARE` of a core busy (a batch now and then, as
+  production traffic has it), every other at each rate of :data:`QUIET_RATES_RPS` (a quiet host, then a busier
+  one), their p99s. The device's sharing law (``law``, default ``pool_eff+wait``) is fitted to them through the
+  simulator (:mod:`serving_bench.sim.interference`: the throughputs of the closed loops); its wait for a core behind
+  a long execution is measured in the open loops (the requests sent while a batch of the longest ran, by how quiet
+  the host was: :func:`~serving_bench.profiles.estimators.quiet_wait`), or, without them, fitted on the p99s of the
+  light closed loops. The runs are kept in the profile (``calibration``).
 * **Co-location curves** (optional overrides, ``colocation``) ``S(k)`` at batch sizes ``colocation_batches``: a
   server with ``max(colocation)`` instances of every model; per round, one run at concurrency 1 (one instance busy:
   ``t_1``) then one at concurrency k (``t_k``), both Triton's mean compute time of executed batches of exactly that
@@ -97,21 +102,24 @@ import numpy as np
 from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
-from serving_bench.profiles.estimators import (LoopRun, batch_gap, colocation_speedup, demands, handoff_split,
-                                              cold_starts, lone_wait_s, per_request_cost, phase_drift,
-                                              pickup_s, service_and_overhead, thin)
+from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
+                                              handoff_split, lone_wait_s, per_request_cost, phase_drift, pickup_s,
+                                              quiet_wait, service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serving_config import ModelServing, model_serving_from_config
-from serving_bench.sim.interference import Observation, pinned, tail_error, with_law
+from serving_bench.sim.interference import WAIT_S_RANGE, Observation, open_schedule, pinned, tail_error, with_law
 from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
 UNCERTAIN_NOTE = "the sharing law misses its own calibration runs"  # how that note starts (:func:`uncertain`)
 DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is fitted to
+LONG_SHARE = 0.1  # the quiet-wait runs (open loop): the longest model's rate keeps this share of a core busy ...
+QUIET_RATES_RPS = (15.0, 150.0)  # ... every other model's rate in each run (a quiet host, then a busier one) ...
+QUIET_SECONDS = 15.0  # ... each this long
 DEFAULT_LAW = "pool_eff+wait"  # chosen by held-out error: benchmarks/colocation_fidelity.py
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
@@ -408,6 +416,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
 
     # -- phase 3: co-located calibration runs, the device's sharing law fitted to them ----------------------------
     observations: list[Observation] = []
+    waits = None  # the wait for a core behind a long execution, measured
     law_device = {results[m].device for m in models}
     if calibrate > 1 and not url and len(law_device) == 1:
         device = law_device.pop()
@@ -430,15 +439,37 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 return obs
             return tuple(sorted(clients.items())), measure
 
+        longest = max(models, key=lambda m: results[m].batches[min(results[m].batches)].mean)
+        quiet_runs: dict[float, LoopRun] = {}
+
+        def observe_quiet(rate: float) -> Step:
+            def measure(session: Session) -> Observation:
+                rates = {m: LONG_SHARE / results[m].batches[min(results[m].batches)].mean if m == longest else rate
+                         for m in models}
+                run = session.replay(open_schedule(rates, QUIET_SECONDS, 0))
+                quiet_runs[rate] = run
+                obs = Observation(device, serving, {}, {m: len(run.latency[m]) / QUIET_SECONDS for m in models},
+                                  measured_p99={m: float(np.percentile(run.latency[m], 99)) for m in models},
+                                  rates=rates, seconds=QUIET_SECONDS)
+                log(f"open loop: {obs.label()}: p99 " + ", ".join(f"{m} {v * 1e3:.2f} ms"
+                                                                  for m, v in obs.measured_p99.items()))
+                return obs
+            return ("open", rate), measure
+
         steps = [observe({m: calibrate}) for m in models]
         if len(models) > 2:  # each model beside the longest, one client each: the waits behind a long execution
-            longest = max(models, key=lambda m: results[m].batches[min(results[m].batches)].mean)
             steps += [observe({longest: 1, m: 1}) for m in models if m != longest]
         if len(models) > 1:
             steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
+            steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]  # and beside its occasional batches
         done: dict = {}
         run_steps(steps, done, sessions(calibrate), log, notes, "calibration", restarts)
         observations = list(done.values())
+        waits = quiet_wait(list(quiet_runs.values()), longest, WAIT_S_RANGE) if len(quiet_runs) else None
+        if waits is not None:
+            log(f"{device}: beside {longest}'s occasional batches {waits.waited} of {waits.beside} requests waited > "
+                f"{WAITED_S * 1e3:g} ms on their way in: wait_p {waits.p:.2f}, a wait up to {waits.slice_s * 1e3:.1f} "
+                f"ms, after {waits.quiet_s * 1e3:.1f} ms of quiet")
 
     pair_curves = []
     for a, b in pair_list:
@@ -479,7 +510,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                                            else "service = client latency - mean overhead"]),
                       request_device=HOST_DEVICE if hosted else None)
     if observations:
-        fitted, err = fit_law(profile, observations[0].device, observations, law)
+        fitted, err = fit_law(profile, observations[0].device, observations, law,
+                              measured=waits.law() if waits is not None else None)
         profile = dataclasses.replace(with_law(profile, observations[0].device, fitted),
                                       calibration=tuple(o.to_json() for o in observations))
         text = ", ".join(f"{k} {v:.3g}" for k, v in fitted.items() if k != "name")

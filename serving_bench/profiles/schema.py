@@ -84,7 +84,7 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
 # the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py)
-OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "drift")
+OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift")
 
 
 DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
@@ -118,7 +118,8 @@ def parse_drift(data: Any, source: str, where: str) -> dict:
 def parse_law(data: Any, source: str, where: str) -> dict | None:
     """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
-    demands; ``wait_p`` (at most 1) and ``wait_s``, optional, are the wait for a core; ``drift`` (at most 1),
+    demands; ``wait_p`` (at most 1), ``wait_s``, ``wait_quiet_s`` and ``wait_quiet_memory`` (at most 1), optional,
+    are the wait for a core; ``drift`` (at most 1),
     optional, the share of the measured drift the phases follow)."""
     if data is None:
         return None
@@ -131,7 +132,7 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
         out[key] = number(data[key], source, f"{where}.{key}")
         if out[key] <= 0:
             raise InputError(source, f"{where}.{key}", "expected a number > 0")
-        if key in ("wait_p", "drift") and out[key] > 1:
+        if key in ("wait_p", "wait_quiet_memory", "drift") and out[key] > 1:
             raise InputError(source, f"{where}.{key}",
                              "expected a probability in (0, 1]" if key == "wait_p" else "expected a number in (0, 1]")
     return out

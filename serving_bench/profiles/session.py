@@ -73,10 +73,15 @@ class Session:
     def open_loop(self, model: str, rows: int, times: np.ndarray) -> LoopRun:
         """Open loop: requests of ``rows`` rows sent at ``times`` (seconds from the run's start, increasing)."""
         count = len(times)
-        schedule = Schedule(np.asarray(times, dtype=np.float64), np.zeros(count, dtype=np.int32), (model,),
-                            np.zeros(count, dtype=np.int32), np.full(count, rows, dtype=np.int32),
-                            {"duration_s": float(times[-1]) if count else 0.0})
-        return self._collect(TritonTarget(self.endpoints, source="profile measurement"), schedule, {model: rows})
+        return self.replay(Schedule(np.asarray(times, dtype=np.float64), np.zeros(count, dtype=np.int32), (model,),
+                                    np.zeros(count, dtype=np.int32), np.full(count, rows, dtype=np.int32),
+                                    {"duration_s": float(times[-1]) if count else 0.0}))
+
+    def replay(self, schedule: Schedule) -> LoopRun:
+        """Open loop: the schedule's requests at their times (each model's requests of one size)."""
+        rows_of = {m: int(schedule.batch[schedule.model == i][0]) for i, m in enumerate(schedule.models)
+                   if (schedule.model == i).any()}
+        return self._collect(TritonTarget(self.endpoints, source="profile measurement"), schedule, rows_of)
 
     def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
         names = tuple(rows_of)

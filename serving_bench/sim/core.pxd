@@ -43,9 +43,10 @@ cdef class Server:
     cpdef complete(self, Device dev, double now)
 
     @cython.locals(w=double)
-    cpdef start_phase(self, Device dev, object kind, double work, object payload, double now, double u=*)
+    cpdef start_phase(self, Device dev, object kind, double work, object payload, double now, double u=*,
+                      double quiet=*)
 
-    cpdef double wait_for_core(self, Device dev, double u) except? -1.0
+    cpdef double wait_for_core(self, Device dev, double u, double quiet=*) except? -1.0
 
     cpdef _run_phase(self, Device dev, object kind, double work, object payload, double now)
 

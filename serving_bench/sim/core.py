@@ -227,23 +227,26 @@ class Server:
             else:
                 self.release(m, instance, now)
 
-    def start_phase(self, dev: Device, kind, work: float, payload, now: float, u: float = 1.0) -> None:
+    def start_phase(self, dev: Device, kind, work: float, payload, now: float, u: float = 1.0,
+                    quiet: float = INF) -> None:
         """Start ``work`` solo seconds of a request's way in or out on device ``dev`` (the spec's request device) —
-        after waiting for a core where the spec says so (``u``: the phase's uniform draw for that,
-        :class:`~serving_bench.sim.spec.CoreWait`); ``on_phase(payload, t)`` when done."""
-        w = self.wait_for_core(dev, u)
+        after waiting for a core where the spec says so (``u``: the phase's uniform draw for that, ``quiet``: the
+        seconds the host was quiet before, :class:`~serving_bench.sim.spec.CoreWait`); ``on_phase(payload, t)`` when
+        done."""
+        w = self.wait_for_core(dev, u, quiet)
         if w > 0.0:
             self.clock.call(now + w, partial(self._run_phase, dev, kind, work, payload))
             return
         self._run_phase(dev, kind, work, payload, now)
 
-    def wait_for_core(self, dev: Device, u: float) -> float:
+    def wait_for_core(self, dev: Device, u: float, quiet: float = INF) -> float:
         """How long a thread that starts now on ``dev`` waits for a core (s; 0 without a
-        :class:`~serving_bench.sim.spec.CoreWait` or a long execution), for its uniform draw ``u``."""
+        :class:`~serving_bench.sim.spec.CoreWait` or a long execution), for its uniform draw ``u`` after ``quiet``
+        seconds of quiet."""
         wait = self.core_wait
         if wait is None or dev.long_demand <= 0.0:
             return 0.0
-        return wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u)
+        return wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u, quiet)
 
     def _run_phase(self, dev: Device, kind, work: float, payload, now: float) -> None:
         self.job_seq += 1

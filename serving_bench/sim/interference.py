@@ -3,7 +3,9 @@
 A profile's solo runs give each batch's and each request's demand; how the device shares itself when the demand
 exceeds it is the law, with at most two parameters. They are fitted from a few co-located closed-loop runs
 (*observations*: which models, how many instances and clients each, the measured throughput of each) by running the
-same configurations through the simulator and minimising the mean absolute log error of the throughputs. Which law
+same configurations through the simulator and minimising the mean absolute log error of the throughputs. The wait
+for a core (``+wait``) is fitted on p99s: of the light closed loops and of open-loop runs (Poisson arrivals at given
+rates, replayed in the simulator from the same seed), whose throughput is their offered load and says nothing. Which law
 to use is chosen by held-out error (:func:`leave_one_out`), never by goodness of fit: a law with more parameters
 always fits its own data at least as well.
 """
@@ -40,10 +42,12 @@ MAX_RATE_RPS = 10_000  # per stream: the schedule a simulated closed loop draws 
 
 @dataclass(frozen=True)
 class Observation:
-    """One co-located closed-loop run on ``device``: per model how it was served (a :class:`ModelServing`, its
-    instances included), its clients (requests of ``rows`` rows) and the measured answered requests per second;
+    """One co-located run on ``device``: per model how it was served (a :class:`ModelServing`, its instances
+    included), its closed-loop clients (requests of ``rows`` rows) and the measured answered requests per second;
     the ensembles its clients call (members in step order, and each step's needs as ``ServingConfig.ensemble_deps``
-    gives them; without those, a chain)."""
+    gives them; without those, a chain). An *open-loop* run has ``rates`` instead of clients: one-row requests at
+    Poisson times of those rates (req/s) for ``seconds``, drawn by :func:`open_schedule` from ``seed``; only its p99s
+    (from the intended times) are compared."""
 
     device: str
     serving: Mapping[str, ModelServing]
@@ -53,10 +57,18 @@ class Observation:
     ensembles: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # clients may call them
     measured_p99: Mapping[str, float] = dataclasses.field(default_factory=dict)  # s, where measured (the wait's fit)
     ensemble_deps: Mapping[str, tuple[tuple[int, ...], ...]] = dataclasses.field(default_factory=dict)  # step graphs
+    rates: Mapping[str, float] = dataclasses.field(default_factory=dict)  # an open-loop run's req/s per model
+    seconds: float = 0.0  # an open-loop run's length
+    seed: int = 0  # an open-loop run's arrivals
 
     @property
     def instances(self) -> dict[str, int]:
         return {m: s.instance_count for m, s in self.serving.items()}
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The models (and ensembles) it sent requests to."""
+        return tuple(sorted(self.rates or self.clients))
 
     def to_json(self) -> dict:
         out = {"device": self.device, "clients": dict(self.clients), "measured_rps": dict(self.measured_rps),
@@ -67,6 +79,8 @@ class Observation:
             out["measured_p99"] = dict(self.measured_p99)
         if self.ensemble_deps:
             out["ensemble_deps"] = {e: [list(d) for d in deps] for e, deps in self.ensemble_deps.items()}
+        if self.rates:
+            out.update(rates=dict(self.rates), seconds=self.seconds, seed=self.seed)
         return out
 
     @classmethod
@@ -75,10 +89,30 @@ class Observation:
         return cls(data["device"], serving, dict(data["clients"]), dict(data["measured_rps"]),
                    int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()},
                    dict(data.get("measured_p99") or {}),
-                   {e: tuple(tuple(d) for d in deps) for e, deps in (data.get("ensemble_deps") or {}).items()})
+                   {e: tuple(tuple(d) for d in deps) for e, deps in (data.get("ensemble_deps") or {}).items()},
+                   dict(data.get("rates") or {}), float(data.get("seconds", 0.0)), int(data.get("seed", 0)))
 
     def label(self) -> str:
+        if self.rates:
+            return " + ".join(f"{m} x{self.instances[m]} ({self.rates[m]:.1f} req/s)" for m in self.streams)
         return " + ".join(f"{m} x{self.instances[m]} ({self.clients[m]} clients)" for m in sorted(self.clients))
+
+
+def open_schedule(rates: Mapping[str, float], seconds: float, seed: int) -> Schedule:
+    """One-row requests of each model at Poisson times of its rate (req/s) for ``seconds``, merged in time order
+    (each model's arrivals drawn from ``seed`` and its place in sorted order): an open-loop observation's schedule,
+    the same for the measurement and the simulation."""
+    names = tuple(sorted(rates))
+    times = []
+    for i, m in enumerate(names):  # a Poisson process: a Poisson count of uniform times
+        rng = np.random.default_rng([seed, i])
+        times.append(np.sort(rng.uniform(0.0, seconds, rng.poisson(rates[m] * seconds))))
+    t = np.concatenate(times)
+    model = np.concatenate([np.full(len(x), i, dtype=np.int32) for i, x in enumerate(times)])
+    order = np.argsort(t, kind="stable")
+    n = len(t)
+    return Schedule(t[order], model[order], names, np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32),
+                    {"duration_s": seconds, "seed": seed})
 
 
 def serving_from_json(data: Mapping) -> ModelServing:
@@ -99,16 +133,21 @@ def sim_seconds(obs: Observation, tail: bool = False) -> float:
     slowest model to answer :data:`ANSWERS` (:data:`TAIL_ANSWERS`) times at its measured rate, at most
     :data:`LONGEST_SECONDS`. (A resnet50 beside five tiny models answers ~6 times a second: half a second held
     three answers, so a start-up transient alone could make it 0.)"""
+    if obs.rates:
+        return obs.seconds
     least, answers = (TAIL_SECONDS, TAIL_ANSWERS) if tail else (SIM_SECONDS, ANSWERS)
     slowest = min((r for r in obs.measured_rps.values() if r > 0), default=math.inf)
     return min(max(least, answers / slowest), max(least, LONGEST_SECONDS))
 
 
 def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
-    """The simulator's records of the observation's configuration: its closed loops for ``seconds``."""
+    """The simulator's records of the observation's configuration: its closed loops for ``seconds`` (an open-loop
+    run: its own schedule, ``seconds`` unused)."""
     names = tuple(sorted(obs.clients))
     config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()),
                            tuple(obs.ensemble_deps.items()))
+    if obs.rates:
+        return SimTarget(profile, config, seed=seed).run(open_schedule(obs.rates, obs.seconds, obs.seed))
     per = int(MAX_RATE_RPS * seconds) + 1
     schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
                         np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
@@ -145,8 +184,14 @@ def _log_error(pairs: Iterable[tuple[Mapping[str, float], Mapping[str, float]]])
 
 
 def error(profile: Profile, observations: Sequence[Observation]) -> float:
-    """Mean absolute log error of simulated against measured throughput over every model of every observation."""
-    return _log_error((obs.measured_rps, predict(profile, obs)) for obs in observations)
+    """Mean absolute log error of simulated against measured throughput over every model of every closed-loop
+    observation."""
+    return _log_error((obs.measured_rps, predict(profile, obs)) for obs in closed(observations))
+
+
+def closed(observations: Sequence[Observation]) -> list[Observation]:
+    """The closed-loop observations: those whose throughput says something of the law."""
+    return [obs for obs in observations if not obs.rates]
 
 
 def p99(records: Records, seconds: float) -> dict[str, float]:
@@ -158,9 +203,10 @@ def p99(records: Records, seconds: float) -> dict[str, float]:
 
 
 def simulated_p99(profile: Profile, obs: Observation) -> dict[str, float]:
-    """Per model the simulated p99 (s) of the observation's configuration, over :func:`sim_seconds` of a tail."""
+    """Per model the simulated p99 (s) of the observation's configuration, over :func:`sim_seconds` of a tail (an
+    open-loop run: every answer)."""
     seconds = sim_seconds(obs, tail=True)
-    return p99(simulate(profile, obs, seconds), seconds)
+    return p99(simulate(profile, obs, seconds), math.inf if obs.rates else seconds)
 
 
 def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
@@ -206,7 +252,7 @@ class Simulations:
         """Mean absolute log error of the simulated throughputs (p99s for ``tail``) under ``law``."""
         if self._pool is None:
             return (tail_error if tail else error)(with_law(self.profile, self.device, law), observations)
-        runs = [obs for obs in observations if obs.measured_p99] if tail else list(observations)
+        runs = [obs for obs in observations if obs.measured_p99] if tail else closed(observations)
         figures = self._pool.map(partial(_held_figures, dict(law), tail), runs)
         return _log_error(((obs.measured_p99 if tail else obs.measured_rps), f) for obs, f in zip(runs, figures))
 
@@ -223,12 +269,12 @@ def pinned(law: Mapping) -> dict[str, tuple[float, float]]:
 
 
 def tail_runs(profile: Profile, device: str, observations: Sequence[Observation]) -> list[Observation]:
-    """The runs a wait for a core is fitted on: those whose clients do not outnumber the device's cores (all, if
-    none). With more clients than cores every thread queues for one, a tail that sharing the cores already gives on
-    average and that the wait behind a long execution must not be stretched to explain (fitted on those too, it
-    over-predicted an open loop's p99 at light load by up to 77 %, docs/sim.md)."""
+    """The runs a wait for a core is fitted on: the open-loop ones and the closed loops whose clients do not
+    outnumber the device's cores (all, if none). With more clients than cores every thread queues for one, a tail
+    that sharing the cores already gives on average and that the wait behind a long execution must not be stretched
+    to explain (fitted on those too, it over-predicted an open loop's p99 at light load by up to 77 %, docs/sim.md)."""
     cores = profile.devices[device].capacity
-    light = [obs for obs in observations if sum(obs.clients.values()) <= cores]
+    light = [obs for obs in observations if obs.rates or sum(obs.clients.values()) <= cores]
     return light or list(observations)
 
 
@@ -258,28 +304,32 @@ WAIT_S_RANGE = (2e-4, 1e-2)  # the scheduler's slice, s
 
 
 def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str,
-        workers: int = 1) -> tuple[dict, float]:
+        workers: int = 1, measured: Mapping[str, float] | None = None) -> tuple[dict, float]:
     """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too, ``+wait`` the
     wait for a core and ``+drift`` the host's speed followed as measured: :data:`FORMS`) that fit ``observations``
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
-    ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`); (law, mean absolute log
-    error of the throughputs). The simulations of each step are spread over ``workers`` processes
+    ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`) unless ``measured`` gives
+    them (``wait_p``, ``wait_s``, ... as ``profiles.estimators.quiet_wait`` measures them: taken as they are); (law,
+    mean absolute log error of the throughputs). The simulations of each step are spread over ``workers`` processes
     (:class:`Simulations`; no more than there are observations, the most a step runs at once)."""
     name, *extras = form.split("+")
     law: dict = {"name": name}
     if name == "soft":
         law["power"] = POWERS[-1]
     tails = tail_runs(profile, device, observations)
-    searched = ([("eta", ETA_RANGE, False, observations)] if name in ("pool_eff", "soft") else []) + \
-        ([("psi", PSI_RANGE, False, observations)] if "psi" in extras else []) + \
+    fit_wait = "wait" in extras and not measured
+    searched = ([("eta", ETA_RANGE, False, closed(observations))] if name in ("pool_eff", "soft") else []) + \
+        ([("psi", PSI_RANGE, False, closed(observations))] if "psi" in extras else []) + \
         ([("wait_p", WAIT_P_RANGE, True, tails), ("wait_s", WAIT_S_RANGE, True, tails)]
-         if "wait" in extras else [])  # (parameter, its range, fitted on the p99s, on these runs)
+         if fit_wait else [])  # (parameter, its range, fitted on the p99s, on these runs)
     law.update({k: 1.0 for k, _, on_tails, _ in searched if not on_tails})
-    if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
+    if fit_wait:  # a start for the search: a rare wait, a slice of a few milliseconds
         law.update({"wait_p": 0.05, "wait_s": 3e-3})
+    elif "wait" in extras:
+        law.update(measured)
     if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
         law["drift"] = 1.0
-    with Simulations(profile, device, min(workers, len(observations))) as sims:
+    with Simulations(profile, device, min(workers, len(closed(observations)) or 1)) as sims:
         for _ in range(2 if len(searched) > 1 else 1):
             for key, bounds, on_tails, runs in searched:
                 law[key], _ = _golden(lambda v: sims.error({**law, key: v}, runs, on_tails),
@@ -298,11 +348,13 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
 
 def leave_one_out(profile: Profile, device: str, observations: Sequence[Observation],
                   names: Sequence[str] = FORMS) -> dict[str, float]:
-    """Per form, the mean absolute log error on each observation of the law fitted on the others."""
+    """Per form, the mean absolute log error on each closed-loop observation of the law fitted on the others."""
     out = {}
     for name in names:
         errs = []
         for i, held in enumerate(observations):
+            if held.rates:  # an open loop's throughput is its offered load
+                continue
             law, _ = fit(profile, device, [o for j, o in enumerate(observations) if j != i], name)
             errs.append(error(with_law(profile, device, law), [held]))
         out[name] = float(np.mean(errs)) if errs else math.nan

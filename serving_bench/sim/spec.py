@@ -24,6 +24,7 @@ The **demand** of a batch of ``b`` items of a model on a device, in this order:
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import astuple, dataclass, field
 
@@ -93,16 +94,33 @@ class CoreWait:
 
     With ``D`` the summed demand running on the host's ``C`` cores and ``D_long`` that of its long executions, the
     phase waits with probability ``q = p D_long / max(C, D)`` (the chance the cores are taken, ``min(1, D / C)``,
-    times the chance the one it waits behind is long, ``D_long / D``) a time uniform on (0, ``slice_s``)."""
+    times the chance the one it waits behind is long, ``D_long / D``) a time uniform on (0, ``slice_s``).
+
+    With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``profiles.estimators.quiet_wait``) the chance is rather
+    how long the host was quiet before, whatever else runs: ``q = p (1 - exp(-g / quiet_s))`` while a long
+    execution runs, ``g`` the host's recent quiet time — the weighted mean of the times between sends (any model),
+    the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in and an ensemble's first steps; 0
+    for what follows the server's own work (a way out, a later step). On the 2-core VM a tiny model's way in
+    beside an occasional resnet50 batch waited > 1 ms in 1-5 % of the requests sent within 5 ms of another, 21 %
+    after 15-50 ms and 59 % after longer, with the other core free (docs/sim.md, "Waiting behind an occasional long
+    execution"): a thread woken on a host that sat quiet queues behind the long one."""
 
     p: float
     slice_s: float
+    quiet_s: float = 0.0
+    memory: float = 1.0  # the newest gap's weight in the host's recent quiet time ``g`` (1: the last gap alone)
 
-    def wait_s(self, demand: float, long_demand: float, capacity: float, u: float) -> float:
+    def wait_s(self, demand: float, long_demand: float, capacity: float, u: float, quiet: float = math.inf) -> float:
         """The wait (s) of a phase that starts beside ``demand`` (of which ``long_demand`` long) on ``capacity``
-        cores, for its uniform draw ``u`` in [0, 1): ``(u / q) slice_s`` if ``u < q``, else 0 (``u / q`` is uniform
-        on [0, 1) given ``u < q``, so one draw decides both whether and how long)."""
-        q = self.p * long_demand / max(capacity, demand) if long_demand > 0.0 else 0.0
+        cores after ``quiet`` seconds of quiet, for its uniform draw ``u`` in [0, 1): ``(u / q) slice_s`` if
+        ``u < q``, else 0 (``u / q`` is uniform on [0, 1) given ``u < q``, so one draw decides both whether and how
+        long)."""
+        if long_demand <= 0.0:
+            return 0.0
+        if self.quiet_s > 0.0:
+            q = -self.p * math.expm1(-quiet / self.quiet_s)
+        else:
+            q = self.p * long_demand / max(capacity, demand)
         return u / q * self.slice_s if u < q else 0.0
 
 
@@ -140,7 +158,7 @@ class DeviceRule:
 
 
 # a law's parameters for the requests on the host, not for Law itself
-HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "drift")
+HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift")
 
 
 def device_law(info) -> Law:
@@ -150,9 +168,13 @@ def device_law(info) -> Law:
 
 
 def core_wait(info) -> CoreWait | None:
-    """The law's wait for a core (``wait_p``, ``wait_s``) of requests on this host; None without one."""
+    """The law's wait for a core (``wait_p``, ``wait_s``, ``wait_quiet_s``) of requests on this host; None without
+    one."""
     law = info.law or {}
-    return CoreWait(float(law["wait_p"]), float(law["wait_s"])) if "wait_p" in law and "wait_s" in law else None
+    if "wait_p" not in law or "wait_s" not in law:
+        return None
+    return CoreWait(float(law["wait_p"]), float(law["wait_s"]), float(law.get("wait_quiet_s", 0.0)),
+                    float(law.get("wait_quiet_memory", 1.0)))
 
 
 def handoff_share(info) -> float:

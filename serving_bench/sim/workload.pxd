@@ -9,21 +9,21 @@ from serving_bench.sim.device cimport Device
 cdef class Workload:
     cdef public object spec, kinds, model, items, closed, clock
     cdef public Py_ssize_t n
-    cdef public object u_dispatch, u_overhead, u_wait, u_step, sent_s, since_s, overhead_s, client_done_s
+    cdef public object u_dispatch, u_overhead, u_wait, u_step, sent_s, since_s, quiet_s, overhead_s, client_done_s
     cdef public object dispatch_work_s, stream_of, drift_z
     cdef public list errors, ensembles, step_of, feeds, streams, overhead_grid, request_kind
     cdef public dict sources, dispatch_grid, concurrency
     cdef public set hosted, dynamic
     cdef public Server server
     cdef public Device host
-    cdef public double last_send_s, duration_s
+    cdef public double last_send_s, duration_s, quiet_memory, recent_quiet_s
     cdef public bint open_loop, waits
-    cdef public double[:] sent_v, since_v, overhead_v, client_done_v, work_in_v
+    cdef public double[:] sent_v, since_v, quiet_v, overhead_v, client_done_v, work_in_v
     cdef public double[:, :] wait_v, step_v
     cdef public long long[:] stream_v, hosted_v, items_v
     cdef public unsigned char[:] batching_v
 
-    @cython.locals(rid=cython.Py_ssize_t)
+    @cython.locals(rid=cython.Py_ssize_t, since=double, recent=double)
     cpdef _send(self, Py_ssize_t s, double t)
     cdef long long _items(self, long long m, Py_ssize_t rid) except? -1
     @cython.locals(work=double)

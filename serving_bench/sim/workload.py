@@ -29,9 +29,11 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
+from math import inf as INF
 
 import numpy as np
 
+from serving_bench.profiles.distributions import recent_means
 from serving_bench.sim.drift import at as drift_at, follow
 from serving_bench.sim.spec import SimSpec
 
@@ -146,6 +148,10 @@ class Workload:
                        if steps and spec.core_wait is not None and spec.request_device is not None else None)
         self.sent_s = np.full(n, np.nan) if closed else intended_s.astype(np.float64)
         self.since_s = np.full(n, np.inf)  # time since the previous request reached the server (cold starts)
+        # the host's recent quiet time at each send (the wait for a core: CoreWait), and its running value
+        self.quiet_memory = spec.core_wait.memory if spec.core_wait is not None else 1.0
+        self.quiet_s = np.full(n, np.inf) if self.quiet_memory < 1.0 else self.since_s
+        self.recent_quiet_s = INF
         self.overhead_s = np.full(n, np.nan)  # return overhead: open loop drawn up front, closed loop when answered
         self.client_done_s = np.full(n, np.nan)  # answered at the client, where the way out is simulated
         self.errors: list[int] = []  # rows whose batch exceeds the model's max_batch_size
@@ -186,6 +192,7 @@ class Workload:
         self.wait_v = self.u_wait if self.waits else np.ones((1, 2))
         self.step_v = self.u_step if self.u_step is not None else np.ones((1, 1))
         self.sent_v, self.since_v, self.overhead_v = self.sent_s, self.since_s, self.overhead_s
+        self.quiet_v = self.quiet_s
         self.client_done_v, self.work_in_v = self.client_done_s, self.dispatch_work_s
 
     # -- per-request draws ----------------------------------------------------------------------------------------
@@ -233,6 +240,8 @@ class Workload:
     def _open_loop(self, intended_s: np.ndarray) -> None:
         order = np.argsort(intended_s, kind="stable")
         self.since_s[order] = np.diff(intended_s[order], prepend=-np.inf)
+        if self.quiet_memory < 1.0:
+            self.quiet_s[order] = recent_means(self.since_s[order].tolist(), self.quiet_memory)
         for stream, (kind, index) in enumerate(self.kinds):
             rids = np.flatnonzero(self.model == stream)
             if kind == "ensemble":
@@ -298,6 +307,11 @@ class Workload:
         self.sent_v[rid] = t
         self.since_v[rid] = t - self.last_send_s
         self.last_send_s = t
+        if self.quiet_memory < 1.0:  # the host's recent quiet time, as recent_means keeps it
+            since = self.since_v[rid]
+            recent = self.recent_quiet_s
+            self.recent_quiet_s = since if not recent < INF else recent + self.quiet_memory * (since - recent)
+            self.quiet_v[rid] = self.recent_quiet_s
         if stream.kind == "ensemble":
             self.ensemble_arrival(stream.index, rid, t, self.items_v[rid])
             return
@@ -316,7 +330,7 @@ class Workload:
         work = self.work_in_v[rid] if self.open_loop else float(self.dispatch_s(m, rid, self.since_v[rid], t))
         if work > 0.0:
             self.server.start_phase(self.host, self.request_kind[m], work, rid, t,
-                                    self.wait_v[rid, 0] if self.waits else 1.0)
+                                    self.wait_v[rid, 0] if self.waits else 1.0, self.quiet_v[rid])
         else:
             self.server.arrive(m, t, rid, items)
 
@@ -328,7 +342,7 @@ class Workload:
         m = self.hosted_v[stream]
         if m >= 0:
             self.server.start_phase(self.host, self.request_kind[m], overhead, -1 - rid, now,
-                                    self.wait_v[rid, 1] if self.waits else 1.0)
+                                    self.wait_v[rid, 1] if self.waits else 1.0, 0.0)  # after the server's work
             return
         if self.open_loop:
             return
@@ -401,5 +415,7 @@ class Workload:
         at = t + self.spec.step_s
         if self.u_step is not None:
             rid = entry.rid
-            at += self.server.wait_for_core(self.host, self.step_v[rid, step])
+            # a first step is handed over on the request's arrival, after the host's quiet; a later one after work
+            quiet = 0.0 if self.spec.ensembles[entry.ensemble].deps[step] else self.quiet_v[rid]
+            at += self.server.wait_for_core(self.host, self.step_v[rid, step], quiet)
         self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], at, owner, entry.items)
