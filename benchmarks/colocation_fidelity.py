@@ -16,7 +16,10 @@ in and out); then, on the real server:
     of the set replayed stands over what the pairs imply; the pairs' law, held out against it in (b), gave the
     replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/sim.md); the one at 0.9 is
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
-    printed beside the model's errors.
+    printed beside the model's errors; with the wait for a core behind resnet50's occasional batches measured in
+(d) two open loops of all entries, resnet50 at a tenth of a core and the others at 15 and 150 req/s, as ``profile``
+    measures it (``profiles.estimators.quiet_wait``; data saved before 2026-12-04: the wait fitted on "all
+    together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
 default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
@@ -59,7 +62,9 @@ from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config 
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.report import Spread, write_result  # noqa: E402
-from serving_bench.profiles.measure import DEFAULT_LAW, IDLE_ROUNDS, calibration_serving, measure_profile  # noqa: E402
+from serving_bench.profiles.estimators import quiet_wait  # noqa: E402
+from serving_bench.profiles.measure import (DEFAULT_LAW, IDLE_ROUNDS, QUIET_RATES_RPS, QUIET_SECONDS,  # noqa: E402
+                                            calibration_serving, measure_profile, quiet_rates)
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
 from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
@@ -68,8 +73,9 @@ from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.telemetry.cpu import DISTURBED_SHARE  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
-from serving_bench.sim.interference import (FORMS, Observation, answered, fit,  # noqa: E402
-                                             serving_from_json, simulate, tail_error, throughput, with_law)
+from serving_bench.sim.interference import (FORMS, WAIT_S_RANGE, Observation, answered, fit,  # noqa: E402
+                                             open_schedule, serving_from_json, simulate, tail_error, throughput,
+                                             with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 from serving_bench.validate import server_mean_s  # noqa: E402
 
@@ -79,6 +85,7 @@ ENSEMBLE_DEPS = ((), (), (0, 1))  # both members read the request, the combiner 
 STREAMS = ("tiny_cnn_onnxruntime", "tiny_cnn_tvm", "tiny_mlp_torchscript", "sleep_python", "resnet50_onnxruntime",
            ENSEMBLE[0])
 SCALED = "tiny_cnn_onnxruntime"
+LONGEST = "resnet50_onnxruntime"  # the entry whose occasional batches the others wait behind (d)
 INSTANCES = (1, 2, 4, 8)
 LOADS = (0.3, 0.6, 0.9)
 REPEATED_LOAD = 0.9  # replayed twice: the measurement's own repeatability beside the model's errors
@@ -222,6 +229,7 @@ def measure(quick: bool) -> dict:
     """Every measurement of the benchmark on the real server, as plain data (see :func:`evaluate`)."""
     seconds = 1.2 if quick else 5.0  # --quick: under 5 minutes with the export's settling and the fits
     replay_s = 6.0 if quick else 30.0
+    quiet_s = 8.0 if quick else QUIET_SECONDS
     sender_note = choose_sender(None)[1]
     print(sender_note, flush=True)
     with tempfile.TemporaryDirectory(prefix="colocation-fidelity-") as tmp:
@@ -268,9 +276,22 @@ def measure(quick: bool) -> dict:
             print(f"  load {REPEATED_LOAD} once more: the measurement's own repeatability")
             repeat = {"load": str(REPEATED_LOAD), "real": replay_figures(
                 server, poisson_schedule(capacity, REPEATED_LOAD, replay_s, int(REPEATED_LOAD * 10)))}
+
+        stage(f"(d) the wait behind {LONGEST}'s occasional batches (open loops, the others at "
+              f"{' and '.join(f'{r:g}' for r in QUIET_RATES_RPS)} req/s)")
+        with TritonServer(repo, models=list(STREAMS), execution_log=True) as server:
+            session = Session(server.endpoints, server)
+            longest_s = profile.models[LONGEST].devices["cpu"].batches[1].mean
+            runs = [session.replay(open_schedule(quiet_rates(STREAMS, LONGEST, longest_s, rate), quiet_s, 0))
+                    for rate in QUIET_RATES_RPS]
+        waits = quiet_wait(runs, LONGEST, WAIT_S_RANGE)
+        if waits is not None:
+            print(f"  {waits.waited} of {waits.beside} requests sent during a batch waited > 1 ms: wait_p "
+                  f"{waits.p:.2f}, up to {waits.slice_s * 1e3:.1f} ms, after {waits.quiet_s * 1e3:.1f} ms of quiet")
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
-            "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note}
+            "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note,
+            "quiet_wait": waits.law() if waits is not None else None}
 
 
 def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:
@@ -332,7 +353,8 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
              "b": [obs for name, (obs, _) in cases.items() if name != "all together"]}
     stage(f"fitting {len(laws)} laws on {len(train)} training sets, {law} on the replayed set's closed loop")
     fitted = fit_all(profile, train, laws)
-    fitted["c"] = {law: fit(profile, "cpu", [cases["all together"][0]], law, workers=cpu_cores())[0]}
+    fitted["c"] = {law: fit(profile, "cpu", [cases["all together"][0]], law, workers=cpu_cores(),
+                            measured=data.get("quiet_wait"))[0]}  # the wait measured where it was (since 2026-12-03)
     held = {f"(a) k = {k_max}": ("a", scaled[k_max][0]), "(b) all together": ("b", cases["all together"][0])}
     held_out = {case: {each: tput_error(with_law(profile, "cpu", fitted[train_set][each]), obs, seconds)
                        for each in laws} for case, (train_set, obs) in held.items()}
@@ -355,7 +377,8 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     held_out_case("(a)", f"k = {k_max}", profile, fitted["a"][law], *scaled[k_max], seconds, rows)
     held_out_case("(b)", "all together", profile, fitted["b"][law], *cases["all together"], seconds, rows)
     config = serving_config(serving, STREAMS)
-    print(f"  (c)  simulated with {law} fitted on (b)'s all-together run: " +
+    print(f"  (c)  simulated with {law} fitted on (b)'s all-together run" +
+          (" and the wait measured in (d)" if data.get("quiet_wait") else "") + ": " +
           ", ".join(f"{k} {v:.4g}" for k, v in fitted["c"][law].items() if k != "name"))
     for load, replay in data["replays"].items():
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])

@@ -130,6 +130,12 @@ IDLE_ROUNDS = 2  # rounds of the cold-start runs, minutes apart (pooled)
 HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
 
 
+def quiet_rates(models: Sequence[str], longest: str, longest_service_s: float, rate: float) -> dict[str, float]:
+    """The rates (req/s) of a quiet-wait run (open loop): ``longest`` at :data:`LONG_SHARE` of a core (a batch of
+    ``longest_service_s`` seconds now and then), every other model at ``rate``."""
+    return {m: LONG_SHARE / longest_service_s if m == longest else rate for m in models}
+
+
 def _us(seconds: Sequence[float]) -> str:
     """Seconds as whole microseconds joined by slashes (a log line's figures)."""
     return "/".join(f"{v * 1e6:.0f}" for v in seconds)
@@ -444,8 +450,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
 
         def observe_quiet(rate: float) -> Step:
             def measure(session: Session) -> Observation:
-                rates = {m: LONG_SHARE / results[m].batches[min(results[m].batches)].mean if m == longest else rate
-                         for m in models}
+                rates = quiet_rates(models, longest, results[longest].batches[min(results[longest].batches)].mean,
+                                    rate)
                 run = session.replay(open_schedule(rates, QUIET_SECONDS, 0))
                 quiet_runs[rate] = run
                 obs = Observation(device, serving, {}, {m: len(run.latency[m]) / QUIET_SECONDS for m in models},
