@@ -18,7 +18,7 @@ in and out); then, on the real server:
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
     printed beside the model's errors; with the wait for a core behind resnet50's occasional batches measured in
 (d) two open loops of all entries, resnet50 at a tenth of a core and the others at 15 and 150 req/s, as ``profile``
-    measures it (``profiles.estimators.quiet_wait``; data saved before 2026-12-04: the wait fitted on "all
+    measures it (``profiles.estimators.quiet_wait``; older saved data have none: the wait is then fitted on "all
     together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by

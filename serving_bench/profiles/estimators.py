@@ -460,11 +460,10 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     As :class:`~serving_bench.sim.spec.CoreWait` draws it — with probability ``q = p (1 - exp(-g / quiet_s))``, ``g``
     the host's recent quiet time (the weighted mean of the times between sends of any model, the newest weighing
     :data:`QUIET_MEMORY`: how busy the host has been, more than the last gap), a time uniform on (0, ``slice_s``) —
-    a request waits
-    longer than :data:`WAITED_S` with probability ``q (1 - WAITED_S / slice_s)``, and those that do wait on average
-    ``(slice_s + WAITED_S) / 2`` longer: ``slice_s`` from their mean excess (within ``slice_range``), ``p`` and
-    ``quiet_s`` by maximum likelihood over a grid. None with fewer than :data:`WAIT_MINIMUM` requests sent during a
-    long batch."""
+    a request waits longer than :data:`WAITED_S` with probability ``q (1 - WAITED_S / slice_s)``, and those that do
+    wait on average ``(slice_s + WAITED_S) / 2`` longer: ``slice_s`` from their mean excess (within
+    ``slice_range``), ``p`` and ``quiet_s`` by maximum likelihood over a grid. None with fewer than
+    :data:`WAIT_MINIMUM` requests sent during a long batch."""
     quiet, excess = [], []
     for run in runs:
         executions = run.executions or {}

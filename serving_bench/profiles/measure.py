@@ -34,9 +34,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   an ONNX Runtime model computes twice as long after 16 ms idle as back to back). A batch's warmth follows the
   model's recent rate, not only its last gap (:func:`~serving_bench.profiles.estimators.cold_starts`). The
   simulator adds it per batch from the instance's recent idle time and per request from the time since the previous
-  request. The ways in and out also keep their extra at
-  the 90th percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed drifts"); a draw
-  takes the median extra up to probability 0.5 and the p90 one from 0.9.
+  request. The ways in and out also keep their extra at the 90th percentile: a cold way's tail grows more than its
+  middle (docs/sim.md, "The host's speed drifts"); a draw takes the median extra up to probability 0.5 and the p90
+  one from 0.9.
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
   instance spends per batch beyond Triton's compute time (its thread releasing a payload and taking the next): the
   mean time from one batch's start to the next (when that one had been sent already) minus Triton's mean compute;
@@ -126,7 +126,7 @@ PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
 COLD_QUIET_S = (0.0005, 0.002, 0.008, 0.032, 0.128)  # mean random quiet times after an answer, block by block
 COLD_BLOCK = 24  # requests per block of the cold-start runs (one block per mean quiet time, rising)
-IDLE_ROUNDS = 2  # rounds of the cold-start runs, minutes apart (pooled)
+IDLE_ROUNDS = 2  # rounds of the cold-start runs, minutes apart: a busy host only ever inflates a round's extras
 HOST_DEVICE = "cpu"  # the host's cores: where CPU instances run and every request is handled
 
 

@@ -4,10 +4,11 @@ A profile's solo runs give each batch's and each request's demand; how the devic
 exceeds it is the law, with at most two parameters. They are fitted from a few co-located closed-loop runs
 (*observations*: which models, how many instances and clients each, the measured throughput of each) by running the
 same configurations through the simulator and minimising the mean absolute log error of the throughputs. The wait
-for a core (``+wait``) is fitted on p99s: of the light closed loops and of open-loop runs (Poisson arrivals at given
-rates, replayed in the simulator from the same seed), whose throughput is their offered load and says nothing. Which law
-to use is chosen by held-out error (:func:`leave_one_out`), never by goodness of fit: a law with more parameters
-always fits its own data at least as well.
+for a core (``+wait``) is measured where a profile could (``profiles.estimators.quiet_wait``), else fitted on p99s:
+of the light closed loops and of open-loop runs (Poisson arrivals at given rates, replayed in the simulator from the
+same seed), whose throughput is their offered load and says nothing. Which law to use is chosen by held-out error
+(:func:`leave_one_out`), never by goodness of fit: a law with more parameters always fits its own data at least as
+well.
 """
 
 from __future__ import annotations
