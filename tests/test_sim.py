@@ -878,6 +878,23 @@ def test_an_open_loop_run_calibrates_the_wait_and_not_the_throughput():
     assert tail_error(profile, [measured]) == 0.0 < tail_error(plain, [measured])
 
 
+def test_the_engines_recent_mean_is_the_profiles_float_for_float():
+    """``state.recent_mean`` (the engine's step, compiled) gives what ``distributions.recent_means`` gives, one value
+    at a time: started by the first finite value (after inf and nan), the last value alone with memory 1."""
+    from serving_bench.profiles.distributions import recent_means
+    from serving_bench.sim.state import recent_mean
+
+    values = [math.inf, math.nan, 0.002, 0.0007, 0.031, 0.0001, 0.064, 0.0033]
+    for memory in (0.125, 0.5, 1.0):
+        mean, stepped = math.inf, []
+        for value in values:
+            mean = recent_mean(mean, value, memory)
+            stepped.append(mean)
+        expected = recent_means(values, memory)
+        assert all(a == b or (a != a and b != b) for a, b in zip(stepped, expected)), (memory, stepped, expected)
+    assert recent_means(values, 1.0)[2:] == values[2:]
+
+
 def test_the_engines_cold_start_curve_is_the_profiles_interpolation():
     """``state.Piecewise`` (the engine's typed copy) gives what ``distributions.interp`` gives, float for float:
     inside, at the points, beyond both ends and after an idle of inf (an instance never busy)."""

@@ -3,7 +3,7 @@ cimport cython
 from libc cimport math
 
 from serving_bench.sim.device cimport Device, Job, Kind
-from serving_bench.sim.state cimport Clock, Executed, ModelState, Payload, Piecewise
+from serving_bench.sim.state cimport Clock, Executed, ModelState, Payload, Piecewise, recent_mean
 
 cdef int UNINIT, READY, SCHEDULED, EXECUTING
 cdef double EPS_S, TIMER_RESOLUTION_S, INF, SQRT_HALF
@@ -35,7 +35,7 @@ cdef class Server:
 
     @cython.locals(items=cython.longlong, ui=cython.Py_ssize_t, u=double, last=cython.Py_ssize_t, x=double,
                    i=cython.Py_ssize_t, lo=double, hi=double, work=double, per_request=double, dev=Device,
-                   idle=Piecewise, zi=cython.Py_ssize_t, idle_s=double, recent=double, memory=double)
+                   idle=Piecewise, zi=cython.Py_ssize_t, idle_s=double)
     cdef _start(self, ModelState st, Payload p, int instance, double now)
 
     @cython.locals(done=list, job=Job, m=int, instance=int, st=ModelState, p=Payload, more=list,

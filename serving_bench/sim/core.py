@@ -38,7 +38,7 @@ from functools import partial
 from serving_bench.sim.device import Device
 from serving_bench.sim.drift import GRID_STEP_S
 from serving_bench.sim.spec import SimSpec
-from serving_bench.sim.state import PAYLOAD_STATES, Clock, ModelState, Payload
+from serving_bench.sim.state import PAYLOAD_STATES, Clock, ModelState, Payload, recent_mean
 
 UNINIT, READY, SCHEDULED, EXECUTING = PAYLOAD_STATES
 EPS_S = 1e-9  # clock comparisons tolerate 1 ns (Triton's clock resolution)
@@ -183,11 +183,8 @@ class Server:
             work += per_request * (p.nreq - 1)
         idle = st.inst_idle[instance]
         if idle is not None:
-            idle_s = now - st.inst_free_at[instance]
-            recent = st.inst_recent_idle[instance]
-            memory = st.inst_memory[instance]
-            if memory < 1.0 and recent < INF:  # 1: the last idle time alone (bit for bit)
-                idle_s = recent + memory * (idle_s - recent)
+            idle_s = recent_mean(st.inst_recent_idle[instance], now - st.inst_free_at[instance],
+                                 st.inst_memory[instance])
             st.inst_recent_idle[instance] = idle_s
             work += idle.at(idle_s)
         dev = st.inst_device[instance]

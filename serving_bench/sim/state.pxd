@@ -12,6 +12,9 @@ ctypedef fused Number:
     long long
 
 
+cpdef double recent_mean(double mean, double value, double memory)
+
+
 cdef class Piecewise:
     cdef public double[:] xs, ys
     cdef public Py_ssize_t n

@@ -18,6 +18,12 @@ UNINIT, READY, SCHEDULED, EXECUTING = PAYLOAD_STATES
 INF = math.inf
 
 
+def recent_mean(mean: float, value: float, memory: float) -> float:
+    """The running mean after ``value`` (``mean``: before it; inf: none yet), the newest weighing ``memory``: one step
+    of :func:`serving_bench.profiles.distributions.recent_means`, float for float (the engine's typed copy)."""
+    return value if memory >= 1.0 or not mean < INF else mean + memory * (value - mean)
+
+
 class Piecewise:
     """A piecewise linear curve through points ``(xs[i], ys[i])`` (``xs`` increasing), constant beyond its ends:
     ``at(x)`` computes what :func:`serving_bench.profiles.distributions.interp` does, float for float."""

@@ -4,6 +4,7 @@ cimport cython
 
 from serving_bench.sim.core cimport Server
 from serving_bench.sim.device cimport Device
+from serving_bench.sim.state cimport recent_mean
 
 
 cdef class Workload:
@@ -23,7 +24,7 @@ cdef class Workload:
     cdef public long long[:] stream_v, hosted_v, items_v
     cdef public unsigned char[:] batching_v
 
-    @cython.locals(rid=cython.Py_ssize_t, since=double, recent=double)
+    @cython.locals(rid=cython.Py_ssize_t)
     cpdef _send(self, Py_ssize_t s, double t)
     cdef long long _items(self, long long m, Py_ssize_t rid) except? -1
     @cython.locals(work=double)

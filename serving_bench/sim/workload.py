@@ -36,6 +36,7 @@ import numpy as np
 from serving_bench.profiles.distributions import recent_means
 from serving_bench.sim.drift import at as drift_at, follow
 from serving_bench.sim.spec import SimSpec
+from serving_bench.sim.state import recent_mean
 
 EXCEEDS_BATCH = "inference request batch-size exceeds the model's max_batch_size"
 FAILURE_TEXT = {"timeout": "Request timeout expired", "rejected": "Exceeds maximum queue size"}
@@ -307,10 +308,8 @@ class Workload:
         self.sent_v[rid] = t
         self.since_v[rid] = t - self.last_send_s
         self.last_send_s = t
-        if self.quiet_memory < 1.0:  # the host's recent quiet time, as recent_means keeps it
-            since = self.since_v[rid]
-            recent = self.recent_quiet_s
-            self.recent_quiet_s = since if not recent < INF else recent + self.quiet_memory * (since - recent)
+        if self.quiet_memory < 1.0:  # the host's recent quiet time
+            self.recent_quiet_s = recent_mean(self.recent_quiet_s, self.since_v[rid], self.quiet_memory)
             self.quiet_v[rid] = self.recent_quiet_s
         if stream.kind == "ensemble":
             self.ensemble_arrival(stream.index, rid, t, self.items_v[rid])
