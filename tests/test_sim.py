@@ -353,7 +353,10 @@ def test_an_ensembles_step_graph_travels_with_its_serving_config(tmp_path):
     assert config.ensemble_deps == (("pipe", ((), (), (0, 1))),)
     profile = sleep_profile(names=("left", "right", "join"), base=0.005, per=0.001)
     sched = Schedule(np.array([0.0]), np.array([0]), ("pipe",), np.zeros(1), np.ones(1), {})
-    graph = SimTarget(profile, config).run(sched).table["done_s"]
+    target = SimTarget(profile, config)
+    pipe, names = target.spec.ensembles[0], [m.name for m in target.spec.models]
+    assert (names[pipe.entry], names[pipe.exit]) == ("left", "join")  # whose ways in and out its requests take
+    graph = target.run(sched).table["done_s"]
     chain = SimTarget(profile, dataclasses.replace(config, ensemble_deps=())).run(sched).table["done_s"]
     assert list(graph) == pytest.approx([0.012]) and list(chain) == pytest.approx([0.018])
     # an observation of a closed loop on the ensemble keeps the graph through its JSON: one client, a 12 ms cycle
@@ -684,19 +687,21 @@ def test_a_way_in_or_out_waits_for_a_core_behind_a_long_execution():
     assert records["done_s"][0] == pytest.approx(plain["done_s"][0])  # 10 ms + 1.5 ms x (1 - 1/1.5) stretched
 
 
-def test_an_ensemble_step_waits_for_a_core_behind_a_long_execution():
+def test_an_ensemble_travels_as_its_members_requests_and_each_step_waits_for_a_core():
     """The ensemble "pipe" (two steps of "short", one after the other) sent at 2 ms beside "long" (q = 1, as
-    above): each step's hand-off waits u x 2 ms (u its draw for that step), then runs 1.5 ms (D = 3 on 2 cores):
-    answered at 5 ms + W_0 + W_1. Without the wait: 5 ms."""
+    above): its way in is its first member's (waits W_in, 1 ms), each step's hand-off waits u x 2 ms (u its draw for
+    that step) and runs 1.5 ms (D = 3 on 2 cores), its way out is its last member's (waits W_out, 1 ms): answered at
+    7 ms + W_in + W_0 + W_1 + W_out, all before "long" ends. Without the wait: 7 ms."""
     config = ServingConfig((ModelServing("long", max_batch_size=1), ModelServing("short", max_batch_size=1)),
                            (("pipe", ("short", "short")),))
     deps = {"pipe": ((), (0,))}
     sched = Schedule(np.array([0.0, 0.002]), np.array([0, 1]), ("long", "pipe"), np.zeros(2), np.ones(2), {})
     done = SimTarget(_waiting_profile(), config, seed=7, ensemble_deps=deps).run(sched).table["done_s"]
-    u_0, u_1 = np.random.default_rng((7, 5)).random((2, 2))[1]  # the Workload's step draws of request 1
-    assert done[1] == pytest.approx(0.005 + 0.002 * (u_0 + u_1))
+    u_in, u_out = np.random.default_rng((7, 4)).random((2, 2))[1]  # the Workload's draws of request 1: its ways
+    u_0, u_1 = np.random.default_rng((7, 5)).random((2, 2))[1]  # ... and its steps
+    assert done[1] == pytest.approx(0.007 + 0.002 * (u_in + u_0 + u_1 + u_out))
     plain = SimTarget(_waiting_profile(wait_p=1e-12), config, seed=7, ensemble_deps=deps).run(sched).table
-    assert plain["done_s"][1] == pytest.approx(0.005)
+    assert plain["done_s"][1] == pytest.approx(0.007)
     busy = SimTarget(_waiting_profile(0.6, 0.003), config, seed=4, ensemble_deps=deps)
     sched = poisson(200, 2000, seed=8, models=("long", "pipe"))
     for mode in (None, _Closed({"long": 1, "pipe": 3}, 1.0)):  # both engines, open and closed loop

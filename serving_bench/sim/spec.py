@@ -76,13 +76,26 @@ class ModelSpec:
 
 @dataclass
 class EnsembleSpec:
-    """An ensemble: ``steps`` are member model indices; ``deps[i]`` the steps whose outputs step i needs."""
+    """An ensemble: ``steps`` are member model indices; ``deps[i]`` the steps whose outputs step i needs. A request
+    to it travels to the server as one to its ``entry`` member would (its first step's model: the same input, the
+    same way in) and back as one from its ``exit`` member (its last step's model: the same output, the same way
+    out)."""
 
     index: int
     name: str
     steps: tuple[int, ...]
     deps: tuple[tuple[int, ...], ...]
-    overhead_grid: list[float] = field(default_factory=list)
+
+    @property
+    def entry(self) -> int:
+        """The model of the first step that needs nothing but the request."""
+        return next(self.steps[i] for i, d in enumerate(self.deps) if not d)
+
+    @property
+    def exit(self) -> int:
+        """The model of the last step no other step needs (the one that answers)."""
+        needed = {j for d in self.deps for j in d}
+        return next(self.steps[i] for i in reversed(range(len(self.steps))) if i not in needed)
 
 
 @dataclass(frozen=True)
@@ -99,8 +112,8 @@ class CoreWait:
     With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``profiles.estimators.quiet_wait``) the chance is rather
     how long the host was quiet before, whatever else runs: ``q = p (1 - exp(-g / quiet_s))`` while a long
     execution runs, ``g`` the host's recent quiet time — the weighted mean of the times between sends (any model),
-    the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in and an ensemble's first steps; 0
-    for what follows the server's own work (a way out, a later step). On the 2-core VM a tiny model's way in
+    the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in (an ensemble's too); 0 for what
+    follows the server's own work (a way out, an ensemble's steps). On the 2-core VM a tiny model's way in
     beside an occasional resnet50 batch waited > 1 ms in 1-5 % of the requests sent within 5 ms of another, 21 %
     after 15-50 ms and 59 % after longer, with the other core free (docs/sim.md, "Waiting behind an occasional long
     execution"): a thread woken on a host that sat quiet queues behind the long one."""
@@ -339,8 +352,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
         deps = (ensemble_deps or {}).get(name) or dict(config.ensemble_deps).get(name)
         if deps is None:  # step order without a graph: a chain, each step consuming the previous one's output
             deps = tuple(() if i == 0 else (i - 1,) for i in range(len(members)))
-        overhead = profile.overhead_for(name) if name in profile.models else profile.overhead
-        ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps), _grid(overhead)))
+        ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps)))
     host = profile.request_device
     if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
         if host not in rules:

@@ -12,7 +12,7 @@ cdef class Workload:
     cdef public Py_ssize_t n
     cdef public object u_dispatch, u_overhead, u_wait, u_step, sent_s, since_s, quiet_s, overhead_s, client_done_s
     cdef public object dispatch_work_s, stream_of, drift_z
-    cdef public list errors, ensembles, step_of, feeds, streams, overhead_grid, request_kind
+    cdef public list errors, ensembles, step_of, feeds, streams, overhead_grid, request_kind, way_in, way_out
     cdef public dict sources, dispatch_grid, concurrency
     cdef public set hosted, dynamic
     cdef public Server server
@@ -21,17 +21,19 @@ cdef class Workload:
     cdef public bint open_loop, waits
     cdef public double[:] sent_v, since_v, quiet_v, overhead_v, client_done_v, work_in_v
     cdef public double[:, :] wait_v, step_v
-    cdef public long long[:] stream_v, hosted_v, items_v
+    cdef public long long[:] stream_v, hosted_in_v, hosted_out_v, ensemble_v, items_v
     cdef public unsigned char[:] batching_v
 
-    @cython.locals(rid=cython.Py_ssize_t)
+    @cython.locals(rid=cython.Py_ssize_t, m=cython.longlong, reached=double)
     cpdef _send(self, Py_ssize_t s, double t)
     cdef long long _items(self, long long m, Py_ssize_t rid) except? -1
     @cython.locals(work=double)
     cpdef _way_in(self, long long m, Py_ssize_t rid, double t, long long items)
+    @cython.locals(stream=cython.Py_ssize_t, e=cython.longlong, m=cython.longlong)
+    cpdef _arrive(self, Py_ssize_t rid, double now)
     @cython.locals(stream=cython.Py_ssize_t, overhead=double, m=cython.longlong)
     cdef _answered(self, Py_ssize_t rid, double now)
-    @cython.locals(rid=cython.Py_ssize_t, m=cython.longlong)
+    @cython.locals(rid=cython.Py_ssize_t)
     cpdef on_phase(self, object payload, double now)
     cpdef on_done(self, long long owner, double now)
     cpdef on_failed(self, long long owner, double now, str outcome)

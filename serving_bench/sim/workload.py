@@ -11,10 +11,11 @@
 * **The host's cores** (where the profile says): a request's way in (the dispatch draw) and way out (the overhead
   draw) are work on the cores it shares with the batches (:meth:`Server.start_phase`), so they stretch when the
   cores are busy; otherwise they are plain delays.
-* **Ensembles**: a request's steps are issued when their inputs are ready (``ensemble_step_s`` later, plus on a CPU
-  host the wait for a core of the thread handing the step over, as a way in or out waits), each as a request to the
-  member model with a negative owner naming (slot, step); the ensemble is answered when every step is, and fails with
-  its first failed step.
+* **Ensembles**: a request takes its first step's member's way in and its last step's member's way out
+  (``EnsembleSpec.entry``, ``exit``); its steps are issued when their inputs are ready (``ensemble_step_s`` later,
+  plus on a CPU host the wait for a core of the thread handing the step over, as a way out waits), each as a request
+  to the member model with a negative owner naming (slot, step); the ensemble is answered when every step is, and
+  fails with its first failed step.
 
 A way in or out is a job whose payload is the request's row: ``rid`` on its way in, ``-1 - rid`` on its way out.
 
@@ -162,11 +163,17 @@ class Workload:
         self.feeds: list[tuple] = []  # open loop, arrivals one event each: (times, rids, items, handler)
         members = {m for e in spec.ensembles for m in e.steps}
         self.hosted = {m.index for m in spec.models if m.request_kind is not None}  # ways in and out on the cores
-        # at hand per request: its stream, the model of a stream whose ways are simulated (-1: none), per model the
-        # kind of its ways and whether it batches (a request's items are its rows only then)
+        # per stream the models whose ways in and out its requests take: a model's own, an ensemble's entry and exit
+        # members (EnsembleSpec)
+        self.way_in = [index if kind == "model" else spec.ensembles[index].entry for kind, index in kinds]
+        self.way_out = [index if kind == "model" else spec.ensembles[index].exit for kind, index in kinds]
+        # at hand per request: its stream; per stream the model of its way in and of its way out where those are
+        # simulated on the cores (-1: not), the ensemble it calls (-1: a model); per model the kind of its ways and
+        # whether it batches (a request's items are its rows only then)
         self.stream_v = np.ascontiguousarray(model, dtype=np.int64)
-        self.hosted_v = np.array([index if kind == "model" and index in self.hosted else -1
-                                  for kind, index in kinds], dtype=np.int64)
+        self.hosted_in_v = np.array([m if m in self.hosted else -1 for m in self.way_in], dtype=np.int64)
+        self.hosted_out_v = np.array([m if m in self.hosted else -1 for m in self.way_out], dtype=np.int64)
+        self.ensemble_v = np.array([index if kind == "ensemble" else -1 for kind, index in kinds], dtype=np.int64)
         self.request_kind = [m.request_kind for m in spec.models]
         self.batching_v = np.array([m.max_batch > 0 for m in spec.models], dtype=np.uint8)
         self.items_v = np.ascontiguousarray(items, dtype=np.int64)
@@ -179,8 +186,7 @@ class Workload:
         self.last_send_s = -np.inf
         # the measured distributions, ready to sample: each model's dispatch, each stream's return overhead
         self.dispatch_grid = {m.index: Grid(m.dispatch_grid) for m in spec.models if m.dispatch_grid}
-        self.overhead_grid = [Grid((spec.models if kind == "model" else spec.ensembles)[index].overhead_grid)
-                              for kind, index in kinds]
+        self.overhead_grid = [Grid(spec.models[m].overhead_grid) for m in self.way_out]
         self.dispatch_work_s = np.full(n, np.nan)  # open loop, requests whose way in is simulated: its solo seconds
         if closed is None:
             self._open_loop(intended_s)
@@ -226,12 +232,13 @@ class Workload:
 
     def overhead_of(self, stream: int, rids, at_s) -> np.ndarray:
         """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream`` answered at
-        ``at_s``, plus the model's cold-start extra for the time since the previous request reached the server."""
-        kind, index = self.kinds[stream]
-        owner = self.spec.models[index] if kind == "model" else self.spec.ensembles[index]
-        u = self._drifted(self.u_overhead, rids, index if kind == "model" else -1, "way_out", at_s)
+        ``at_s``, plus the model's cold-start extra for the time since the previous request reached the server (an
+        ensemble's: its exit member's)."""
+        m = self.way_out[stream]
+        owner = self.spec.models[m]
+        u = self._drifted(self.u_overhead, rids, m, "way_out", at_s)
         out = self.overhead_grid[stream](u)
-        idle = owner.idle.get(owner.instance_devices[0]) if kind == "model" and owner.instance_devices else None
+        idle = owner.idle.get(owner.instance_devices[0]) if owner.instance_devices else None
         if idle is not None:
             out = out + cold_extra(self.since_s[rids], u, idle.overhead_gap_s, idle.overhead_extra_s,
                                    idle.overhead_extra_p90_s)
@@ -245,18 +252,18 @@ class Workload:
             self.quiet_s[order] = recent_means(self.since_s[order].tolist(), self.quiet_memory)
         for stream, (kind, index) in enumerate(self.kinds):
             rids = np.flatnonzero(self.model == stream)
-            if kind == "ensemble":
-                self.feeds.append((intended_s[rids], rids, self.items[rids], partial(self._ensemble_feed, index)))
+            rids, items = self._servable(index, rids) if kind == "model" else (rids, self.items[rids])
+            m = self.way_in[stream]
+            if m in self.hosted:  # sent at its time; the way in is simulated
+                self.dispatch_work_s[rids] = self.dispatch_s(m, rids, self.since_s[rids], intended_s[rids])
+                self.feeds.append((intended_s[rids], rids, items, partial(self._way_in, m)))
                 continue
-            rids, items = self._servable(index, rids)
-            if index in self.hosted:  # sent at its time; the way in is simulated
-                self.dispatch_work_s[rids] = self.dispatch_s(index, rids, self.since_s[rids], intended_s[rids])
-                self.feeds.append((intended_s[rids], rids, items, partial(self._way_in, index)))
-                continue
-            times = intended_s[rids] + self.dispatch_s(index, rids, self.since_s[rids], intended_s[rids])
+            times = intended_s[rids] + self.dispatch_s(m, rids, self.since_s[rids], intended_s[rids])
             by_time = np.argsort(times, kind="stable")
             rids, items, times = rids[by_time], items[by_time], times[by_time]
-            if index in self.dynamic:
+            if kind == "ensemble":
+                self.feeds.append((times, rids, items, partial(self._ensemble_feed, index)))
+            elif index in self.dynamic:
                 self.feeds.append((times, rids, items, partial(self._model_feed, index)))
             else:
                 self.sources[index] = (times, rids, items)
@@ -311,34 +318,46 @@ class Workload:
         if self.quiet_memory < 1.0:  # the host's recent quiet time
             self.recent_quiet_s = recent_mean(self.recent_quiet_s, self.since_v[rid], self.quiet_memory)
             self.quiet_v[rid] = self.recent_quiet_s
-        if stream.kind == "ensemble":
-            self.ensemble_arrival(stream.index, rid, t, self.items_v[rid])
+        m = self.way_in[self.stream_v[rid]]
+        if self.hosted_in_v[self.stream_v[rid]] >= 0:
+            self._way_in(m, rid, t, 0)
             return
-        m = stream.index
-        if self.hosted_v[self.stream_v[rid]] >= 0:
-            self._way_in(m, rid, t, self._items(m, rid))
+        reached = t + float(self.dispatch_s(m, rid, self.since_v[rid], t))
+        if stream.kind == "ensemble":
+            self.clock.call(reached, partial(self._arrive, rid))
         else:
-            self.clock.arrive(m, t + float(self.dispatch_s(m, rid, self.since_v[rid], t)), rid, self._items(m, rid))
+            self.clock.arrive(m, reached, rid, self._items(m, rid))
 
     def _items(self, m: int, rid: int) -> int:
         """Request ``rid``'s items at model ``m``: its batch rows where the model batches, else 1."""
         return self.items_v[rid] if self.batching_v[m] else 1
 
     def _way_in(self, m: int, rid: int, t: float, items: int) -> None:
-        """Request ``rid`` of model ``m`` leaves its client at ``t``: its way in as work on the host's cores."""
+        """Request ``rid`` leaves its client at ``t``: its way in, model ``m``'s (its own or its ensemble's entry
+        member's), as work on the host's cores (``items``: unused, the request's own are known)."""
         work = self.work_in_v[rid] if self.open_loop else float(self.dispatch_s(m, rid, self.since_v[rid], t))
         if work > 0.0:
             self.server.start_phase(self.host, self.request_kind[m], work, rid, t,
                                     self.wait_v[rid, 0] if self.waits else 1.0, self.quiet_v[rid])
         else:
-            self.server.arrive(m, t, rid, items)
+            self._arrive(rid, t)
+
+    def _arrive(self, rid: int, now: float) -> None:
+        """Request ``rid`` reaches the server at ``now``: its model's batcher, or its ensemble's scheduler."""
+        stream = self.stream_v[rid]
+        e = self.ensemble_v[stream]
+        if e >= 0:
+            self.ensemble_arrival(e, rid, now, self.items_v[rid])
+        else:
+            m = self.way_in[stream]
+            self.server.arrive(m, now, rid, self._items(m, rid))
 
     def _answered(self, rid: int, now: float) -> None:
         """Request ``rid`` is answered by the server at ``now``: its way out starts (on the host's cores where that is
         simulated); in a closed loop its client sends the next request once the answer has come back."""
         stream = self.stream_v[rid]
         overhead = self.overhead_v[rid] if self.open_loop else float(self.overhead_of(stream, rid, now))
-        m = self.hosted_v[stream]
+        m = self.hosted_out_v[stream]
         if m >= 0:
             self.server.start_phase(self.host, self.request_kind[m], overhead, -1 - rid, now,
                                     self.wait_v[rid, 1] if self.waits else 1.0, 0.0)  # after the server's work
@@ -353,8 +372,7 @@ class Workload:
         has the answer) is done."""
         rid = payload
         if rid >= 0:
-            m = self.hosted_v[self.stream_v[rid]]
-            self.server.arrive(m, now, rid, self._items(m, rid))
+            self._arrive(rid, now)
             return
         rid = -1 - rid
         self.client_done_v[rid] = now
@@ -406,7 +424,8 @@ class Workload:
 
     def _issue(self, slot: int, step: int, t: float) -> None:
         """Issue step ``step`` of the ensemble request in ``slot`` at ``t``: it reaches its member's queue after the
-        scheduler's cost per step, and on a CPU host after the wait for a core of the thread that hands it over."""
+        scheduler's cost per step, and on a CPU host after the wait for a core of the thread that hands it over (a
+        server thread, after the request's way in or a step: no quiet before it)."""
         entry = self.ensembles[slot]
         entry.issued.add(step)
         self.step_of.append((slot, step))
@@ -414,7 +433,5 @@ class Workload:
         at = t + self.spec.step_s
         if self.u_step is not None:
             rid = entry.rid
-            # a first step is handed over on the request's arrival, after the host's quiet; a later one after work
-            quiet = 0.0 if self.spec.ensembles[entry.ensemble].deps[step] else self.quiet_v[rid]
-            at += self.server.wait_for_core(self.host, self.step_v[rid, step], quiet)
+            at += self.server.wait_for_core(self.host, self.step_v[rid, step], 0.0)
         self.clock.arrive(self.spec.ensembles[entry.ensemble].steps[step], at, owner, entry.items)
