@@ -15,7 +15,7 @@ from serving_bench.run.schedule import Schedule
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = [ROOT / "load_profiles" / name for name in ("smoke.yaml", "bursty.yaml", "diurnal_sleep.yaml",
                                                       "ramp_step.yaml", "azure_hour.yaml", "trace_replay.yaml",
-                                                      "demo.yaml")]
+                                                      "demo.yaml", "demo_heavy.yaml")]
 
 BASE = {"duration": "10s", "seed": 3, "warmup": "1s", "cooldown": 0.5,
         "arrival": {"process": "poisson", "rate": 200},
