@@ -368,6 +368,26 @@ def test_an_ensembles_step_graph_travels_with_its_serving_config(tmp_path):
     assert predict(profile, again, seconds=1.206)["pipe"] == pytest.approx(100 / 1.206)  # a chain: 67 answers
 
 
+def test_an_ensemble_takes_its_entry_members_way_in_and_its_exit_members_way_out(tmp_path):
+    """The ensemble "pipe" (left and right in parallel, then join; each sleeps 6 ms) with plain delays for ways (no
+    request device): "left" takes 1 ms in, "join" 3 ms out, the others other times. One request at 0 is answered at
+    the client at 1 + 6 + 6 + 3 = 16 ms; a closed loop of one client sends every 16 ms."""
+    _write_pipe_repo(tmp_path)
+    config = ServingConfig.from_repo(tmp_path, ["pipe"])
+    data = sleep_profile(names=("left", "right", "join"), base=0.005, per=0.001).to_json()
+    for name, way_in, way_out in (("left", 0.001, 0.010), ("right", 0.020, 0.020), ("join", 0.030, 0.003)):
+        data["models"][name]["dispatch"] = {"constant_s": way_in}
+        data["models"][name]["overhead"] = {"constant_s": way_out}
+    profile = Profile.from_json(data, "p.json")
+    sched = Schedule(np.zeros(3), np.zeros(3), ("pipe",), np.zeros(3), np.ones(3), {"duration_s": 0.0})
+    once = SimTarget(profile, config).run(Schedule(np.array([0.0]), np.array([0]), ("pipe",), np.zeros(1),
+                                                   np.ones(1), {})).table
+    assert list(once["done_s"]) == pytest.approx([0.016])
+    loop = SimTarget(profile, config).run(sched, _Closed(1, 0.04)).table
+    assert list(loop["sent_s"]) == pytest.approx([0.0, 0.016, 0.032])
+    assert list(loop["done_s"]) == pytest.approx([0.016, 0.032, 0.048])
+
+
 def test_records_satisfy_target_contract_and_summarize():
     sched = poisson(900, 3000, seed=6, models=("a", "b"))
     records = SimTarget(_noisy_profile(), _mixed_config()).run(sched)
