@@ -296,7 +296,8 @@ def measure(quick: bool) -> dict:
 
 def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:
     """Per stream of one open-loop replay on the real server: p50, p99 (s, from the intended time) with their 95 %
-    intervals, throughput (req/s) and Triton's mean time inside the server per request (s; None for an ensemble)."""
+    intervals, throughput (req/s) and Triton's mean time inside the server per request (s; for an ensemble Triton's
+    own figure, which the simulator has no counterpart for)."""
     records = TritonTarget(server).run(schedule)
     summary, stats = summarize(records, intervals=True), records.info.server_stats or {}
     return {m: {"p50": summary["models"][m]["p50_s"], "p99": summary["models"][m]["p99_s"],
