@@ -218,14 +218,18 @@ def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server)
     schedule = poisson_schedule(100, 4.0, seed=3)
     pgid = server.process.pid
 
+    def answered(control) -> int:
+        return control.statistics(["sleep_zero"])["sleep_zero"]["inference_count"]
+
+    with Control(server.endpoints.grpc_url) as control:
+        before = answered(control)  # counted before the run: a thread slow to start stops the server at once
+
     def stall():
         """Stop the server for 1 s once it has answered 100 of the run's requests (about 1 s into the schedule):
-        timed from the run's own progress, not from the thread's start, so a slow start cannot miss the run."""
+        timed from the run's own progress, counted from before the run, so a slow start cannot miss the run."""
         with Control(server.endpoints.grpc_url) as control:
-            def answered() -> int:
-                return control.statistics(["sleep_zero"])["sleep_zero"]["inference_count"]
-            start, deadline = answered(), time.monotonic() + 60.0
-            while answered() - start < 100 and time.monotonic() < deadline:
+            deadline = time.monotonic() + 60.0
+            while answered(control) - before < 100 and time.monotonic() < deadline:
                 time.sleep(0.01)
         os.killpg(pgid, signal.SIGSTOP)
         time.sleep(1.0)
