@@ -33,7 +33,8 @@ and the lines before the last count the rows whose prediction falls inside it an
 above (a quick replay's tiny models: most), then give the repeated replay's worst differences — what the
 measurement itself can resolve. The last line is the worst error of each metric over every entry and scenario.
 
-    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--law FORM] [--data SAVED.json ...]
+    .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--law FORM] [--laws FORM ...]
+                                                       [--data SAVED.json ...]
 
 The measurements are saved first (``colocation_fidelity_data[_quick]_<date>_<host>.json``: the solo profile, every
 closed-loop run, the replays' figures); ``--data`` evaluates saved measurements again without a server. Given the
@@ -487,8 +488,10 @@ def main() -> int:
                                                   "medians over the sessions")
     parser.add_argument("--law", choices=FORMS, default=DEFAULT_LAW,
                         help=f"the full model's law, fitted beside the compared ones (default {DEFAULT_LAW})")
+    parser.add_argument("--laws", nargs="+", choices=FORMS, help="the forms whose held-out errors are compared "
+                                                                 "(default: every form; with --quick a few)")
     args = parser.parse_args()
-    laws = LAWS_QUICK if args.quick else LAWS_COMPARED
+    laws = tuple(args.laws) if args.laws else LAWS_QUICK if args.quick else LAWS_COMPARED
     if args.data and len(args.data) > 1:
         summary = sessions(args.data, laws, args.law)
         path = write_result("colocation_fidelity_sessions", {**summary, "law": args.law, "data": args.data},

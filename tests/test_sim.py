@@ -803,6 +803,52 @@ def test_pickup_engines_agree_open_and_closed():
                                    _Closed({"a": 6, "hog": 1}, 1.0), seed=6)
 
 
+def _ends(device, jobs):
+    """Drive ``device`` alone: ``jobs`` are (time, work, kind) in time order; the end time of each, by its index."""
+    ends, now, k = {}, 0.0, 0
+    while k < len(jobs) or device.jobs:
+        nxt = device.next_completion(now)
+        if k < len(jobs) and jobs[k][0] <= nxt:
+            now = jobs[k][0]
+            device.add(now, jobs[k][1], jobs[k][2], k, None, -1, -1)
+            k += 1
+            continue
+        now = nxt
+        ends.update((job.seq, now) for job in device.pop_finished(now))
+    return [ends[i] for i in range(len(jobs))]
+
+
+def test_a_short_job_waits_in_the_run_queue_while_the_cores_are_taken_by_short_work():
+    """2 cores. Two 2 ms batches of demand 1 from 0 take both; a way in (1 ms, demand 1) comes at 0.5 ms. Processor
+    sharing: D = 3, everything 1.5 times slower from 0.5 ms: the way in ends at 0.5 + 1.5 = 2 ms, the batches (1.5 ms
+    left at 0.5 ms, 1 ms of it done by 2 ms) at 2.5 ms. With the run queue (``queue`` 1: the gate at 2 cores) the way
+    in waits until the batches end at 2 ms and runs alone: 3 ms. Behind long executions (more than ``long_s``) it does
+    not wait: the processor sharing figures again."""
+    from serving_bench.sim.device import Device, Kind, Law
+    batch, way = Kind("batch", 0, 1, 1.0), Kind("way", 1, 0, 1.0)
+    jobs = [(0.0, 0.002, batch), (0.0, 0.002, batch), (0.0005, 0.001, way)]
+    assert _ends(Device("cpu", Law("pool", 2)), jobs) == pytest.approx([0.0025, 0.0025, 0.002])
+    assert _ends(Device("cpu", Law("pool", 2, queue=1.0)), jobs) == pytest.approx([0.002, 0.002, 0.003])
+    long_ones = Device("cpu", Law("pool", 2, queue=1.0), long_s=0.001)
+    assert _ends(long_ones, jobs) == pytest.approx([0.0025, 0.0025, 0.002])
+    assert Law("pool_eff", 2, eta=0.8, queue=1.0).to_json() == {"name": "pool_eff", "eta": 0.8, "queue": 1.0}
+
+
+@pytest.mark.parametrize("wait", [{}, {"wait_p": 0.6, "wait_s": 0.003}])
+def test_run_queue_engines_agree_open_and_closed(wait):
+    data = _pickup_profile().to_json()
+    data["models"]["a"]["devices"]["cpu"]["batches"]["8"] = {"samples_s": [0.003, 0.004, 0.006]}
+    data["models"]["a"]["request_demand"] = 0.6
+    data["models"]["a"]["dispatch"] = {"samples_s": [0.0009, 0.0012, 0.003]}
+    data["request_device"] = "cpu"
+    data["devices"]["cpu"]["law"] = {"name": "pool_eff", "eta": 0.9, "queue": 1.0, **wait}
+    profile = Profile.from_json(data, "p.json")
+    config = ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
+                            ModelServing("hog", max_batch_size=1)))
+    _engines_agree_open_and_closed(profile, config, poisson(900, 4000, seed=21, models=("a", "hog")),
+                                   _Closed({"a": 6, "hog": 1}, 1.0), seed=6)
+
+
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     """Observations made with an effective capacity of 70 % of two cores: fitting pool_eff recovers eta = 0.7; on
     held-out observations the fitted law beats plain processor sharing (which has nothing to fit)."""

@@ -10,7 +10,7 @@ cdef int SOFT, NONE
 cdef class Law:
     cdef public str name
     cdef public int form
-    cdef public double capacity, eta, power, scale
+    cdef public double capacity, eta, power, scale, queue
     cpdef double stretch(self, double demand) except? -1.0
     cpdef double speedup(self, double k, double demand) except? -1.0
 
@@ -47,7 +47,9 @@ cdef class Device:
     cdef public bint overrides
     cdef public dict pairs, running, executions
     cdef public list active
-    cdef public double last, busy_s, next, demand, long_s, long_demand
+    cdef public double last, busy_s, next, demand, long_s, long_demand, gate
+    cdef public list waiting
+    cdef public Py_ssize_t waiting_head
     cdef public long long version
     cdef public bint dirty
     cdef public int jobs
@@ -60,8 +62,11 @@ cdef class Device:
 
     cdef dict _override(self)
 
-    @cython.locals(job=Job, r=_Running)
+    @cython.locals(job=Job)
     cpdef add(self, double now, double work, Kind kind, long long seq, object payload, int model, int instance)
+
+    @cython.locals(kind=Kind, r=_Running)
+    cdef int _run(self, Job job) except -1
 
     cpdef flush(self, double now)
 
@@ -69,5 +74,5 @@ cdef class Device:
     cpdef double next_completion(self, double now) except? -1.0
 
     @cython.locals(done=list, r=_Running, heap=Heap, limit=double, job=Job, kind=Kind, c=int, active=list,
-                   kept=cython.Py_ssize_t)
+                   kept=cython.Py_ssize_t, waiting=list)
     cpdef list pop_finished(self, double now)

@@ -47,11 +47,16 @@ class Law:
     * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
       baseline a co-location model has to beat.
 
+    ``queue`` > 0 adds a *run queue* for short work: a request's way in or out, or an instance taking up its payload,
+    that comes while the demand running beside the long executions is at least ``queue * C`` waits, first come first
+    served, until that demand falls below it, and then shares the device as any job (see :class:`Device`).
+
     Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
-    __slots__ = ("name", "form", "capacity", "eta", "power", "scale")
+    __slots__ = ("name", "form", "capacity", "eta", "power", "scale", "queue")
 
-    def __init__(self, name: str = "pool", capacity: float = 1.0, eta: float = 1.0, power: float = 8.0):
+    def __init__(self, name: str = "pool", capacity: float = 1.0, eta: float = 1.0, power: float = 8.0,
+                 queue: float = 0.0):
         if name not in LAWS:
             raise ValueError(f"unknown law {name!r}; expected one of {', '.join(LAWS)}")
         self.name = name
@@ -60,6 +65,7 @@ class Law:
         self.eta = float(eta) if name != "pool" else 1.0
         self.power = float(power)
         self.scale = self.eta * self.capacity
+        self.queue = float(queue)
 
     def stretch(self, demand: float) -> float:
         if self.form == NONE:
@@ -79,10 +85,13 @@ class Law:
             out["eta"] = self.eta
         if self.name == "soft":
             out["power"] = self.power
+        if self.queue > 0.0:
+            out["queue"] = self.queue
         return out
 
     def __repr__(self) -> str:
-        return f"Law({self.name!r}, capacity={self.capacity:g}, eta={self.eta:g}, power={self.power:g})"
+        return (f"Law({self.name!r}, capacity={self.capacity:g}, eta={self.eta:g}, power={self.power:g}, "
+                f"queue={self.queue:g})")
 
 
 class Kind:
@@ -105,10 +114,10 @@ class Kind:
 
 
 class Job(Entry):
-    """One piece of work (made by :meth:`Device.add`): ``work`` solo seconds of kind ``kind`` started at ``start``;
-    ``payload``, ``model`` and ``instance`` are the engine's (-1: a request's way in or out, not a batch). Its
-    ``key`` is the virtual time at which it finishes, ``seq`` its start order; ``long``: an execution longer than
-    the device's ``long_s`` (it holds a core for a whole scheduler slice)."""
+    """One piece of work (made by :meth:`Device.add`): ``work`` solo seconds of kind ``kind`` that came to the device
+    at ``start``; ``payload``, ``model`` and ``instance`` are the engine's (-1: a request's way in or out, not a
+    batch). Its ``key`` is the virtual time at which it finishes, ``seq`` its start order; ``long``: an execution
+    longer than the device's ``long_s`` (it holds a core for a whole scheduler slice)."""
 
     __slots__ = ("work", "kind", "payload", "model", "instance", "start", "long")
 
@@ -136,10 +145,15 @@ class Device:
     override ever applies and the device does not count executions per model); ``index``: its place among the run's
     devices (the engines' handle on it); ``long_s``: executions of more solo seconds than this are *long*, and
     ``long_demand`` is the summed demand of those running (what a way in or out may wait behind:
-    :class:`~serving_bench.sim.spec.CoreWait`)."""
+    :class:`~serving_bench.sim.spec.CoreWait`). With the law's run queue, short jobs (``kind.batch <= 0``: ways in
+    and out, take-ups) that come while the running demand less ``long_demand`` is at least ``gate`` (``queue * C``)
+    wait in ``waiting`` and start in their order, at the instant a job ends, while it is below: a thread woken while
+    the cores are taken by short work runs when one is given up, rather than at once and slowly. A long execution
+    is not waited for (the scheduler favours a thread that slept over one that keeps computing: the wait behind it
+    is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
 
     __slots__ = ("name", "index", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
-                 "demand", "executions", "dirty", "jobs", "long_s", "long_demand")
+                 "demand", "executions", "dirty", "jobs", "long_s", "long_demand", "gate", "waiting", "waiting_head")
 
     def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None, curves: bool = True,
                  index: int = 0, long_s: float = INF):
@@ -160,6 +174,9 @@ class Device:
         self.jobs = 0
         self.long_s = long_s
         self.long_demand = 0.0
+        self.gate = self.law.queue * self.law.capacity if self.law.queue > 0.0 else INF
+        self.waiting: list[Job] = []  # short jobs waiting for the demand to fall below the gate, from waiting_head
+        self.waiting_head = 0
 
     # -- time --------------------------------------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -220,7 +237,8 @@ class Device:
 
     # -- the engines' interface --------------------------------------------------------------------------------------
     def add(self, now: float, work: float, kind: Kind, seq: int, payload, model: int, instance: int) -> None:
-        """A :class:`Job` of ``work`` solo seconds of ``kind`` starts at ``now``; ``seq``: its start order."""
+        """A :class:`Job` of ``work`` solo seconds of ``kind`` comes at ``now`` and starts (or waits in the run
+        queue); ``seq``: its start order."""
         self._advance(now)
         job = Job.__new__(Job)
         job.work = work
@@ -232,6 +250,14 @@ class Device:
         job.instance = instance
         job.start = now
         job.long = kind.batch > 0 and work > self.long_s
+        if kind.batch <= 0 and self.jobs and self.demand - self.long_demand >= self.gate:
+            self.waiting.append(job)
+            return
+        self._run(job)
+
+    def _run(self, job: Job) -> None:
+        """Start ``job`` now (the virtual clocks are current)."""
+        kind = job.kind
         if job.long:
             self.long_demand += kind.demand
         r = self.running.get(kind)
@@ -239,7 +265,7 @@ class Device:
             r = self.running[kind] = _Running(kind)
         if not r.heap.n:
             self.active.append(r)
-        job.key = r.virtual + work
+        job.key = r.virtual + job.work
         r.heap.push(job)
         self.jobs += 1
         self.demand += kind.demand
@@ -297,6 +323,15 @@ class Device:
             self.demand = self.long_demand = 0.0  # no rounding left behind
         if kept < len(active):
             del active[kept:]
+        waiting = self.waiting
+        while self.waiting_head < len(waiting) and (self.jobs == 0 or self.demand - self.long_demand < self.gate):
+            job = waiting[self.waiting_head]
+            waiting[self.waiting_head] = None
+            self.waiting_head += 1
+            self._run(job)
+        if self.waiting_head > 64 and self.waiting_head * 2 > len(waiting):
+            del waiting[:self.waiting_head]
+            self.waiting_head = 0
         self.dirty = True
         self.version += 1
         if len(done) > 1:
