@@ -50,7 +50,8 @@ profile split that cost (``handoff_cpu_s`` measured), ``request_demand`` is only
 ``psi`` scales the hand-off demands; ``wait_p`` and ``wait_s``, on the request device, are the probability and mean
 wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`; ``drift``,
 on the request device, in (0, 1], has the phases follow the host's speed with that share of the loadings the models'
-``drift`` figures give: :mod:`serving_bench.sim.drift`).
+``drift`` figures give: :mod:`serving_bench.sim.drift`; ``queue``, a run queue for short work:
+:class:`serving_bench.sim.device.Law`).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -84,7 +85,7 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
 # the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py)
-OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift")
+OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift", "queue")
 
 
 DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
@@ -120,7 +121,8 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
     demands; ``wait_p`` (at most 1), ``wait_s``, ``wait_quiet_s`` and ``wait_quiet_memory`` (at most 1), optional,
     are the wait for a core; ``drift`` (at most 1),
-    optional, the share of the measured drift the phases follow)."""
+    optional, the share of the measured drift the phases follow; ``queue``, optional, the run queue's gate in cores
+    per core: :class:`serving_bench.sim.device.Law`)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:
