@@ -818,19 +818,21 @@ def _ends(device, jobs):
     return [ends[i] for i in range(len(jobs))]
 
 
-def test_a_short_job_waits_in_the_run_queue_while_the_cores_are_taken_by_short_work():
-    """2 cores. Two 2 ms batches of demand 1 from 0 take both; a way in (1 ms, demand 1) comes at 0.5 ms. Processor
-    sharing: D = 3, everything 1.5 times slower from 0.5 ms: the way in ends at 0.5 + 1.5 = 2 ms, the batches (1.5 ms
-    left at 0.5 ms, 1 ms of it done by 2 ms) at 2.5 ms. With the run queue (``queue`` 1: the gate at 2 cores) the way
-    in waits until the batches end at 2 ms and runs alone: 3 ms. Behind long executions (more than ``long_s``) it does
-    not wait: the processor sharing figures again."""
+def test_a_take_up_waits_in_the_run_queue_while_the_cores_are_taken_by_short_work():
+    """2 cores. Two 2 ms batches of demand 1 from 0 take both. An instance's take-up (1 ms, no demand of its own,
+    CPU-bound) comes at 0.5 ms: processor sharing keeps D = 2, no stretch, it ends at 1.5 ms. With the run queue
+    (``queue`` 1: the gate at 2 cores) it waits until the batches end at 2 ms: 3 ms. Behind long executions (more
+    than ``long_s``) it does not wait: 1.5 ms again. A way in (1 ms, demand 1) never queues: D = 3 from 0.5 ms, it
+    ends at 0.5 + 1.5 = 2 ms, the batches (1 ms of their last 1.5 done by 2 ms) at 2.5 ms."""
     from serving_bench.sim.device import Device, Kind, Law
-    batch, way = Kind("batch", 0, 1, 1.0), Kind("way", 1, 0, 1.0)
-    jobs = [(0.0, 0.002, batch), (0.0, 0.002, batch), (0.0005, 0.001, way)]
-    assert _ends(Device("cpu", Law("pool", 2)), jobs) == pytest.approx([0.0025, 0.0025, 0.002])
+    batch, take_up, way = Kind("batch", 0, 1, 1.0), Kind("take-up", 0, -1, 0.0, phi=1.0), Kind("way", 1, 0, 1.0)
+    jobs = [(0.0, 0.002, batch), (0.0, 0.002, batch), (0.0005, 0.001, take_up)]
+    assert _ends(Device("cpu", Law("pool", 2)), jobs) == pytest.approx([0.002, 0.002, 0.0015])
     assert _ends(Device("cpu", Law("pool", 2, queue=1.0)), jobs) == pytest.approx([0.002, 0.002, 0.003])
     long_ones = Device("cpu", Law("pool", 2, queue=1.0), long_s=0.001)
-    assert _ends(long_ones, jobs) == pytest.approx([0.0025, 0.0025, 0.002])
+    assert _ends(long_ones, jobs) == pytest.approx([0.002, 0.002, 0.0015])
+    jobs[2] = (0.0005, 0.001, way)
+    assert _ends(Device("cpu", Law("pool", 2, queue=1.0)), jobs) == pytest.approx([0.0025, 0.0025, 0.002])
     assert Law("pool_eff", 2, eta=0.8, queue=1.0).to_json() == {"name": "pool_eff", "eta": 0.8, "queue": 1.0}
 
 

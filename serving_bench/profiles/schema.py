@@ -50,7 +50,7 @@ profile split that cost (``handoff_cpu_s`` measured), ``request_demand`` is only
 ``psi`` scales the hand-off demands; ``wait_p`` and ``wait_s``, on the request device, are the probability and mean
 wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`; ``drift``,
 on the request device, in (0, 1], has the phases follow the host's speed with that share of the loadings the models'
-``drift`` figures give: :mod:`serving_bench.sim.drift`; ``queue``, a run queue for short work:
+``drift`` figures give: :mod:`serving_bench.sim.drift`; ``queue``, a run queue for the instances' take-ups:
 :class:`serving_bench.sim.device.Law`).
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch

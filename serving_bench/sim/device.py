@@ -47,9 +47,9 @@ class Law:
     * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
       baseline a co-location model has to beat.
 
-    ``queue`` > 0 adds a *run queue* for short work: a request's way in or out, or an instance taking up its payload,
-    that comes while the demand running beside the long executions is at least ``queue * C`` waits, first come first
-    served, until that demand falls below it, and then shares the device as any job (see :class:`Device`).
+    ``queue`` > 0 adds a *run queue* for the instances' threads: an instance taking up its payload while the demand
+    running beside the long executions is at least ``queue * C`` waits, first come first served, until that demand
+    falls below it, and then shares the device as any job (see :class:`Device`).
 
     Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
@@ -145,12 +145,12 @@ class Device:
     override ever applies and the device does not count executions per model); ``index``: its place among the run's
     devices (the engines' handle on it); ``long_s``: executions of more solo seconds than this are *long*, and
     ``long_demand`` is the summed demand of those running (what a way in or out may wait behind:
-    :class:`~serving_bench.sim.spec.CoreWait`). With the law's run queue, short jobs (``kind.batch <= 0``: ways in
-    and out, take-ups) that come while the running demand less ``long_demand`` is at least ``gate`` (``queue * C``)
-    wait in ``waiting`` and start in their order, at the instant a job ends, while it is below: a thread woken while
-    the cores are taken by short work runs when one is given up, rather than at once and slowly. A long execution
-    is not waited for (the scheduler favours a thread that slept over one that keeps computing: the wait behind it
-    is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
+    :class:`~serving_bench.sim.spec.CoreWait`). With the law's run queue, take-ups (``kind.batch < 0``) that come
+    while the running demand less ``long_demand`` is at least ``gate`` (``queue * C``) wait in ``waiting`` and start
+    in their order, at the instant a job ends, while it is below: an instance's thread woken while the cores are
+    taken by short work runs when one is given up, rather than at once and slowly, and its payload grows meanwhile.
+    A long execution is not waited for (the scheduler favours a thread that slept over one that keeps computing: the
+    wait behind it is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
 
     __slots__ = ("name", "index", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
                  "demand", "executions", "dirty", "jobs", "long_s", "long_demand", "gate", "waiting", "waiting_head")
@@ -175,7 +175,7 @@ class Device:
         self.long_s = long_s
         self.long_demand = 0.0
         self.gate = self.law.queue * self.law.capacity if self.law.queue > 0.0 else INF
-        self.waiting: list[Job] = []  # short jobs waiting for the demand to fall below the gate, from waiting_head
+        self.waiting: list[Job] = []  # take-ups waiting for the demand to fall below the gate, from waiting_head
         self.waiting_head = 0
 
     # -- time --------------------------------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ class Device:
         job.instance = instance
         job.start = now
         job.long = kind.batch > 0 and work > self.long_s
-        if kind.batch <= 0 and self.jobs and self.demand - self.long_demand >= self.gate:
+        if kind.batch < 0 and self.jobs and self.demand - self.long_demand >= self.gate:  # a take-up, queued
             self.waiting.append(job)
             return
         self._run(job)

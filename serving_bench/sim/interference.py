@@ -307,8 +307,8 @@ WAIT_S_RANGE = (2e-4, 1e-2)  # the scheduler's slice, s
 def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str,
         workers: int = 1, measured: Mapping[str, float] | None = None) -> tuple[dict, float]:
     """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too, ``+wait`` the
-    wait for a core, ``+drift`` the host's speed followed as measured and ``+queue`` a run queue for short work with
-    its gate at the host's cores, neither fitted: :data:`FORMS`) that fit ``observations``
+    wait for a core, ``+drift`` the host's speed followed as measured and ``+queue`` a run queue for the instances'
+    take-ups with its gate at the host's cores, neither fitted: :data:`FORMS`) that fit ``observations``
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
     ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`) unless ``measured`` gives
     them (``wait_p``, ``wait_s``, ... as ``profiles.estimators.quiet_wait`` measures them: taken as they are); (law,
@@ -331,7 +331,7 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
         law.update(measured)
     if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
         law["drift"] = 1.0
-    if "queue" in extras:  # short work waits while short work takes the cores (sim.device.Law; not fitted)
+    if "queue" in extras:  # a take-up waits while short work takes the cores (sim.device.Law; not fitted)
         law["queue"] = 1.0
     with Simulations(profile, device, min(workers, len(closed(observations)) or 1)) as sims:
         for _ in range(2 if len(searched) > 1 else 1):
