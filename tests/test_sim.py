@@ -821,14 +821,17 @@ def _ends(device, jobs):
 def test_a_take_up_waits_in_the_run_queue_while_the_cores_are_taken_by_short_work():
     """2 cores. Two 2 ms batches of demand 1 from 0 take both. An instance's take-up (1 ms, no demand of its own,
     CPU-bound) comes at 0.5 ms: processor sharing keeps D = 2, no stretch, it ends at 1.5 ms. With the run queue
-    (``queue`` 1: the gate at 2 cores) it waits until the batches end at 2 ms: 3 ms. Behind long executions (more
-    than ``long_s``) it does not wait: 1.5 ms again. A way in (1 ms, demand 1) never queues: D = 3 from 0.5 ms, it
-    ends at 0.5 + 1.5 = 2 ms, the batches (1 ms of their last 1.5 done by 2 ms) at 2.5 ms."""
+    (``queue`` 1, ``eta`` 1: the gate at 2 cores) it waits until the batches end at 2 ms: 3 ms; at ``eta`` 1.25 the
+    gate is at 2.5 and it does not wait. Behind long executions (more than ``long_s``) it does not wait: 1.5 ms
+    again. A way in (1 ms, demand 1) never queues: D = 3 from 0.5 ms, it ends at 0.5 + 1.5 = 2 ms, the batches
+    (1 ms of their last 1.5 done by 2 ms) at 2.5 ms."""
     from serving_bench.sim.device import Device, Kind, Law
     batch, take_up, way = Kind("batch", 0, 1, 1.0), Kind("take-up", 0, -1, 0.0, phi=1.0), Kind("way", 1, 0, 1.0)
     jobs = [(0.0, 0.002, batch), (0.0, 0.002, batch), (0.0005, 0.001, take_up)]
     assert _ends(Device("cpu", Law("pool", 2)), jobs) == pytest.approx([0.002, 0.002, 0.0015])
     assert _ends(Device("cpu", Law("pool", 2, queue=1.0)), jobs) == pytest.approx([0.002, 0.002, 0.003])
+    assert _ends(Device("cpu", Law("pool_eff", 2, eta=1.25, queue=1.0)), jobs) == \
+        pytest.approx([0.002, 0.002, 0.0015])
     long_ones = Device("cpu", Law("pool", 2, queue=1.0), long_s=0.001)
     assert _ends(long_ones, jobs) == pytest.approx([0.002, 0.002, 0.0015])
     jobs[2] = (0.0005, 0.001, way)
@@ -847,6 +850,7 @@ def test_run_queue_engines_agree_open_and_closed(wait):
     profile = Profile.from_json(data, "p.json")
     config = ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
                             ModelServing("hog", max_batch_size=1)))
+    assert SimTarget(profile, config).spec.devices["cpu"].kinds[(0, -1)].phi == 0.0  # queued, then a core of its own
     _engines_agree_open_and_closed(profile, config, poisson(900, 4000, seed=21, models=("a", "hog")),
                                    _Closed({"a": 6, "hog": 1}, 1.0), seed=6)
 

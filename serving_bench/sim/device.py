@@ -48,8 +48,9 @@ class Law:
       baseline a co-location model has to beat.
 
     ``queue`` > 0 adds a *run queue* for the instances' threads: an instance taking up its payload while the demand
-    running beside the long executions is at least ``queue * C`` waits, first come first served, until that demand
-    falls below it, and then shares the device as any job (see :class:`Device`).
+    running beside the long executions is at least ``queue * eta * C`` waits, first come first served, until that
+    demand falls below it, and then runs on the core it got, at full speed (its kind's ``phi`` is 0:
+    :func:`~serving_bench.sim.spec.build_spec`; see :class:`Device`).
 
     Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
@@ -146,9 +147,10 @@ class Device:
     devices (the engines' handle on it); ``long_s``: executions of more solo seconds than this are *long*, and
     ``long_demand`` is the summed demand of those running (what a way in or out may wait behind:
     :class:`~serving_bench.sim.spec.CoreWait`). With the law's run queue, take-ups (``kind.batch < 0``) that come
-    while the running demand less ``long_demand`` is at least ``gate`` (``queue * C``) wait in ``waiting`` and start
-    in their order, at the instant a job ends, while it is below: an instance's thread woken while the cores are
-    taken by short work runs when one is given up, rather than at once and slowly, and its payload grows meanwhile.
+    while the running demand less ``long_demand`` is at least ``gate`` (``queue * eta * C``) wait in ``waiting`` and
+    start in their order, at the instant a job ends, while it is below: an instance's thread woken while the cores
+    are taken by short work runs when one is given up, rather than at once and slowly, and its payload grows
+    meanwhile.
     A long execution is not waited for (the scheduler favours a thread that slept over one that keeps computing: the
     wait behind it is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
 
@@ -174,7 +176,7 @@ class Device:
         self.jobs = 0
         self.long_s = long_s
         self.long_demand = 0.0
-        self.gate = self.law.queue * self.law.capacity if self.law.queue > 0.0 else INF
+        self.gate = self.law.queue * self.law.scale if self.law.queue > 0.0 else INF  # in the law's units
         self.waiting: list[Job] = []  # take-ups waiting for the demand to fall below the gate, from waiting_head
         self.waiting_head = 0
 

@@ -308,7 +308,7 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
         workers: int = 1, measured: Mapping[str, float] | None = None) -> tuple[dict, float]:
     """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too, ``+wait`` the
     wait for a core, ``+drift`` the host's speed followed as measured and ``+queue`` a run queue for the instances'
-    take-ups with its gate at the host's cores, neither fitted: :data:`FORMS`) that fit ``observations``
+    take-ups with its gate at the law's effective cores, neither fitted: :data:`FORMS`) that fit ``observations``
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
     ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`) unless ``measured`` gives
     them (``wait_p``, ``wait_s``, ... as ``profiles.estimators.quiet_wait`` measures them: taken as they are); (law,

@@ -340,7 +340,9 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                 rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b,
                                                 batch_demand(info, md, b, curve, handoff, psi), md.threads, curve)
             if m.pickup_s.get(device, 0.0) > 0.0:  # a thread waking up: it waits for a core, its CPU is the batch's
-                rule.kinds[(m.index, -1)] = Kind((m.index, -1), m.index, -1, 0.0, phi=1.0)
+                # (stretched by the others, or, with a run queue, queued for a core and then run at full speed)
+                rule.kinds[(m.index, -1)] = Kind((m.index, -1), m.index, -1, 0.0,
+                                                 phi=0.0 if rule.law.queue > 0.0 else 1.0)
         rules[device] = rule
 
     ensembles: list[EnsembleSpec] = []
