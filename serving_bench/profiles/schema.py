@@ -84,7 +84,8 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
-# the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py)
+# the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py); a run queue
+# for the instances' take-ups (sim.device.Law)
 OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift", "queue")
 
 
@@ -121,8 +122,8 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
     demands; ``wait_p`` (at most 1), ``wait_s``, ``wait_quiet_s`` and ``wait_quiet_memory`` (at most 1), optional,
     are the wait for a core; ``drift`` (at most 1),
-    optional, the share of the measured drift the phases follow; ``queue``, optional, the run queue's gate in cores
-    per core: :class:`serving_bench.sim.device.Law`)."""
+    optional, the share of the measured drift the phases follow; ``queue``, optional, the run queue's gate as a share
+    of the law's effective cores: :class:`serving_bench.sim.device.Law`)."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or data.get("name") not in LAW_PARAMETERS:

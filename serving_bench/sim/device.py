@@ -150,9 +150,8 @@ class Device:
     while the running demand less ``long_demand`` is at least ``gate`` (``queue * eta * C``) wait in ``waiting`` and
     start in their order, at the instant a job ends, while it is below: an instance's thread woken while the cores
     are taken by short work runs when one is given up, rather than at once and slowly, and its payload grows
-    meanwhile.
-    A long execution is not waited for (the scheduler favours a thread that slept over one that keeps computing: the
-    wait behind it is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
+    meanwhile. A long execution is not waited for (the scheduler favours a thread that slept over one that keeps
+    computing: the wait behind it is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
 
     __slots__ = ("name", "index", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
                  "demand", "executions", "dirty", "jobs", "long_s", "long_demand", "gate", "waiting", "waiting_head")
