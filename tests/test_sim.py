@@ -787,7 +787,11 @@ def test_taking_up_a_payload_waits_for_a_core():
     assert SimTarget(_pickup_profile(), _a_config()).run(alone).table["done_s"][0] - 0.001 == pytest.approx(0.003)
 
 
-def test_pickup_engines_agree_open_and_closed():
+@pytest.mark.parametrize("law", [None, {"name": "pool_eff", "eta": 0.9, "queue": 1.0},
+                                 {"name": "pool_eff", "eta": 0.9, "queue": 1.0, "wait_p": 0.6, "wait_s": 0.003}])
+def test_pickup_engines_agree_open_and_closed(law):
+    """Take-ups on a busy host: stretched (no law given), or queued for a core by the run queue (with and without
+    the wait behind long executions)."""
     data = _pickup_profile().to_json()
     data["models"]["a"]["devices"]["cpu"]["demand"] = {"1": 0.7, "8": 0.9}
     data["models"]["a"]["devices"]["cpu"]["batches"]["8"] = {"samples_s": [0.003, 0.004, 0.006]}
@@ -796,9 +800,13 @@ def test_pickup_engines_agree_open_and_closed():
     data["models"]["a"]["request_demand"] = 0.6
     data["models"]["a"]["dispatch"] = {"samples_s": [0.0009, 0.0012, 0.003]}
     data["request_device"] = "cpu"
+    if law is not None:
+        data["devices"]["cpu"]["law"] = law
     profile = Profile.from_json(data, "p.json")
     config = ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
                             ModelServing("hog", max_batch_size=1)))
+    if law is not None:  # queued, then a core of its own
+        assert SimTarget(profile, config).spec.devices["cpu"].kinds[(0, -1)].phi == 0.0
     _engines_agree_open_and_closed(profile, config, poisson(900, 4000, seed=21, models=("a", "hog")),
                                    _Closed({"a": 6, "hog": 1}, 1.0), seed=6)
 
@@ -837,22 +845,6 @@ def test_a_take_up_waits_in_the_run_queue_while_the_cores_are_taken_by_short_wor
     jobs[2] = (0.0005, 0.001, way)
     assert _ends(Device("cpu", Law("pool", 2, queue=1.0)), jobs) == pytest.approx([0.0025, 0.0025, 0.002])
     assert Law("pool_eff", 2, eta=0.8, queue=1.0).to_json() == {"name": "pool_eff", "eta": 0.8, "queue": 1.0}
-
-
-@pytest.mark.parametrize("wait", [{}, {"wait_p": 0.6, "wait_s": 0.003}])
-def test_run_queue_engines_agree_open_and_closed(wait):
-    data = _pickup_profile().to_json()
-    data["models"]["a"]["devices"]["cpu"]["batches"]["8"] = {"samples_s": [0.003, 0.004, 0.006]}
-    data["models"]["a"]["request_demand"] = 0.6
-    data["models"]["a"]["dispatch"] = {"samples_s": [0.0009, 0.0012, 0.003]}
-    data["request_device"] = "cpu"
-    data["devices"]["cpu"]["law"] = {"name": "pool_eff", "eta": 0.9, "queue": 1.0, **wait}
-    profile = Profile.from_json(data, "p.json")
-    config = ServingConfig((ModelServing("a", max_batch_size=8, dynamic_batching=True, instances=(("cpu", 3),)),
-                            ModelServing("hog", max_batch_size=1)))
-    assert SimTarget(profile, config).spec.devices["cpu"].kinds[(0, -1)].phi == 0.0  # queued, then a core of its own
-    _engines_agree_open_and_closed(profile, config, poisson(900, 4000, seed=21, models=("a", "hog")),
-                                   _Closed({"a": 6, "hog": 1}, 1.0), seed=6)
 
 
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
