@@ -214,9 +214,13 @@ def test_unknown_model_lists_served_models_and_sends_nothing(server):
 
 def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server):
     """A synchronous client (one request outstanding) stops sending while the server is stalled (SIGSTOP): latency
-    from the send time hides the stall (coordinated omission), latency from the intended time shows it."""
+    from the send time hides the stall (coordinated omission), latency from the intended time shows it.
+
+    Only the server's process is stopped, not its python-backend stubs: stopping and resuming the whole process group
+    left Triton 2.51's stub "not healthy" in 1 run of 25 here (the run's later requests then fail, and so does every
+    later test on the model); stopping the server alone, 0 of 50."""
     schedule = poisson_schedule(100, 4.0, seed=3)
-    pgid = server.process.pid
+    pid = server.process.pid
 
     def answered(control) -> int:
         return control.statistics(["sleep_zero"])["sleep_zero"]["inference_count"]
@@ -231,9 +235,9 @@ def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server)
             deadline = time.monotonic() + 60.0
             while answered(control) - before < 100 and time.monotonic() < deadline:
                 time.sleep(0.01)
-        os.killpg(pgid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
         time.sleep(1.0)
-        os.killpg(pgid, signal.SIGCONT)
+        os.kill(pid, signal.SIGCONT)
 
     thread = threading.Thread(target=stall)
     thread.start()
@@ -241,8 +245,9 @@ def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server)
         records = TritonTarget(server, mode=OpenLoop(max_in_flight=1, on_cap="wait")).run(schedule)
     finally:
         thread.join()
-        os.killpg(pgid, signal.SIGCONT)
-    assert_target_contract(schedule, records)
+        os.kill(pid, signal.SIGCONT)
+    counts = assert_target_contract(schedule, records)
+    assert counts["ok"] == len(schedule.arrival_s), records.table["error"].value_counts()  # a stall, not a failure
     summary = summarize(records)["overall"]
     assert summary["p99_s"] > 0.5, summary["p99_s"]           # the stall: up to ~1 s late
     assert summary["service_p99_s"] < 0.1, summary["service_p99_s"]  # one slow request in ~400 is below p99
