@@ -722,6 +722,12 @@ def test_an_ensemble_travels_as_its_members_requests_and_each_step_waits_for_a_c
     assert done[1] == pytest.approx(0.007 + 0.002 * (u_in + u_0 + u_1 + u_out))
     plain = SimTarget(_waiting_profile(wait_p=1e-12), config, seed=7, ensemble_deps=deps).run(sched).table
     assert plain["done_s"][1] == pytest.approx(0.007)
+    # the wait's chance from the host's quiet (2 ms since the last send, against a quiet time of 1 us: q = p = 1):
+    # each step's hand-off wakes its member's thread and waits as the way in does; the way out follows the server's
+    # work and never waits
+    quiet = SimTarget(_waiting_profile(wait_quiet_s=1e-6), config, seed=7,
+                      ensemble_deps=deps).run(sched).table
+    assert quiet["done_s"][1] == pytest.approx(0.007 + 0.002 * (u_in + u_0 + u_1))
     busy = SimTarget(_waiting_profile(0.6, 0.003), config, seed=4, ensemble_deps=deps)
     sched = poisson(200, 2000, seed=8, models=("long", "pipe"))
     for mode in (None, _Closed({"long": 1, "pipe": 3}, 1.0)):  # both engines, open and closed loop

@@ -112,11 +112,12 @@ class CoreWait:
     With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``profiles.estimators.quiet_wait``) the chance is rather
     how long the host was quiet before, whatever else runs: ``q = p (1 - exp(-g / quiet_s))`` while a long
     execution runs, ``g`` the host's recent quiet time — the weighted mean of the times between sends (any model),
-    the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in (an ensemble's too); 0 for what
-    follows the server's own work (a way out, an ensemble's steps). On the 2-core VM a tiny model's way in
-    beside an occasional resnet50 batch waited > 1 ms in 1-5 % of the requests sent within 5 ms of another, 21 %
-    after 15-50 ms and 59 % after longer, with the other core free (docs/sim.md, "Waiting behind an occasional long
-    execution"): a thread woken on a host that sat quiet queues behind the long one."""
+    the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in (an ensemble's too) and an
+    ensemble step's hand-off (with the request's ``g``: it wakes the member's thread); 0 for what follows the
+    server's own work (a way out). On the 2-core VM a tiny model's way in beside an occasional resnet50 batch
+    waited > 1 ms in 1-5 % of the requests sent within 5 ms of another, 21 % after 15-50 ms and 59 % after longer,
+    with the other core free (docs/sim.md, "Waiting behind an occasional long execution"): a thread woken on a host
+    that sat quiet queues behind the long one."""
 
     p: float
     slice_s: float
