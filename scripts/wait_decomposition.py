@@ -15,8 +15,9 @@ one: the share that took more than 1 ms longer (``P(+1ms)``), the mean, p90 and 
 requested directly is matched to its first batch after the phase starts (roughly right at low rates).
 
 What it showed on the 2-core VM (2026-12-04, the demo's replay; docs/sim.md, "What the tail beside a long batch is
-made of"): the ways in waited (14-25 % more than 1 ms, up to 7.6 ms) and so did the ensemble's hand-off to its
-combiner (25 %, up to 8 ms); executions and ways out hardly did (0-2 %).
+made of", and ``benchmarks/results/wait_decomposition_2026-12-04_vm.txt``): the ways in waited (13-26 % more than
+1 ms, up to 7.8 ms) and so did the ensemble's hand-offs to its members and its combiner (9-22 %, up to 5.5 ms); the
+executions and the ways out hardly did (0-7 %).
 
     .venv/bin/python scripts/wait_decomposition.py [--repo model_repo] [--schedule PATH] [--quiet-runs]
 """
@@ -113,7 +114,11 @@ def main() -> int:
     parser.add_argument("--long", default="resnet50_onnxruntime", help="the model whose batches others wait behind")
     parser.add_argument("--quiet-runs", action="store_true", help="also the profile's quiet-wait runs")
     args = parser.parse_args()
+    if not args.schedule.is_file():
+        parser.error(f"--schedule: {args.schedule} not found (a replay's schedule.npz: make demo writes one)")
     schedule = Schedule.load(args.schedule)
+    if args.long not in schedule.models:
+        parser.error(f"--long: {args.long!r} is not requested by {args.schedule} ({', '.join(schedule.models)})")
     config = ServingConfig.from_repo(args.repo, list(schedule.models))
     served = list(config.names)
     with TritonServer(args.repo, models=list(schedule.models), execution_log=True) as server:
