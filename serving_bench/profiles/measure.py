@@ -475,7 +475,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         if waits is not None:
             log(f"{device}: beside {longest}'s occasional batches {waits.waited} of {waits.beside} requests waited > "
                 f"{WAITED_S * 1e3:g} ms on their way in: wait_p {waits.p:.2f}, a wait up to {waits.slice_s * 1e3:.1f} "
-                f"ms, after {waits.quiet_s * 1e3:.1f} ms of quiet")
+                f"ms, after {waits.quiet_s * 1e3:.1f} ms of quiet (on {calibrate} instances per model: with fewer in "
+                f"all, fewer wait; docs/sim.md)")
 
     pair_curves = []
     for a, b in pair_list:
