@@ -54,16 +54,9 @@ def first_batch(batches: Executions, after: np.ndarray) -> tuple[np.ndarray, np.
     return start, end
 
 
-def during(long: Executions, t: np.ndarray) -> np.ndarray:
-    """Whether each time falls inside one of the long model's batches."""
-    k = np.searchsorted(long.start_s, t) - 1
-    return (k >= 0) & (t < long.end_s[np.maximum(k, 0)])
-
-
 def phases(run, executions: dict[str, Executions], config: ServingConfig) -> dict[str, list]:
     """Per requested model its phases: name -> (start times, durations), answered requests only."""
-    ensembles = dict(config.ensembles)
-    deps_of = dict(config.ensemble_deps)
+    ensembles = config.ensemble_map
     out: dict[str, list] = {}
     for model, sent in run.sent.items():
         done = run.done[model]
@@ -74,7 +67,7 @@ def phases(run, executions: dict[str, Executions], config: ServingConfig) -> dic
                           ("way out", end[ok], (done - end)[ok])]
             continue
         members = ensembles[model]
-        deps = deps_of.get(model) or tuple(() if i == 0 else (i - 1,) for i in range(len(members)))
+        deps = config.steps_needed(model)
         ends: list[np.ndarray] = []
         rows = []
         for i, member in enumerate(members):
@@ -98,7 +91,7 @@ def report(title: str, run, executions: dict[str, Executions], config: ServingCo
             continue
         print(f"  {model}")
         for name, t, d in rows:
-            inside = during(executions[long], t)
+            inside = executions[long].running_at(t)
             if inside.sum() < 5 or (~inside).sum() < 5:
                 continue
             base = float(np.median(d[~inside]))

@@ -76,6 +76,14 @@ class ServingConfig:
     def ensemble_map(self) -> dict[str, tuple[str, ...]]:
         return dict(self.ensembles)
 
+    def steps_needed(self, ensemble: str) -> tuple[tuple[int, ...], ...]:
+        """Per step of ``ensemble`` the steps whose outputs it needs: its graph (``ensemble_deps``), or without one a
+        chain, each step consuming the previous one's output."""
+        deps = dict(self.ensemble_deps).get(ensemble)
+        if deps is None:
+            deps = tuple(() if i == 0 else (i - 1,) for i in range(len(self.ensemble_map[ensemble])))
+        return deps
+
     def with_model(self, model: ModelServing) -> "ServingConfig":
         """A copy with ``model`` replacing the entry of the same name."""
         return dataclasses.replace(self, models=tuple(model if m.name == model.name else m for m in self.models))

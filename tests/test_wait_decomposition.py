@@ -54,4 +54,4 @@ def test_phases_of_a_direct_request_and_of_an_ensemble_by_hand():
     assert [float(t[0]) for _, t, _ in phases["e"]] == pytest.approx([2.0, 2.0004, 2.0, 2.0030, 2.0034, 2.0036,
                                                                       2.0037])
     long = executions["long"]
-    assert list(script.during(long, np.array([1.0, 1.95, 2.0034, 2.06]))) == [False, True, True, False]
+    assert list(long.running_at(np.array([1.0, 1.95, 2.0034, 2.06]))) == [False, True, True, False]

@@ -480,8 +480,7 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
             alone = batches.requests == 1
             sent = run.sent[model][matched][alone]
             way_in = (batches.start_s - run.sent[model][matched] - hop_s(run, batches, model) / 2)[alone]
-            k = np.searchsorted(long_runs.start_s, sent) - 1
-            during = (k >= 0) & (sent < long_runs.end_s[np.maximum(k, 0)])
+            during = long_runs.running_at(sent)
             if during.all() or not during.any():
                 continue
             quiet.append(recent[np.searchsorted(sends, sent)][during])

@@ -86,6 +86,11 @@ class Executions:
         """Cores each batch kept busy: CPU seconds over wall seconds (0 for a zero-length batch)."""
         return np.divide(self.cpu_s, self.duration_s, out=np.zeros(len(self)), where=self.duration_s > 0)
 
+    def running_at(self, t: np.ndarray) -> np.ndarray:
+        """Whether, at each time (s), the last batch that started before it was still running."""
+        k = np.searchsorted(self.start_s, t) - 1
+        return (k >= 0) & (t < self.end_s[np.maximum(k, 0)])
+
     def select(self, mask: np.ndarray) -> "Executions":
         return Executions(self.start_s[mask], self.end_s[mask], self.cpu_s[mask], self.rows[mask],
                           self.requests[mask], self.instance[mask], self.instances)

@@ -352,9 +352,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
         missing = [m for m in members if m not in names]
         if missing:
             raise InputError("serving config", f"ensembles.{name}", f"member {missing[0]!r} is not a served model")
-        deps = (ensemble_deps or {}).get(name) or dict(config.ensemble_deps).get(name)
-        if deps is None:  # step order without a graph: a chain, each step consuming the previous one's output
-            deps = tuple(() if i == 0 else (i - 1,) for i in range(len(members)))
+        deps = (ensemble_deps or {}).get(name) or config.steps_needed(name)
         ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps)))
     host = profile.request_device
     if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
