@@ -384,7 +384,8 @@ def test_the_wait_behind_a_long_execution_is_measured_by_how_quiet_the_host_was(
     """Requests of "s" (way in 0.2 ms, batch 0.3 ms) sent while a batch of "long" runs: 50 ms apart (a quiet host)
     18 of 30 take 3 ms longer on their way in, 1 ms apart (a busy host) 8 of 150. The wait's length is uniform up to
     2 x 3 - 1 = 5 ms (those longer than 1 ms average (5 + 1) / 2), and p (1 - 1 ms / 5 ms) (1 - exp(-g / quiet_s)),
-    at each request's recent quiet time g, comes out at what each host shows: 60 % and about 5 %."""
+    at each request's recent quiet time g, comes out at what each host shows: 60 % and about 5 %. Measured on two
+    servers, the one where fewer waited gets the smaller p."""
     from serving_bench.profiles.distributions import recent_means
     from serving_bench.profiles.estimators import QUIET_MEMORY, LoopRun, quiet_wait
     from serving_bench.sim.interference import WAIT_S_RANGE
@@ -393,17 +394,22 @@ def test_the_wait_behind_a_long_execution_is_measured_by_how_quiet_the_host_was(
     during_quiet = np.arange(60) % 2 == 0
     during_busy = (np.arange(400) >= 100) & (np.arange(400) % 20 < 10)  # after the quiet time has worn off
     during = np.concatenate([during_quiet, during_busy])
-    waits = np.zeros(len(sends))
-    waits[np.flatnonzero(during_quiet)[np.arange(30) % 5 < 3]] = 0.003  # three in five
-    waits[60 + np.flatnonzero(during_busy)[::19]] = 0.003  # one in nineteen
-    starts = sends + 0.0002 + waits
     long_starts = sorted({round(t - 0.0001, 7) for t in sends[during]})
     long_sent = np.array(long_starts) - 0.0005
-    done = starts + 0.0004
-    run = LoopRun({"s": done - sends, "long": np.full(len(long_sent), 0.001)}, {}, (-1.0, 10.0),
-                  {"s": sends, "long": long_sent}, {"s": done, "long": long_sent + 0.001},
-                  {"s": _executions([(a, a + 0.0003, 1) for a in starts]),
-                   "long": _executions([(a, a + 0.0002, 1) for a in long_starts])})  # each covers its send
+
+    def run_with(quiet_waits: int) -> LoopRun:
+        """The run where ``quiet_waits`` in five of the quiet host's requests wait."""
+        waits = np.zeros(len(sends))
+        waits[np.flatnonzero(during_quiet)[np.arange(30) % 5 < quiet_waits]] = 0.003
+        waits[60 + np.flatnonzero(during_busy)[::19]] = 0.003  # one in nineteen
+        starts = sends + 0.0002 + waits
+        done = starts + 0.0004
+        return LoopRun({"s": done - sends, "long": np.full(len(long_sent), 0.001)}, {}, (-1.0, 10.0),
+                       {"s": sends, "long": long_sent}, {"s": done, "long": long_sent + 0.001},
+                       {"s": _executions([(a, a + 0.0003, 1) for a in starts]),
+                        "long": _executions([(a, a + 0.0002, 1) for a in long_starts])})  # each covers its send
+
+    run = run_with(3)  # three in five
     wait = quiet_wait([run], "long", WAIT_S_RANGE)
     # a busy request that waited 3 ms ran after the next two: matched to their batches, those are not judged
     assert 170 <= wait.beside <= during.sum() == 180 and wait.waited == 18 + 8
@@ -413,8 +419,17 @@ def test_the_wait_behind_a_long_execution_is_measured_by_how_quiet_the_host_was(
     g = g[np.searchsorted(everything, sends)][during]
     chance = wait.p * (1 - 0.001 / wait.slice_s) * -np.expm1(-g / wait.quiet_s)
     assert chance[:30].mean() == pytest.approx(0.6, abs=0.08) and chance[30:].mean() == pytest.approx(8 / 150, abs=0.03)
-    assert wait.law()["wait_quiet_memory"] == QUIET_MEMORY
+    assert wait.law()["wait_quiet_memory"] == QUIET_MEMORY and "wait_p_fewer" not in wait.law()
     assert quiet_wait([run], "nothing", WAIT_S_RANGE) is None
+    # the same runs on a server with fewer instances in all, where one in five of the quiet host's requests waited:
+    # one length and one quiet time for both, a chance for each
+    both = quiet_wait([run], "long", WAIT_S_RANGE, 12, (6, [run_with(1)]))
+    assert (both.beside, both.waited, both.waited_fewer) == (wait.beside, 18 + 8, 6 + 8)
+    assert both.slice_s == pytest.approx(0.005) and both.p_fewer < both.p / 2
+    assert both.law() == {"wait_p": both.p, "wait_s": both.slice_s, "wait_quiet_s": both.quiet_s,
+                          "wait_quiet_memory": QUIET_MEMORY, "wait_instances": 12.0, "wait_p_fewer": both.p_fewer,
+                          "wait_instances_fewer": 6.0}
+    assert quiet_wait([run], "long", WAIT_S_RANGE, 12, (6, [])).p_fewer is None  # too few requests: no second p
 
 
 def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():

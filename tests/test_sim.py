@@ -692,6 +692,37 @@ def _waiting_profile(wait_p=1.0, wait_s=0.002, **quiet):
     return Profile.from_json(data, "p.json")
 
 
+def test_the_wait_chance_follows_the_hosts_instances_in_all():
+    """Measured 0.4 with 4 instances in all and 0.1 with 2: with 3 (one "long", two "short") 0.25, halfway; with 2
+    or fewer 0.1 and with 4 or more 0.4 — flat outside what was measured, never extrapolated. A law measured at one
+    count keeps its wait_p whatever the count; a law with only some of the three fields is refused."""
+    from serving_bench.sim.spec import wait_chance
+
+    by_count = {"wait_instances": 4, "wait_p_fewer": 0.1, "wait_instances_fewer": 2}
+    law = {"wait_p": 0.4, **by_count}
+    assert [wait_chance(law, n) for n in (1, 2, 3, 4, 8)] == pytest.approx([0.1, 0.1, 0.25, 0.4, 0.4])
+    assert wait_chance({"wait_p": 0.4}, 3) == 0.4 and wait_chance(law, None) == 0.4
+    profile = _waiting_profile(0.4, 0.002, **by_count)
+
+    def chance(long: int, short: int) -> float:
+        config = ServingConfig((ModelServing("long", max_batch_size=1, instances=(("cpu", long),)),
+                                ModelServing("short", max_batch_size=1, instances=(("cpu", short),))))
+        return SimTarget(profile, config).spec.core_wait.p
+
+    assert chance(1, 1) == pytest.approx(0.1) and chance(1, 2) == pytest.approx(0.25)
+    assert chance(2, 2) == pytest.approx(0.4) and chance(4, 4) == pytest.approx(0.4)
+    data = profile.to_json()
+    del data["devices"]["cpu"]["law"]["wait_p_fewer"]
+    with pytest.raises(InputError, match=r"law.wait_p_fewer: missing"):
+        Profile.from_json(data, "p.json")
+    data["devices"]["cpu"]["law"].update(wait_p_fewer=0.1, wait_instances_fewer=4)
+    with pytest.raises(InputError, match=r"law.wait_instances_fewer: expected fewer than wait_instances"):
+        Profile.from_json(data, "p.json")
+    data["devices"]["cpu"]["law"].update(wait_p_fewer=1.5, wait_instances_fewer=2)
+    with pytest.raises(InputError, match=r"law.wait_p_fewer: expected a probability"):
+        Profile.from_json(data, "p.json")
+
+
 def test_a_way_in_or_out_waits_for_a_core_behind_a_long_execution():
     """"long" starts at 0 and keeps both cores (D = D_long = 2, so q = p = 1: every phase of "short" beside it waits
     u x 2 ms, u its request's draw). "short" sent at 2 ms: waits W_in, 1 ms in, its batch (D = 3 on 2 cores: 1.5 ms),

@@ -7,7 +7,7 @@ and why each is the way it is are described there). Tested on synthetic data in 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -438,32 +438,35 @@ P_GRID = np.linspace(0.01, 1.0, 100)  # ... and the probabilities
 class QuietWait:
     """The wait for a core behind a long execution as a law's ``wait_p``, ``wait_s`` and ``wait_quiet_s``
     (:class:`serving_bench.sim.spec.CoreWait`), measured: from ``beside`` requests sent while one ran, ``waited`` of
-    them longer than :data:`WAITED_S` on their way in."""
+    them longer than :data:`WAITED_S` on their way in. Where it was measured on two servers, ``p`` holds with
+    ``instances`` instances in all on the host and ``p_fewer`` with ``instances_fewer`` (the law's ``wait_instances``,
+    ``wait_p_fewer`` and ``wait_instances_fewer``: the chance follows the host's instances, its threads)."""
 
     p: float
     slice_s: float
     quiet_s: float
     beside: int
     waited: int
+    instances: int | None = None
+    p_fewer: float | None = None
+    instances_fewer: int | None = None
+    beside_fewer: int = 0
+    waited_fewer: int = 0
 
     def law(self) -> dict[str, float]:
-        return {"wait_p": self.p, "wait_s": self.slice_s, "wait_quiet_s": self.quiet_s,
-                "wait_quiet_memory": QUIET_MEMORY}
+        out = {"wait_p": self.p, "wait_s": self.slice_s, "wait_quiet_s": self.quiet_s,
+               "wait_quiet_memory": QUIET_MEMORY}
+        if self.p_fewer is not None and self.instances is not None and self.instances_fewer is not None:
+            out.update(wait_instances=float(self.instances), wait_p_fewer=self.p_fewer,
+                       wait_instances_fewer=float(self.instances_fewer))
+        return out
 
 
-def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, float]) -> QuietWait | None:
-    """The wait for a core behind ``long``'s executions, from open-loop runs of it beside other models at different
-    rates, every one's batches logged: each other model's requests that met their batch alone are judged by their
-    way in (send to batch start, less half the hop) against that model's median of those sent while no ``long``
-    batch ran; one that was sent while one ran and took :data:`WAITED_S` longer waited.
-
-    As :class:`~serving_bench.sim.spec.CoreWait` draws it — with probability ``q = p (1 - exp(-g / quiet_s))``, ``g``
-    the host's recent quiet time (the weighted mean of the times between sends of any model, the newest weighing
-    :data:`QUIET_MEMORY`: how busy the host has been, more than the last gap), a time uniform on (0, ``slice_s``) —
-    a request waits longer than :data:`WAITED_S` with probability ``q (1 - WAITED_S / slice_s)``, and those that do
-    wait on average ``(slice_s + WAITED_S) / 2`` longer: ``slice_s`` from their mean excess (within
-    ``slice_range``), ``p`` and ``quiet_s`` by maximum likelihood over a grid. None with fewer than
-    :data:`WAIT_MINIMUM` requests sent during a long batch."""
+def beside_long(runs: Sequence[LoopRun], long: str) -> tuple[np.ndarray, np.ndarray]:
+    """The requests of open-loop runs sent while a batch of ``long`` ran, each other model's that met their batch
+    alone: the host's recent quiet time at the send (s; the weighted mean of the times between sends of any model,
+    the newest weighing :data:`QUIET_MEMORY`) and the way in's excess (s; send to batch start, less half the hop,
+    over that model's median of those sent while no ``long`` batch ran)."""
     quiet, excess = [], []
     for run in runs:
         executions = run.executions or {}
@@ -485,17 +488,48 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
                 continue
             quiet.append(recent[np.searchsorted(sends, sent)][during])
             excess.append(way_in[during] - float(np.median(way_in[~during])))
-    if not quiet or sum(len(q) for q in quiet) < WAIT_MINIMUM:
+    if not quiet:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(quiet), np.concatenate(excess)
+
+
+def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, float], instances: int | None = None,
+               fewer: tuple[int, Sequence[LoopRun]] | None = None) -> QuietWait | None:
+    """The wait for a core behind ``long``'s executions, from open-loop runs of it beside other models at different
+    rates, every one's batches logged (:func:`beside_long`): a request sent while a ``long`` batch ran that took
+    :data:`WAITED_S` longer on its way in waited.
+
+    As :class:`~serving_bench.sim.spec.CoreWait` draws it — with probability ``q = p (1 - exp(-g / quiet_s))``, ``g``
+    the host's recent quiet time (how busy the host has been, more than the last gap), a time uniform on
+    (0, ``slice_s``) — a request waits longer than :data:`WAITED_S` with probability ``q (1 - WAITED_S / slice_s)``,
+    and those that do wait on average ``(slice_s + WAITED_S) / 2`` longer: ``slice_s`` from their mean excess (within
+    ``slice_range``), ``p`` and ``quiet_s`` by maximum likelihood over a grid. ``fewer``: the same runs on a server
+    with fewer instances in all (``(instances in all, runs)``; ``runs`` had ``instances``) — one ``slice_s`` and one
+    ``quiet_s`` for both, a ``p`` for each. None with fewer than :data:`WAIT_MINIMUM` requests sent during a long
+    batch (without ``fewer``'s ``p`` where only those runs had too few)."""
+    groups = [beside_long(runs, long)]
+    if len(groups[0][0]) < WAIT_MINIMUM:
         return None
-    g, e = np.concatenate(quiet), np.concatenate(excess)
-    waited = e > WAITED_S
-    slice_s = float(np.clip(2 * e[waited].mean() - WAITED_S, *slice_range)) if waited.any() else slice_range[0]
+    if fewer is not None and len((measured := beside_long(fewer[1], long))[0]) >= WAIT_MINIMUM:
+        groups.append(measured)
+    e_all = np.concatenate([e for _, e in groups])
+    waited_all = e_all > WAITED_S
+    slice_s = (float(np.clip(2 * e_all[waited_all].mean() - WAITED_S, *slice_range)) if waited_all.any()
+               else slice_range[0])
     seen = max(1.0 - WAITED_S / slice_s, 0.0)
-    shape = -np.expm1(-g[None, :] / QUIET_GRID_S[:, None])  # [quiet grid, request]
-    chance = np.clip(P_GRID[:, None, None] * seen * shape[None], 1e-12, 1 - 1e-12)  # [p, quiet, request]
-    likelihood = np.where(waited, np.log(chance), np.log1p(-chance)).sum(axis=2)
-    i, j = np.unravel_index(int(np.argmax(likelihood)), likelihood.shape)
-    return QuietWait(float(P_GRID[i]), slice_s, float(QUIET_GRID_S[j]), int(len(g)), int(waited.sum()))
+    likelihoods = []
+    for g, e in groups:
+        shape = -np.expm1(-g[None, :] / QUIET_GRID_S[:, None])  # [quiet grid, request]
+        chance = np.clip(P_GRID[:, None, None] * seen * shape[None], 1e-12, 1 - 1e-12)  # [p, quiet, request]
+        likelihoods.append(np.where(e > WAITED_S, np.log(chance), np.log1p(-chance)).sum(axis=2))  # [p, quiet]
+    j = int(np.argmax(sum(lk.max(axis=0) for lk in likelihoods)))  # the quiet time both share
+    p = [float(P_GRID[int(np.argmax(lk[:, j]))]) for lk in likelihoods]
+    (g, e), rest = groups[0], groups[1:]
+    out = QuietWait(p[0], slice_s, float(QUIET_GRID_S[j]), int(len(g)), int((e > WAITED_S).sum()), instances)
+    if rest:
+        out = replace(out, p_fewer=p[1], instances_fewer=fewer[0], beside_fewer=int(len(rest[0][0])),
+                                  waited_fewer=int((rest[0][1] > WAITED_S).sum()))
+    return out
 
 
 def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

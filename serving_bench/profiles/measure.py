@@ -63,8 +63,10 @@ and the client's own jitter on a busy machine must not leak into service times:
   one), their p99s. The device's sharing law (``law``, default ``pool_eff+wait``) is fitted to them through the
   simulator (:mod:`serving_bench.sim.interference`: the throughputs of the closed loops); its wait for a core behind
   a long execution is measured in the open loops (the requests sent while a batch of the longest ran, by how quiet
-  the host was: :func:`~serving_bench.profiles.estimators.quiet_wait`), or, without them, fitted on the p99s of the
-  light closed loops. The runs are kept in the profile (``calibration``).
+  the host was: :func:`~serving_bench.profiles.estimators.quiet_wait`) — those two also on the one-instance server
+  of the first phase, so that the wait's chance follows the host's instances in all (the law's
+  ``wait_instances``) — or, without them, fitted on the p99s of the light closed loops. The runs are kept in the
+  profile (``calibration``).
 * **Co-location curves** (optional overrides, ``colocation``) ``S(k)`` at batch sizes ``colocation_batches``: a
   server with ``max(colocation)`` instances of every model; per round, one run at concurrency 1 (one instance busy:
   ``t_1``) then one at concurrency k (``t_k``), both Triton's mean compute time of executed batches of exactly that
@@ -300,6 +302,22 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return values, solo_a, solo_b
         return (a, b, pb), measure
 
+    def longest() -> tuple[str, float]:
+        """The model of the longest service at its smallest batch size one at a time (phase 1's solo runs, Triton's
+        compute time) and that service (s): the one whose executions the others wait behind."""
+        service = {m: runs[(m, "solo", sizes[m][0])].compute_s(m) for m in models}
+        slowest = max(models, key=lambda m: service[m])
+        return slowest, service[slowest]
+
+    def quiet_run(session: Session, rate: float) -> tuple[dict[str, float], LoopRun]:
+        """An open loop of every model together, the longest at :data:`LONG_SHARE` of a core, the others at ``rate``:
+        its rates (:func:`quiet_rates`) and the run."""
+        rates = quiet_rates(models, *longest(), rate)
+        return rates, session.replay(open_schedule(rates, QUIET_SECONDS, 0))
+
+    calibrated = calibrate > 1 and not url and len({r.device for r in results.values()}) == 1
+    quiet_waits = calibrated and len(models) > 1  # the wait for a core, on one instance and on `calibrate` each
+
     steps: list[Step] = []
     for m in models:
         config = configs[m]
@@ -312,6 +330,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     steps += [cold(m, r) for r in range(1, idle_rounds) for m in models]  # later rounds
     for a, b in pair_list:
         steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
+    if quiet_waits:  # after every solo run: longest() reads them
+        steps += [(("quiet", 1, rate), lambda session, rate=rate: quiet_run(session, rate)[1])
+                  for rate in QUIET_RATES_RPS]
     restarts = 0 if url else MAX_RESTARTS  # an external server is not ours to start again
     run_steps(steps, runs, sessions(1), log, notes, "one instance per model", restarts)
 
@@ -423,9 +444,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     # -- phase 3: co-located calibration runs, the device's sharing law fitted to them ----------------------------
     observations: list[Observation] = []
     waits = None  # the wait for a core behind a long execution, measured
-    law_device = {results[m].device for m in models}
-    if calibrate > 1 and not url and len(law_device) == 1:
-        device = law_device.pop()
+    if calibrated:
+        device = results[models[0]].device
         serving = {m: calibration_serving(configs[m], device, calibrate, sizes[m][-1]) for m in models}
 
         def observe(clients: dict[str, int]) -> Step:
@@ -445,14 +465,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 return obs
             return tuple(sorted(clients.items())), measure
 
-        longest = max(models, key=lambda m: results[m].batches[min(results[m].batches)].mean)
+        slowest = longest()[0]
         quiet_runs: dict[float, LoopRun] = {}
 
         def observe_quiet(rate: float) -> Step:
             def measure(session: Session) -> Observation:
-                rates = quiet_rates(models, longest, results[longest].batches[min(results[longest].batches)].mean,
-                                    rate)
-                run = session.replay(open_schedule(rates, QUIET_SECONDS, 0))
+                rates, run = quiet_run(session, rate)
                 quiet_runs[rate] = run
                 obs = Observation(device, serving, {}, {m: len(run.latency[m]) / QUIET_SECONDS for m in models},
                                   measured_p99={m: float(np.percentile(run.latency[m], 99)) for m in models},
@@ -464,19 +482,24 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
 
         steps = [observe({m: calibrate}) for m in models]
         if len(models) > 2:  # each model beside the longest, one client each: the waits behind a long execution
-            steps += [observe({longest: 1, m: 1}) for m in models if m != longest]
+            steps += [observe({slowest: 1, m: 1}) for m in models if m != slowest]
         if len(models) > 1:
             steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
             steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]  # and beside its occasional batches
         done: dict = {}
         run_steps(steps, done, sessions(calibrate), log, notes, "calibration", restarts)
         observations = list(done.values())
-        waits = quiet_wait(list(quiet_runs.values()), longest, WAIT_S_RANGE) if len(quiet_runs) else None
+        one = [runs[("quiet", 1, rate)] for rate in QUIET_RATES_RPS if ("quiet", 1, rate) in runs]
+        waits = quiet_wait(list(quiet_runs.values()), slowest, WAIT_S_RANGE, calibrate * len(models),
+                           (len(models), one) if one else None) if len(quiet_runs) else None
         if waits is not None:
-            log(f"{device}: beside {longest}'s occasional batches {waits.waited} of {waits.beside} requests waited > "
+            fewer = (f"; on one instance per model ({waits.instances_fewer} in all) {waits.waited_fewer} of "
+                     f"{waits.beside_fewer}: wait_p {waits.p_fewer:.2f}" if waits.p_fewer is not None else "")
+            log(f"{device}: beside {slowest}'s occasional batches, on {calibrate} instances per model "
+                f"({waits.instances} in all) {waits.waited} of {waits.beside} requests waited > "
                 f"{WAITED_S * 1e3:g} ms on their way in: wait_p {waits.p:.2f}, a wait up to {waits.slice_s * 1e3:.1f} "
-                f"ms, after {waits.quiet_s * 1e3:.1f} ms of quiet (on {calibrate} instances per model: with fewer in "
-                f"all, fewer wait; docs/sim.md)")
+                f"ms, after {waits.quiet_s * 1e3:.1f} ms of quiet{fewer} (the chance follows the host's instances in "
+                "all: docs/sim.md)")
 
     pair_curves = []
     for a, b in pair_list:

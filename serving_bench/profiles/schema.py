@@ -48,7 +48,9 @@ profile split that cost (``handoff_cpu_s`` measured), ``request_demand`` is only
 (its thread waking up), while which the payload still grows. A device's
 ``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
 ``psi`` scales the hand-off demands; ``wait_p`` and ``wait_s``, on the request device, are the probability and mean
-wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait`; ``drift``,
+wait of a request's way in or out that has to wait for a core: :class:`serving_bench.sim.spec.CoreWait` (with
+``wait_instances``, ``wait_p_fewer`` and ``wait_instances_fewer`` the probability at two counts of the host's model
+instances in all: :func:`serving_bench.sim.spec.wait_chance`); ``drift``,
 on the request device, in (0, 1], has the phases follow the host's speed with that share of the loadings the models'
 ``drift`` figures give: :mod:`serving_bench.sim.drift`; ``queue``, a run queue for the instances' take-ups:
 :class:`serving_bench.sim.device.Law`).
@@ -86,7 +88,9 @@ EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
 # the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py); a run queue
 # for the instances' take-ups (sim.device.Law)
-OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift", "queue")
+OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "wait_instances",
+                           "wait_p_fewer", "wait_instances_fewer", "drift", "queue")
+WAIT_BY_INSTANCES = ("wait_instances", "wait_p_fewer", "wait_instances_fewer")  # the chance at two instance counts
 
 
 DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
@@ -121,7 +125,8 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
     """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
     demands; ``wait_p`` (at most 1), ``wait_s``, ``wait_quiet_s`` and ``wait_quiet_memory`` (at most 1), optional,
-    are the wait for a core; ``drift`` (at most 1),
+    are the wait for a core — ``wait_p`` with ``wait_instances`` instances in all on the host and ``wait_p_fewer``
+    with ``wait_instances_fewer`` (fewer; all three or none); ``drift`` (at most 1),
     optional, the share of the measured drift the phases follow; ``queue``, optional, the run queue's gate as a share
     of the law's effective cores: :class:`serving_bench.sim.device.Law`)."""
     if data is None:
@@ -135,9 +140,15 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
         out[key] = number(data[key], source, f"{where}.{key}")
         if out[key] <= 0:
             raise InputError(source, f"{where}.{key}", "expected a number > 0")
-        if key in ("wait_p", "wait_quiet_memory", "drift") and out[key] > 1:
-            raise InputError(source, f"{where}.{key}",
-                             "expected a probability in (0, 1]" if key == "wait_p" else "expected a number in (0, 1]")
+        if key in ("wait_p", "wait_p_fewer", "wait_quiet_memory", "drift") and out[key] > 1:
+            raise InputError(source, f"{where}.{key}", "expected a probability in (0, 1]"
+                             if key.startswith("wait_p") else "expected a number in (0, 1]")
+    given = [k for k in WAIT_BY_INSTANCES if k in out]
+    if given and len(given) < len(WAIT_BY_INSTANCES):
+        missing = next(k for k in WAIT_BY_INSTANCES if k not in out)
+        raise InputError(source, f"{where}.{missing}", f"missing; {given[0]} needs it")
+    if given and out["wait_instances_fewer"] >= out["wait_instances"]:
+        raise InputError(source, f"{where}.wait_instances_fewer", "expected fewer than wait_instances")
     return out
 
 

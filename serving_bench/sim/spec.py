@@ -172,7 +172,8 @@ class DeviceRule:
 
 
 # a law's parameters for the requests on the host, not for Law itself
-HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "drift")
+HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "wait_instances", "wait_p_fewer",
+                   "wait_instances_fewer", "drift")
 
 
 def device_law(info) -> Law:
@@ -181,14 +182,26 @@ def device_law(info) -> Law:
     return Law(law.pop("name"), info.capacity, **law)
 
 
-def core_wait(info) -> CoreWait | None:
-    """The law's wait for a core (``wait_p``, ``wait_s``, ``wait_quiet_s``) of requests on this host; None without
-    one."""
+def core_wait(info, instances: int | None = None) -> CoreWait | None:
+    """The law's wait for a core (``wait_p``, ``wait_s``, ``wait_quiet_s``) of requests on this host with
+    ``instances`` model instances in all (:func:`wait_chance`); None without one."""
     law = info.law or {}
     if "wait_p" not in law or "wait_s" not in law:
         return None
-    return CoreWait(float(law["wait_p"]), float(law["wait_s"]), float(law.get("wait_quiet_s", 0.0)),
+    return CoreWait(wait_chance(law, instances), float(law["wait_s"]), float(law.get("wait_quiet_s", 0.0)),
                     float(law.get("wait_quiet_memory", 1.0)))
+
+
+def wait_chance(law: dict, instances: int | None) -> float:
+    """The wait's ``p`` on a host with ``instances`` model instances in all: where the law measured it at two counts
+    (``wait_p`` at ``wait_instances``, ``wait_p_fewer`` at ``wait_instances_fewer``), linear between them and flat
+    outside (the last measured value: never extrapolated); else ``wait_p``. More instances are more threads for the
+    scheduler to place: on the 2-core VM one instance per model waited half as often as two (docs/sim.md)."""
+    p = float(law["wait_p"])
+    if instances is None or "wait_p_fewer" not in law:
+        return p
+    counts, chances = (law["wait_instances_fewer"], law["wait_instances"]), (law["wait_p_fewer"], p)
+    return float(np.interp(instances, counts, chances))
 
 
 def handoff_share(info) -> float:
@@ -365,7 +378,8 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                 m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, psi * demand)
     else:
         host = None
-    wait = core_wait(profile.devices[host]) if host is not None else None
+    instances = sum(len(m.instance_devices) for m in models)  # the host's threads follow them (wait_chance)
+    wait = core_wait(profile.devices[host], instances) if host is not None else None
     laws = profile.devices[profile.request_device].law if profile.request_device is not None else None
     share = float((laws or {}).get("drift", 0.0))  # the request device's law: how much of the drift is followed
     drift, loadings = fit_drift({m.name: profile.models[m.name].drift for m in models
