@@ -55,3 +55,37 @@ def test_phases_of_a_direct_request_and_of_an_ensemble_by_hand():
                                                                       2.0037])
     long = executions["long"]
     assert list(long.running_at(np.array([1.0, 1.95, 2.0034, 2.06]))) == [False, True, True, False]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
+    """``scripts/wait_by_instances.py``: p 0.4 at 12 instances in all and 0.1 at 6, a wait up to 4 ms (3 in 4 of
+    them over 1 ms), quiet time 2 ms. Two requests sent after 2 ms of quiet and one after none: at 9 instances
+    p = 0.25, so 2 x 0.25 x 0.75 x (1 - 1/e) = 0.237 expected waits; at 24, flat at 0.4: 0.379."""
+    script = _load("wait_by_instances")
+    law = {"wait_p": 0.4, "wait_s": 0.004, "wait_quiet_s": 0.002, "wait_instances": 12, "wait_p_fewer": 0.1,
+           "wait_instances_fewer": 6}
+    quiet = np.array([0.002, 0.002, 0.0])
+    assert script.expected_waits(law, 9, quiet) == pytest.approx(2 * 0.25 * 0.75 * (1 - np.exp(-1)))
+    assert script.expected_waits(law, 24, quiet) == pytest.approx(2 * 0.4 * 0.75 * (1 - np.exp(-1)))
+
+
+@pytest.mark.parametrize("script, argv, says", [
+    ("wait_by_instances", ["--repeats", "1"], "--repeats: expected 2 or more"),
+    ("load_phases", ["--data", "/nonexistent/data.json"], "--data / --loads"),
+    ("load_phases", ["--data", str(Path(__file__)), "--loads", "0.5"], "--data / --loads"),
+])
+def test_the_diagnostic_scripts_refuse_bad_arguments_in_one_line(script, argv, says, capsys, monkeypatch):
+    monkeypatch.setenv("SERVING_BENCH_SIM_PURE", "")  # load_phases sets it for itself: restored after the test
+    module = _load(script)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    with pytest.raises(SystemExit) as stop:
+        module.main()
+    assert stop.value.code == 2 and says in capsys.readouterr().err
