@@ -1,5 +1,6 @@
-"""``scripts/wait_decomposition.py``: how it splits a request into phases on the runners' batch logs, worked by hand
-(the script's measurements on the real server are quoted in docs/sim.md and ``benchmarks/results/``)."""
+"""The diagnostic scripts: how ``scripts/wait_decomposition.py`` splits a request into phases on the runners' batch
+logs and what ``scripts/wait_by_instances.py`` expects, worked by hand, and their bad arguments (their measurements
+on the real server are quoted in docs/sim.md and ``benchmarks/results/``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 from serving_bench.serve.execution_log import Executions
 from serving_bench.serving_config import ModelServing, ServingConfig
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "wait_decomposition.py"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("wait_decomposition", SCRIPT)
+def _load(name: str):
+    """The script ``scripts/<name>.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -37,7 +39,7 @@ def test_phases_of_a_direct_request_and_of_an_ensemble_by_hand():
     after, m2 3.0-3.4 ms (its hand-off waited), c 3.6-3.7 ms, answered at 4.0 ms: hand-offs 0.4 / 3.0 / 0.2 ms (c's
     from the later of m1 and m2), executions 0.2 / 0.4 / 0.1 ms, way out 0.3 ms. A long batch from 1.9 to 2.05 s
     holds the ensemble's phases, not a's."""
-    script = _load_script()
+    script = _load("wait_decomposition")
     config = ServingConfig(tuple(ModelServing(m) for m in ("a", "m1", "m2", "c", "long")),
                            (("e", ("m1", "m2", "c")),), (("e", ((), (), (0, 1))),))
     run = SimpleNamespace(sent={"a": np.array([1.0]), "e": np.array([2.0])},
@@ -55,14 +57,6 @@ def test_phases_of_a_direct_request_and_of_an_ensemble_by_hand():
                                                                       2.0037])
     long = executions["long"]
     assert list(long.running_at(np.array([1.0, 1.95, 2.0034, 2.06]))) == [False, True, True, False]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
