@@ -510,8 +510,8 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     groups = [beside_long(runs, long)]
     if len(groups[0][0]) < WAIT_MINIMUM:
         return None
-    if fewer is not None and len((measured := beside_long(fewer[1], long))[0]) >= WAIT_MINIMUM:
-        groups.append(measured)
+    if fewer is not None and len((second := beside_long(fewer[1], long))[0]) >= WAIT_MINIMUM:
+        groups.append(second)
     e_all = np.concatenate([e for _, e in groups])
     waited_all = e_all > WAITED_S
     slice_s = (float(np.clip(2 * e_all[waited_all].mean() - WAITED_S, *slice_range)) if waited_all.any()
@@ -528,7 +528,7 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     out = QuietWait(p[0], slice_s, float(QUIET_GRID_S[j]), int(len(g)), int((e > WAITED_S).sum()), instances)
     if rest:
         out = replace(out, p_fewer=p[1], instances_fewer=fewer[0], beside_fewer=int(len(rest[0][0])),
-                                  waited_fewer=int((rest[0][1] > WAITED_S).sum()))
+                      waited_fewer=int((rest[0][1] > WAITED_S).sum()))
     return out
 
 
