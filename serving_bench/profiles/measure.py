@@ -485,13 +485,15 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             steps += [observe({slowest: 1, m: 1}) for m in models if m != slowest]
         if len(models) > 1:
             steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
-            steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]  # and beside its occasional batches
+        if quiet_waits:  # and beside its occasional batches, as on the one-instance server
+            steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]
         done: dict = {}
         run_steps(steps, done, sessions(calibrate), log, notes, "calibration", restarts)
         observations = list(done.values())
-        one = [runs[("quiet", 1, rate)] for rate in QUIET_RATES_RPS if ("quiet", 1, rate) in runs]
-        waits = quiet_wait(list(quiet_runs.values()), slowest, WAIT_S_RANGE, calibrate * len(models),
-                           (len(models), one) if one else None) if len(quiet_runs) else None
+        if quiet_waits:
+            one = [runs[("quiet", 1, rate)] for rate in QUIET_RATES_RPS]
+            waits = quiet_wait(list(quiet_runs.values()), slowest, WAIT_S_RANGE, calibrate * len(models),
+                               (len(models), one))
         if waits is not None:
             fewer = (f"; on one instance per model ({waits.instances_fewer} in all) {waits.waited_fewer} of "
                      f"{waits.beside_fewer}: wait_p {waits.p_fewer:.2f}" if waits.p_fewer is not None else "")
