@@ -180,7 +180,8 @@ class Demo:
             self.profile_path = self.given_profile
             return f"reused {self.given_profile} (--profile)"
         self.profile_path = self.out / "profile.json"
-        served = list(ServingConfig.from_repo(self.repo, list(self.schedule.models)).names)  # ensemble members too
+        config = ServingConfig.from_repo(self.repo, list(self.schedule.models))
+        served = list(config.names) + [e for e, _ in config.ensembles]  # an ensemble alone too, beside its members
         self.say(f"  measuring {', '.join(served)}")
         # solo runs, then the co-located calibration runs the cores' sharing law is fitted to (two instances per
         # model), no override curves: the simulator predicts co-location from the demands and the law

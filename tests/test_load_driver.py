@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from conformance import assert_target_contract
+from repos import write_sleep_chain
 
 from serving_bench.errors import InputError
 from serving_bench.load import native
@@ -36,29 +37,13 @@ def server(tmp_path_factory):
     write_sleep_entry(repo, "sleep_md1", base_ms=20.0, per_item_ms=0.0, max_batch_size=1)
     write_sleep_entry(repo, "sleep_slow", base_ms=400.0, per_item_ms=0.0, max_batch_size=4)
     write_sleep_entry(repo, "sleep_long", base_ms=3000.0, per_item_ms=0.0, max_batch_size=4)
-    _write_ensemble(repo, "sleep_ens", "sleep_zero")
+    write_sleep_chain(repo, "sleep_ens", ["sleep_zero"])
     # Triton's queue policy drops a request that waited more than 20 ms in the queue
     write_sleep_entry(repo, "sleep_qto", base_ms=100.0, per_item_ms=0.0, max_batch_size=1)
     serving = ServingConfig.from_repo(repo, ["sleep_qto"])
     serving.with_model(serving["sleep_qto"].replace(queue_timeout_us=20_000)).apply_to_repo(repo)
     with TritonServer(repo) as srv:
         yield srv
-
-
-def _write_ensemble(repo, name, member):
-    """A one-step ensemble over a sleep entry (input -> output), written by hand."""
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    from serving_bench.export.repository import ModelConfig, write_config
-
-    config = ModelConfig(name=name, platform="ensemble", max_batch_size=32)
-    config.input.add(name="input", data_type=mc.TYPE_FP32, dims=[4])
-    config.output.add(name="output", data_type=mc.TYPE_FP32, dims=[4])
-    step = config.ensemble_scheduling.step.add(model_name=member, model_version=-1)
-    step.input_map["input"] = "input"
-    step.output_map["output"] = "output"
-    (repo / name / "1").mkdir(parents=True)
-    write_config(config, repo / name / "config.pbtxt")
 
 
 def poisson_schedule(rate, duration, model="sleep_zero", seed=0, batch=1, **meta):

@@ -604,3 +604,69 @@ def test_a_runs_cpu_counts_the_sender_processes_that_ended(tmp_path):
         subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
                         "while time.process_time() - t < 0.3: pass"], check=True)
         assert session.cpu_seconds() - before >= 0.28
+
+
+def test_an_ensembles_own_time_is_its_measured_excess_over_its_members_simulated_path():
+    from serving_bench.profiles.estimators import COLD_MINIMUM, ensemble_extra
+
+    # a run's first request (nothing before it: left out), then two bins of 12 requests: 2 ms apart, measured
+    # 0.1 ms over the simulated latency at every seed, and 50 ms apart, 0.5 ms over; within each bin the excess
+    # grows with the simulated latency by 20 us a request (measured and simulated in the same order: the
+    # quantiles' difference is the excess's quantile, median 5.5 steps, p90 9.9); one simulated seed
+    n = COLD_MINIMUM
+    since = np.concatenate([[np.inf], np.full(n, 0.002), np.full(n, 0.05)])
+    simulated = np.linspace(0.001, 0.002, 2 * n + 1)[None]
+    steps = np.concatenate([[0.0], np.arange(n), np.arange(n)]) * 2e-5
+    measured = simulated[0] + np.concatenate([[0.0], np.full(n, 1e-4), np.full(n, 5e-4)]) + steps
+    extra = ensemble_extra(since, measured, simulated)
+    assert extra.gap_s == pytest.approx((0.002, 0.05))
+    assert extra.extra_s == pytest.approx((1e-4 + 5.5 * 2e-5, 5e-4 + 5.5 * 2e-5), abs=1e-12)
+    assert extra.extra_p90_s == pytest.approx((1e-4 + 9.9 * 2e-5, 5e-4 + 9.9 * 2e-5), abs=1e-12)
+    # a member path simulated slower than measured gives no negative extra; a longer quiet no smaller one
+    assert ensemble_extra(since, simulated[0] - 1e-4, simulated).extra_s == (0.0, 0.0)
+    flipped = ensemble_extra(since, simulated[0] + np.concatenate([[0.0], np.full(n, 5e-4), np.full(n, 1e-4)]),
+                             simulated)
+    assert flipped.extra_s == pytest.approx((5e-4, 5e-4))
+    assert ensemble_extra(since[:n], measured[:n], simulated[:, :n]) is None  # 11 requests: too few
+
+
+def test_an_ensembles_own_time_round_trips_and_a_bad_one_names_the_field(tmp_path):
+    from serving_bench.profiles.distributions import EnsembleExtra
+
+    data = import_h200_eager().to_json()
+    data["ensembles"] = {"pipe": EnsembleExtra((0.002, 0.05), (1e-4, 5e-4), (2e-4, 7e-4)).to_json()}
+    again = Profile.from_json(json.loads(json.dumps(Profile.from_json(data, "p.json").to_json())), "p.json")
+    assert again.ensembles["pipe"] == EnsembleExtra((0.002, 0.05), (1e-4, 5e-4), (2e-4, 7e-4))
+    for key, value, field, expected in (("extra_p90_s", [2e-4, 4e-4], ".extra_p90_s", "at least the median"),
+                                        ("gap_s", [0.05, 0.002], ".gap_s", "strictly increasing"),
+                                        ("extra_s", [1e-4], "", "equally long"),
+                                        ("extra_s", [-1e-4, 5e-4], ".extra_s", "a finite number >= 0")):
+        bad = json.loads(json.dumps(data))
+        bad["ensembles"]["pipe"][key] = value
+        with pytest.raises(InputError, match=f"p.json: ensembles.pipe{field}: expected .*{expected}"):
+            Profile.from_json(bad, "p.json")
+
+
+def test_profiling_an_ensemble_measures_its_members_and_its_own_time_on_real_triton(tmp_path):
+    """``profile --models chain`` for an ensemble of two sleep entries (2 ms each): both members are measured as
+    models and the ensemble alone for its own time beyond their simulated path — a curve that never falls, its p90
+    never below its median, and well under the members' own time (Triton's hand-offs, not a second execution)."""
+    from repos import write_sleep_chain
+
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.profiles.measure import measure_profile
+
+    repo = tmp_path / "repo"
+    for name in ("first", "second"):
+        write_sleep_entry(repo, name, base_ms=2.0, per_item_ms=0.0, max_batch_size=1)
+    write_sleep_chain(repo, "chain", ["first", "second"], max_batch_size=1)
+    lines = []
+    profile = measure_profile(repo, ["chain"], tmp_path / "p.json", batch_sizes=[1], calibrate=0, pairs=False,
+                              seconds=0.5, idle_rounds=1, log=lines.append)
+    assert sorted(profile.models) == ["first", "second"] and list(profile.ensembles) == ["chain"]
+    extra = Profile.load(tmp_path / "p.json").ensembles["chain"]
+    assert len(extra.gap_s) >= 2 and list(extra.gap_s) == sorted(extra.gap_s)
+    assert list(extra.extra_s) == sorted(extra.extra_s)
+    assert all(p >= m for m, p in zip(extra.extra_s, extra.extra_p90_s))
+    assert extra.extra_s[-1] < 0.004
+    assert any(line.startswith("chain: its own time beyond its members' path") for line in lines)

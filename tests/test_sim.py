@@ -388,6 +388,27 @@ def test_an_ensemble_takes_its_entry_members_way_in_and_its_exit_members_way_out
     assert list(loop["done_s"]) == pytest.approx([0.016, 0.032, 0.048])
 
 
+def test_an_ensembles_own_time_is_added_to_its_answer_by_the_quiet_before_it(tmp_path):
+    """The ensemble "pipe" (left and right in parallel, then join; each sleeps 6 ms) whose profile measured its own
+    time beyond its members' path: 2 ms 1 ms after the previous request, 4 ms after 100 ms, linear between (median
+    and p90 the same). The first request (nothing before it) is answered at 12 + 4 ms; one sent 51 ms later at
+    12 + 2 + 2 x 50 / 99 ms; its members alone are not slowed. The engines agree, in open and closed loop."""
+    from serving_bench.profiles.distributions import EnsembleExtra
+
+    _write_pipe_repo(tmp_path)
+    config = ServingConfig.from_repo(tmp_path, ["pipe", "left"])
+    extra = EnsembleExtra((0.001, 0.1), (0.002, 0.004), (0.002, 0.004))
+    profile = dataclasses.replace(sleep_profile(names=("left", "right", "join"), base=0.005, per=0.001),
+                                  ensembles={"pipe": extra})
+    sched = Schedule(np.array([0.0, 0.051, 0.2]), np.array([0, 0, 1]), ("pipe", "left"), np.zeros(3), np.ones(3), {})
+    table = SimTarget(profile, config).run(sched).table
+    latency = (table["done_s"] - table["intended_s"]).to_numpy()
+    assert latency == pytest.approx([0.016, 0.012 + 0.002 + 0.002 * 0.05 / 0.099, 0.006])
+    assert SimTarget(profile, config, engine="simpy").run(sched).table.equals(table)
+    loop = SimTarget(profile, config).run(sched.select(sched.model == 0), _Closed(1, 0.03)).table
+    assert list(loop["done_s"] - loop["sent_s"])[:2] == pytest.approx([0.016, 0.012 + 0.002 + 0.002 * 0.015 / 0.099])
+
+
 def test_records_satisfy_target_contract_and_summarize():
     sched = poisson(900, 3000, seed=6, models=("a", "b"))
     records = SimTarget(_noisy_profile(), _mixed_config()).run(sched)

@@ -34,7 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--csv", help="import a CSV of batch size and latency measured elsewhere")
     what.add_argument("--import-h200", action="store_true", help="import the bundled H200 torch-eager table")
     parser.add_argument("--out", required=True, help="profile JSON to write")
-    parser.add_argument("--models", help="comma-separated entries to measure (with --repo)")
+    parser.add_argument("--models", help="comma-separated entries to measure (with --repo); an ensemble: its members, "
+                                         "and it alone for its own time beyond theirs")
     parser.add_argument("--batch-sizes", help="batch sizes to measure (default 1, 2, 4, ... max_batch_size)")
     parser.add_argument("--calibrate", type=int, default=DEFAULT_CALIBRATION,
                         help="instances per model in the co-located runs the device's sharing law is fitted to "

@@ -206,6 +206,39 @@ class IdleEffect:
         return out
 
 
+@dataclass(frozen=True)
+class EnsembleExtra:
+    """What an ensemble's request takes beyond the path of its members' steps (their ways, executions and cold
+    starts as the profile has them): Triton's ensemble scheduler hands each step's request to its member and the
+    outputs on, waking threads that slept. A request sent ``gap_s[i]`` seconds after the previous request (any model)
+    takes ``extra_s[i]`` longer at the median and ``extra_p90_s[i]`` at the 90th percentile, drawn as a way's
+    cold-start extra (``sim.workload.cold_extra``: the median extra up to probability 0.5, the p90 one from 0.9,
+    linear between; linear between points, the first and last values hold outside). Measured alone on the server
+    at random quiet times, against the simulator (:func:`serving_bench.profiles.estimators.ensemble_extra`)."""
+
+    gap_s: tuple[float, ...]
+    extra_s: tuple[float, ...]
+    extra_p90_s: tuple[float, ...]
+
+    def to_json(self) -> dict:
+        return {"gap_s": list(self.gap_s), "extra_s": list(self.extra_s), "extra_p90_s": list(self.extra_p90_s)}
+
+
+def parse_ensemble_extra(data: Any, source: str, where: str) -> EnsembleExtra:
+    if not isinstance(data, Mapping):
+        raise InputError(source, where, "expected {\"gap_s\": [...], \"extra_s\": [...], \"extra_p90_s\": [...]}")
+    lists = [data.get(key) for key in ("gap_s", "extra_s", "extra_p90_s")]
+    if not all(isinstance(v, list) and v for v in lists) or len({len(v) for v in lists}) != 1:
+        raise InputError(source, where, "expected equally long non-empty lists gap_s, extra_s and extra_p90_s")
+    gaps, medians, p90s = (tuple(number(v, source, f"{where}.{key}") for v in values)
+                           for key, values in zip(("gap_s", "extra_s", "extra_p90_s"), lists))
+    if any(b <= a for a, b in zip(gaps, gaps[1:])):
+        raise InputError(source, f"{where}.gap_s", "expected strictly increasing seconds")
+    if any(p < m for m, p in zip(medians, p90s)):
+        raise InputError(source, f"{where}.extra_p90_s", "expected each at least the median extra_s beside it")
+    return EnsembleExtra(gaps, medians, p90s)
+
+
 def recent_means(values: Sequence[float], memory: float) -> list[float]:
     """The exponentially weighted running mean of ``values`` in order, the newest weighing ``memory`` (1: each value
     itself): what a profile calls a *recent* idle or quiet time. A value that is not finite (nothing before it) is

@@ -37,6 +37,10 @@ and the client's own jitter on a busy machine must not leak into service times:
   request. The ways in and out also keep their extra at the 90th percentile: a cold way's tail grows more than its
   middle (docs/sim.md, "The host's speed drifts"); a draw takes the median extra up to probability 0.5 and the p90
   one from 0.9.
+* **An ensemble's own time** (``ensembles``; an ensemble named in ``models``: its members are measured as models):
+  the ensemble's one-row requests alone, sent as the cold-start runs are, against the same requests simulated with
+  the members' profile; per bin of the time since the previous request, how much longer it took at the median and
+  the 90th percentile — Triton's ensemble scheduler handing each step on (:func:`ensembles_alone`).
 * **Gap between batches** (``batch_gap_s``): with 3 requests of the largest size in flight on one instance, what the
   instance spends per batch beyond Triton's compute time (its thread releasing a payload and taking the next): the
   mean time from one batch's start to the next (when that one had been sent already) minus Triton's mean compute;
@@ -97,22 +101,23 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
 from serving_bench.errors import InputError
-from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
-from serving_bench.profiles.distributions import Curve, Dist, IdleEffect
+from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, ensemble_members, entry_dir, read_config
+from serving_bench.profiles.distributions import Curve, Dist, EnsembleExtra, IdleEffect
 from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
-                                              handoff_split, lone_wait_s, per_request_cost, phase_drift, pickup_s,
-                                              quiet_wait, service_and_overhead, thin)
+                                              ensemble_extra, handoff_split, lone_wait_s, per_request_cost,
+                                              phase_drift, pickup_s, quiet_wait, service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
-from serving_bench.serving_config import ModelServing, model_serving_from_config
-from serving_bench.sim.interference import WAIT_S_RANGE, Observation, open_schedule, pinned, tail_error, with_law
+from serving_bench.serving_config import ModelServing, ServingConfig, model_serving_from_config
+from serving_bench.sim.interference import (WAIT_S_RANGE, Observation, alone_latency, open_schedule, pinned, tail_error,
+                                           with_law)
 from serving_bench.sim.interference import fit as fit_law
 
 DEFAULT_SECONDS = 2.0
@@ -236,9 +241,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if rounds < 1:
         raise InputError("--rounds", str(rounds), "expected an integer >= 1")
     configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models}
-    for m, config in configs.items():
-        if config.platform == "ensemble":
-            raise InputError("--models", m, "an ensemble is simulated from its members; profile the members")
+    # an ensemble is simulated from its members (measured too, named or not) and measured alone for its own time
+    ensembles = {m: ensemble_members(c) for m, c in configs.items() if c.platform == "ensemble"}
+    models = list(dict.fromkeys([m for m in models if m not in ensembles] + [m for e in ensembles.values() for m in e]))
+    configs.update({m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models if m not in configs})
+    for e in ensembles:
+        del configs[e]
     cores = cpu_cores()
     if threads is None:
         threads = default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
@@ -261,7 +269,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                      "mean overhead and the gap between batches is not measured")
 
     def sessions(instances: int) -> Callable[[], ContextManager[Session]]:
-        return lambda: open_session(repo, models, instances, threads, trace, cuda_graphs, notes, log, url)
+        return lambda: open_session(repo, models, instances, threads, trace, cuda_graphs, notes, log, url, ensembles)
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
@@ -279,6 +287,14 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
             return session.open_loop(m, 1, np.cumsum(float(np.mean(runs[(m, "solo", 1)].latency[m])) + quiet))
         return (m, "cold", r), measure
+
+    def ensemble_cold(e: str, r: int) -> Step:
+        def measure(session: Session) -> LoopRun:
+            rng = np.random.default_rng([r, len(models) + list(ensembles).index(e)])
+            quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
+            path = sum(float(np.mean(runs[(m, "solo", 1)].latency[m])) for m in ensembles[e])  # no less than its own
+            return session.open_loop(e, 1, np.cumsum(path + quiet))
+        return (e, "cold", r), measure
 
     def per_request(m: str) -> Step:
         def measure(session: Session) -> tuple:
@@ -328,6 +344,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
     steps += [cold(m, r) for r in range(1, idle_rounds) for m in models]  # later rounds
+    steps += [ensemble_cold(e, r) for r in range(idle_rounds) for e in ensembles]
     for a, b in pair_list:
         steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
     if quiet_waits:  # after every solo run: longest() reads them
@@ -554,9 +571,36 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         if warning is not None:
             log(f"warning: {warning}")
             profile = dataclasses.replace(profile, notes=profile.notes + (warning,))
+    if ensembles:
+        profile = dataclasses.replace(profile, ensembles=ensembles_alone(profile, ensembles, runs, log, repo, {
+            m: calibration_serving(configs[m], results[m].device, 1, sizes[m][-1]) for m in models}))
     if out_path is not None:
         profile.save(out_path)
     return profile
+
+
+def ensembles_alone(profile: Profile, ensembles: Mapping[str, list[str]], runs: Mapping, log: Callable[[str], None],
+                    repo: Path, serving: Mapping[str, ModelServing]) -> dict[str, EnsembleExtra]:
+    """Each ensemble's time beyond its members' path (:func:`~serving_bench.profiles.estimators.ensemble_extra`):
+    its runs alone at random quiet times (``runs[(e, "cold", round)]``) against the same requests simulated with
+    ``profile`` on one instance per member (``serving``: how phase 1 served them)."""
+    out = {}
+    for e, members in ensembles.items():
+        config = ServingConfig(tuple(serving[m] for m in members), ((e, tuple(members)),),
+                               ((e, ensemble_deps(read_config(entry_dir(repo, e) / CONFIG_NAME))),))
+        since, measured, simulated = [], [], []
+        for key in sorted((k for k in runs if k[:2] == (e, "cold")), key=lambda k: k[2]):
+            run = runs[key]
+            send = run.sent[e] - run.sent[e][0]
+            since.append(np.diff(send, prepend=-np.inf))
+            measured.append(run.done[e] - run.sent[e])
+            simulated.append(alone_latency(profile, config, e, send))
+        extra = ensemble_extra(np.concatenate(since), np.concatenate(measured), np.concatenate(simulated, axis=1))
+        if extra is not None:
+            out[e] = extra
+            log(f"{e}: its own time beyond its members' path alone (us): +{_us(extra.extra_s)} (p90 "
+                f"+{_us(extra.extra_p90_s)}) after {_us(extra.gap_s)} since the previous request")
+    return out
 
 
 def fit_warning(law: dict, err: float) -> str | None:

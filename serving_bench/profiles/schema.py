@@ -33,9 +33,11 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "colocation": [{"batch": 1, "k": [1, 2, 4], "speedup": [1.0, 1.9, 2.0]}]}}}},
      "pairs": [{"device": "cpu", "models": ["a", "b"], "batch": 1, "k": [2, 4], "speedup": [1.8, 2.0]}],
      "calibration": [{"device": "cpu", "clients": {...}, "measured_rps": {...}, "serving": {...}}],  # optional
+     "ensembles": {"tiny_ensemble": {"gap_s": [...], "extra_s": [...], "extra_p90_s": [...]}},  # optional
      "notes": ["..."]}
 
-Distributions, curves and the cold-start effect are in :mod:`serving_bench.profiles.distributions`.
+Distributions, curves, the cold-start effect and an ensemble's own time beyond its members' (``ensembles``:
+:class:`~serving_bench.profiles.distributions.EnsembleExtra`) are in :mod:`serving_bench.profiles.distributions`.
 
 **Demand and sharing** (optional; see :mod:`serving_bench.sim.device` for the rule): ``demand`` per measured batch
 size is the runtime's CPU seconds over its wall seconds in the solo batches (linear between measured sizes, the
@@ -76,8 +78,8 @@ from typing import Any, Mapping
 
 from serving_bench.errors import InputError
 from serving_bench.files import atomic_write_text, read_json
-from serving_bench.profiles.distributions import (Curve, Dist, IdleEffect, interp, number, parse_curve, parse_dist,
-                                                  parse_idle)
+from serving_bench.profiles.distributions import (Curve, Dist, EnsembleExtra, IdleEffect, interp, number, parse_curve,
+                                                  parse_dist, parse_ensemble_extra, parse_idle)
 
 PROFILE_FORMAT = "serving-bench-profile"
 PROFILE_VERSION = 1
@@ -314,6 +316,7 @@ class Profile:
     notes: tuple[str, ...] = ()
     request_device: str | None = None  # the CPU device requests are handled on (None: not modelled)
     calibration: tuple[Mapping[str, Any], ...] = ()  # the co-located runs the devices' laws were fitted to
+    ensembles: Mapping[str, EnsembleExtra] = field(default_factory=dict)  # per ensemble: its time beyond its members'
     path: str | None = None  # where it was loaded from (for error messages); not saved
 
     # -- queries -----------------------------------------------------------------------------------------------------
@@ -357,6 +360,8 @@ class Profile:
             out["request_device"] = self.request_device
         if self.calibration:
             out["calibration"] = [dict(c) for c in self.calibration]
+        if self.ensembles:
+            out["ensembles"] = {n: self.ensembles[n].to_json() for n in sorted(self.ensembles)}
         return out
 
     def save(self, path: str | Path) -> Path:
@@ -477,6 +482,10 @@ class Profile:
         calibration = data.get("calibration") or []
         if not isinstance(calibration, list) or not all(isinstance(c, Mapping) for c in calibration):
             raise InputError(source, "calibration", "expected a list of co-located runs")
+        ensembles = data.get("ensembles") or {}
+        if not isinstance(ensembles, Mapping):
+            raise InputError(source, "ensembles", "expected an object: ensemble name -> its time beyond its members'")
+        ensembles = {str(n): parse_ensemble_extra(e, source, f"ensembles.{n}") for n, e in ensembles.items()}
         return cls(devices, models, overhead, tuple(pairs), dict(host), str(data.get("source", "")),
                    str(data.get("created", "")), number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
-                   tuple(str(n) for n in notes), request_device, tuple(calibration), source)
+                   tuple(str(n) for n in notes), request_device, tuple(calibration), ensembles, source)

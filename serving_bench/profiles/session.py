@@ -204,13 +204,13 @@ def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], C
 @contextlib.contextmanager
 def open_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
                  cuda_graphs: str | None, notes: list[str], log: Callable[[str], None],
-                 url: str | None = None) -> Iterator[Session]:
-    """A session on a new embedded server with ``instances`` instances of every model — execution logs on, or
-    Triton's request trace with ``trace`` (attached to the runs once the server stopped) — or on the external server
-    at ``url`` as it is."""
+                 url: str | None = None, ensembles: Sequence[str] = ()) -> Iterator[Session]:
+    """A session on a new embedded server with ``instances`` instances of every model, and ``ensembles`` of them —
+    execution logs on, or Triton's request trace with ``trace`` (attached to the runs once the server stopped) — or on
+    the external server at ``url`` as it is."""
     with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
         trace_file = Path(tmp) / "trace.json"
-        server = connect(repo, url=url, models=list(models), instances={m: instances for m in models},
+        server = connect(repo, url=url, models=[*models, *ensembles], instances={m: instances for m in models},
                          threads_per_instance=threads, execution_log=not trace, cuda_graphs=cuda_graphs,
                          extra_args=trace_args(trace_file) if trace else ())
         embedded = isinstance(server, TritonServer)

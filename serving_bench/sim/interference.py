@@ -8,7 +8,8 @@ for a core (``+wait``) is measured where a profile could (``profiles.estimators.
 of the light closed loops and of open-loop runs (Poisson arrivals at given rates, replayed in the simulator from the
 same seed), whose throughput is their offered load and says nothing. Which law to use is chosen by held-out error
 (:func:`leave_one_out`), never by goodness of fit: a law with more parameters always fits its own data at least as
-well.
+well. An ensemble's own time beyond its members' is measured against the simulator the same way
+(:func:`alone_latency`).
 """
 
 from __future__ import annotations
@@ -153,6 +154,22 @@ def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, s
     schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
                         np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
     return SimTarget(profile, config, seed=seed).run(schedule, ClosedLoop(dict(obs.clients), seconds))
+
+
+def alone_latency(profile: Profile, config: ServingConfig, name: str, send_s: np.ndarray, seeds: int = 3) -> np.ndarray:
+    """The simulated latency (s) of each one-row request to ``name`` (a model or an ensemble of ``config``) alone at
+    ``send_s`` (s from the run's start, increasing): one row per seed 0, 1, ...; NaN where a request was not answered.
+    What a profile's ensemble is measured against (``profiles.estimators.ensemble_extra``)."""
+    n = len(send_s)
+    schedule = Schedule(np.asarray(send_s, dtype=np.float64), np.zeros(n, dtype=np.int32), (name,),
+                        np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32),
+                        {"duration_s": float(send_s[-1]) if n else 0.0})
+    out = np.full((seeds, n), np.nan)
+    for seed in range(seeds):
+        table = SimTarget(profile, config, seed=seed).run(schedule).table
+        ok = table[table["status"].astype(str) == "ok"]
+        out[seed, ok["request_id"].to_numpy()] = (ok["done_s"] - ok["intended_s"]).to_numpy()
+    return out
 
 
 def answered(records: Records, seconds: float):

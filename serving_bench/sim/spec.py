@@ -31,6 +31,7 @@ from dataclasses import astuple, dataclass, field
 import numpy as np
 
 from serving_bench.errors import InputError
+from serving_bench.profiles.distributions import EnsembleExtra
 from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.device import Kind, Law
@@ -79,12 +80,13 @@ class EnsembleSpec:
     """An ensemble: ``steps`` are member model indices; ``deps[i]`` the steps whose outputs step i needs. A request
     to it travels to the server as one to its ``entry`` member would (its first step's model: the same input, the
     same way in) and back as one from its ``exit`` member (its last step's model: the same output, the same way
-    out)."""
+    out), plus ``extra``, its time beyond that path where the profile measured it (None: none)."""
 
     index: int
     name: str
     steps: tuple[int, ...]
     deps: tuple[tuple[int, ...], ...]
+    extra: EnsembleExtra | None = None
 
     @property
     def entry(self) -> int:
@@ -366,7 +368,8 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
         if missing:
             raise InputError("serving config", f"ensembles.{name}", f"member {missing[0]!r} is not a served model")
         deps = (ensemble_deps or {}).get(name) or config.steps_needed(name)
-        ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps)))
+        ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps),
+                                      profile.ensembles.get(name)))
     host = profile.request_device
     if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
         if host not in rules:

@@ -12,7 +12,8 @@ cdef class Workload:
     cdef public Py_ssize_t n
     cdef public object u_dispatch, u_overhead, u_wait, u_step, sent_s, since_s, quiet_s, overhead_s, client_done_s
     cdef public object dispatch_work_s, stream_of, drift_z
-    cdef public list errors, ensembles, step_of, feeds, streams, overhead_grid, request_kind, way_in, way_out
+    cdef public list errors, ensembles, step_of, feeds, streams, overhead_grid, ensemble_extra, request_kind, way_in
+    cdef public list way_out
     cdef public dict sources, dispatch_grid, concurrency
     cdef public set hosted, dynamic
     cdef public Server server

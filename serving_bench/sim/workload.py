@@ -187,6 +187,7 @@ class Workload:
         # the measured distributions, ready to sample: each model's dispatch, each stream's return overhead
         self.dispatch_grid = {m.index: Grid(m.dispatch_grid) for m in spec.models if m.dispatch_grid}
         self.overhead_grid = [Grid(spec.models[m].overhead_grid) for m in self.way_out]
+        self.ensemble_extra = [spec.ensembles[index].extra if kind == "ensemble" else None for kind, index in kinds]
         self.dispatch_work_s = np.full(n, np.nan)  # open loop, requests whose way in is simulated: its solo seconds
         if closed is None:
             self._open_loop(intended_s)
@@ -233,7 +234,7 @@ class Workload:
     def overhead_of(self, stream: int, rids, at_s) -> np.ndarray:
         """Return-path overhead (client, network) of requests ``rids`` of schedule stream ``stream`` answered at
         ``at_s``, plus the model's cold-start extra for the time since the previous request reached the server (an
-        ensemble's: its exit member's)."""
+        ensemble's: its exit member's, and its own time beyond its members' where the profile measured it)."""
         m = self.way_out[stream]
         owner = self.spec.models[m]
         u = self._drifted(self.u_overhead, rids, m, "way_out", at_s)
@@ -242,6 +243,9 @@ class Workload:
         if idle is not None:
             out = out + cold_extra(self.since_s[rids], u, idle.overhead_gap_s, idle.overhead_extra_s,
                                    idle.overhead_extra_p90_s)
+        extra = self.ensemble_extra[stream]
+        if extra is not None:
+            out = out + cold_extra(self.since_s[rids], u, extra.gap_s, extra.extra_s, extra.extra_p90_s)
         return out
 
     # -- open loop ------------------------------------------------------------------------------------------------
