@@ -4,7 +4,8 @@
 Entries: tiny_cnn on ONNX Runtime and TVM, tiny_mlp on TorchScript, the python sleep model (a model that uses no
 core), resnet50 on ONNX Runtime, and the ensemble tiny_ensemble = tiny_cnn (ONNX Runtime) + tiny_cnn (TorchScript).
 A solo profile is measured first (no co-located run: per batch size service times and demands, per request its way
-in and out); then, on the real server:
+in and out; the ensemble alone for its own time beyond its members', since 2026-12-04 evening); then, on the real
+server:
 
 (a) instances: tiny_cnn_onnxruntime with k = 1, 2, 4, 8 instances and k clients (closed loop): the sharing law is
     fitted on k <= 4 and k = 8 is predicted; each k's host CPU per request and requests per executed batch are
@@ -237,8 +238,9 @@ def measure(quick: bool) -> dict:
         repo = Path(tmp) / "repo"
         served = export(repo)
         stage("solo profile (no co-located run)")
-        profile = measure_profile(repo, served, Path(tmp) / "solo.json", seconds=1.0 if quick else 2.0, rounds=1,
-                                  calibrate=0, pairs=False, idle_rounds=1 if quick else IDLE_ROUNDS)
+        profile = measure_profile(repo, [*served, ENSEMBLE[0]], Path(tmp) / "solo.json",  # the ensemble alone too
+                                  seconds=1.0 if quick else 2.0, rounds=1, calibrate=0, pairs=False,
+                                  idle_rounds=1 if quick else IDLE_ROUNDS)
         configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in served}
         largest = {m: max(profile.models[m].devices["cpu"].batch_sizes) for m in served}
 
