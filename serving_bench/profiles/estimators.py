@@ -368,6 +368,12 @@ def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndar
     return {k: v[keep] for k, v in phases.items()}
 
 
+def cold_bins(x: np.ndarray) -> list[np.ndarray]:
+    """The indices of ``x`` in :data:`COLD_BINS` bins of equal counts by value (fewer where each would hold under
+    :data:`COLD_MINIMUM`; at least one): how the cold-start runs' requests are binned."""
+    return np.array_split(np.argsort(x, kind="stable"), max(1, min(COLD_BINS, len(x) // COLD_MINIMUM)))
+
+
 def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     """The cold-start extras (:class:`IdleEffect`) from the back-to-back run at batch 1 (the hot reference: a closed
     loop, where nothing waits) and the open-loop runs of one-row requests at random quiet times of rising mean (keys
@@ -392,10 +398,9 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
         return None
     cold = {name: np.concatenate([q[name] for q in quiet]) for name in quiet[0]}
     rounds = np.concatenate([np.full(len(q["since"]), r) for r, q in enumerate(quiet)])
-    bins = max(1, min(COLD_BINS, len(rounds) // COLD_MINIMUM))
 
     def binned(key: str, phase: str, hot: np.ndarray, p: float, x0: float) -> tuple[tuple, tuple]:
-        groups = np.array_split(np.argsort(cold[key], kind="stable"), bins)
+        groups = cold_bins(cold[key])
         xs = [x0] + [float(np.median(cold[key][g])) for g in groups]
         ys = [0.0] + [least_over_rounds(cold[phase][g], rounds[g], p) - float(np.quantile(hot, p)) for g in groups]
         return monotone(xs, ys)
@@ -427,7 +432,7 @@ def ensemble_extra(since: np.ndarray, measured: np.ndarray, simulated: np.ndarra
     if keep.sum() < COLD_MINIMUM:
         return None
     since, measured, simulated = since[keep], measured[keep], simulated[:, keep]
-    groups = np.array_split(np.argsort(since, kind="stable"), max(1, min(COLD_BINS, len(since) // COLD_MINIMUM)))
+    groups = cold_bins(since)
     xs = [float(np.median(since[g])) for g in groups]
 
     def excess(p: float) -> list[float]:

@@ -240,13 +240,11 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     repo = Path(repo)
     if rounds < 1:
         raise InputError("--rounds", str(rounds), "expected an integer >= 1")
-    configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models}
+    named = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models}
     # an ensemble is simulated from its members (measured too, named or not) and measured alone for its own time
-    ensembles = {m: ensemble_members(c) for m, c in configs.items() if c.platform == "ensemble"}
+    ensembles = {m: ensemble_members(c) for m, c in named.items() if c.platform == "ensemble"}
     models = list(dict.fromkeys([m for m in models if m not in ensembles] + [m for e in ensembles.values() for m in e]))
-    configs.update({m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models if m not in configs})
-    for e in ensembles:
-        del configs[e]
+    configs = {m: named[m] if m in named else read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models}
     cores = cpu_cores()
     if threads is None:
         threads = default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
@@ -281,20 +279,16 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return run
         return (m, "solo", b), measure
 
-    def cold(m: str, r: int) -> Step:
+    def cold(name: str, r: int) -> Step:
+        """Round ``r`` of the cold-start runs of a model or an ensemble: one-row requests, each a random quiet time
+        after the previous one's back-to-back latency (an ensemble's: its members' summed, no less than its own)."""
         def measure(session: Session) -> LoopRun:
-            rng = np.random.default_rng([r, models.index(m)])  # seeded: the same quiet times in every profile
+            index = models.index(name) if name in configs else len(models) + list(ensembles).index(name)
+            rng = np.random.default_rng([r, index])  # seeded: the same quiet times in every profile
             quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
-            return session.open_loop(m, 1, np.cumsum(float(np.mean(runs[(m, "solo", 1)].latency[m])) + quiet))
-        return (m, "cold", r), measure
-
-    def ensemble_cold(e: str, r: int) -> Step:
-        def measure(session: Session) -> LoopRun:
-            rng = np.random.default_rng([r, len(models) + list(ensembles).index(e)])
-            quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
-            path = sum(float(np.mean(runs[(m, "solo", 1)].latency[m])) for m in ensembles[e])  # no less than its own
-            return session.open_loop(e, 1, np.cumsum(path + quiet))
-        return (e, "cold", r), measure
+            spacing = sum(float(np.mean(runs[(m, "solo", 1)].latency[m])) for m in ensembles.get(name, [name]))
+            return session.open_loop(name, 1, np.cumsum(spacing + quiet))
+        return (name, "cold", r), measure
 
     def per_request(m: str) -> Step:
         def measure(session: Session) -> tuple:
@@ -344,7 +338,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
     steps += [cold(m, r) for r in range(1, idle_rounds) for m in models]  # later rounds
-    steps += [ensemble_cold(e, r) for r in range(idle_rounds) for e in ensembles]
+    steps += [cold(e, r) for r in range(idle_rounds) for e in ensembles]
     for a, b in pair_list:
         steps += [pair(a, b, pb) for pb in sorted({1, min(sizes[a][-1], sizes[b][-1])})]
     if quiet_waits:  # after every solo run: longest() reads them
@@ -572,22 +566,23 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             log(f"warning: {warning}")
             profile = dataclasses.replace(profile, notes=profile.notes + (warning,))
     if ensembles:
-        profile = dataclasses.replace(profile, ensembles=ensembles_alone(profile, ensembles, runs, log, repo, {
+        graphs = {e: (members, ensemble_deps(named[e])) for e, members in ensembles.items()}
+        profile = dataclasses.replace(profile, ensembles=ensembles_alone(profile, graphs, runs, log, {
             m: calibration_serving(configs[m], results[m].device, 1, sizes[m][-1]) for m in models}))
     if out_path is not None:
         profile.save(out_path)
     return profile
 
 
-def ensembles_alone(profile: Profile, ensembles: Mapping[str, list[str]], runs: Mapping, log: Callable[[str], None],
-                    repo: Path, serving: Mapping[str, ModelServing]) -> dict[str, EnsembleExtra]:
+def ensembles_alone(profile: Profile, graphs: Mapping[str, tuple[list[str], tuple]], runs: Mapping,
+                    log: Callable[[str], None], serving: Mapping[str, ModelServing]) -> dict[str, EnsembleExtra]:
     """Each ensemble's time beyond its members' path (:func:`~serving_bench.profiles.estimators.ensemble_extra`):
     its runs alone at random quiet times (``runs[(e, "cold", round)]``) against the same requests simulated with
-    ``profile`` on one instance per member (``serving``: how phase 1 served them)."""
+    ``profile`` on one instance per member (``serving``: how phase 1 served them); ``graphs``: per ensemble its
+    members in step order and each step's needs (``export.repository.ensemble_deps``)."""
     out = {}
-    for e, members in ensembles.items():
-        config = ServingConfig(tuple(serving[m] for m in members), ((e, tuple(members)),),
-                               ((e, ensemble_deps(read_config(entry_dir(repo, e) / CONFIG_NAME))),))
+    for e, (members, deps) in graphs.items():
+        config = ServingConfig(tuple(serving[m] for m in members), ((e, tuple(members)),), ((e, deps),))
         since, measured, simulated = [], [], []
         for key in sorted((k for k in runs if k[:2] == (e, "cold")), key=lambda k: k[2]):
             run = runs[key]

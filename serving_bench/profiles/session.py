@@ -72,10 +72,7 @@ class Session:
 
     def open_loop(self, model: str, rows: int, times: np.ndarray) -> LoopRun:
         """Open loop: requests of ``rows`` rows sent at ``times`` (seconds from the run's start, increasing)."""
-        count = len(times)
-        return self.replay(Schedule(np.asarray(times, dtype=np.float64), np.zeros(count, dtype=np.int32), (model,),
-                                    np.zeros(count, dtype=np.int32), np.full(count, rows, dtype=np.int32),
-                                    {"duration_s": float(times[-1]) if count else 0.0}))
+        return self.replay(Schedule.at_times(times, model, rows))
 
     def replay(self, schedule: Schedule) -> LoopRun:
         """Open loop: the schedule's requests at their times (each model's requests of one size)."""

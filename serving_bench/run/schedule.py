@@ -73,6 +73,15 @@ class Schedule:
         return Schedule(self.arrival_s[mask], self.model[mask], self.models, self.sample[mask], self.batch[mask],
                         dict(self.meta))
 
+    @classmethod
+    def at_times(cls, times_s, model: str, rows: int = 1) -> "Schedule":
+        """Requests of ``rows`` rows (sample 0) to one entry at ``times_s`` (seconds from the run's start,
+        non-decreasing); ``duration_s`` the last of them."""
+        n = len(times_s)
+        return cls(np.asarray(times_s, dtype=np.float64), np.zeros(n, dtype=np.int32), (model,),
+                   np.zeros(n, dtype=np.int32), np.full(n, rows, dtype=np.int32),
+                   {"duration_s": float(times_s[-1]) if n else 0.0})
+
     def save(self, path: str | Path) -> Path:
         """Write ``.npz`` (arrays + JSON meta; loadable without pickle)."""
         return atomic_write(path, lambda tmp: np.savez_compressed(

@@ -160,11 +160,8 @@ def alone_latency(profile: Profile, config: ServingConfig, name: str, send_s: np
     """The simulated latency (s) of each one-row request to ``name`` (a model or an ensemble of ``config``) alone at
     ``send_s`` (s from the run's start, increasing): one row per seed 0, 1, ...; NaN where a request was not answered.
     What a profile's ensemble is measured against (``profiles.estimators.ensemble_extra``)."""
-    n = len(send_s)
-    schedule = Schedule(np.asarray(send_s, dtype=np.float64), np.zeros(n, dtype=np.int32), (name,),
-                        np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32),
-                        {"duration_s": float(send_s[-1]) if n else 0.0})
-    out = np.full((seeds, n), np.nan)
+    schedule = Schedule.at_times(send_s, name)
+    out = np.full((seeds, len(schedule)), np.nan)
     for seed in range(seeds):
         table = SimTarget(profile, config, seed=seed).run(schedule).table
         ok = table[table["status"].astype(str) == "ok"]
