@@ -1,12 +1,23 @@
 """Every GPU check in one go (run by ``scripts/gpu_check.sh``): the co-location effect of N instances of one model on
-one device, and one heterogeneous pair, measured on the real tritonserver with closed-loop load at batch 1.
+one device, and one heterogeneous pair, measured on the real tritonserver with closed-loop load at batch 1, open-loop
+replays, a profile, and the simulator's prediction of the same runs from that profile.
 
 GPU plan (default where torch sees a CUDA device): resnet50 and bert_base exported to TorchScript in fp16, served by
-the torch CUDA runner on KIND_GPU instances. Runs:
+the torch CUDA runner on KIND_GPU instances. Runs, most wanted first (a step that fails is recorded with its error and
+the server log's tail, and the next one runs):
 
-1. one server with both models, one instance each: resnet50 alone, bert_base alone, then both at once (the pair);
+1. one server with both models, one instance each: resnet50 alone, bert_base alone, then both at once (the pair),
+   then open-loop replays of both at ``loads`` of the pair's measured rates (Poisson, :func:`open_schedule`);
 2. one server per instance count N in 2, 4, 8 (N = 1 is run 1): resnet50 alone;
-3. CUDA graphs (batch size 1 captured) at N = 1 and 8: resnet50 alone.
+3. the profile ``serving-bench profile`` measures of both models (one instance each, then the sharing law fitted to
+   ``calibrate`` instances per model; short runs);
+4. CUDA graphs (batch size 1 captured) at N = 1 and 8: resnet50 alone;
+5. resnet50 exported to TensorRT (fp16) and served alone, where ``import tensorrt`` works (else skipped, saying why).
+
+The simulator's prediction of runs 1 and 2 from the profile of 3 (:func:`predict`, beside the baseline without
+interference and, for the sweep, the law fitted on N <= 4 predicting N = 8) is computed on the CPU plan at the end, and
+for a GPU result afterwards on any machine: ``scripts/gpu_check.py --predict RESULT.json`` (the GPU host's Python has
+no compiled engine, and its minutes are the scarce ones).
 
 Each run keeps ``2 N`` requests in flight per model (every instance busy with one more queued), for ``duration_s``
 after a warm-up. Dynamic batching is switched off so every executed batch is the request's batch 1: the figures are
@@ -54,15 +65,21 @@ class Plan:
     seq_len: int = 128
     senders: int = 1  # client processes driving the closed loop (one Python process tops out at a few 1000 req/s)
     step_estimate_s: float = 30.0  # server start + run, to decide what still fits the budget
+    loads: tuple[float, ...] = (0.5, 0.85)  # open-loop replays of the pair, as shares of its closed-loop rates
+    replay_s: float = 8.0  # each replay's length
+    calibrate: int = 2  # the profile's calibration runs: instances per model (0: none, no sharing law fitted)
+    profile_seconds: float = 1.0  # the profile's seconds per measured point
+    profile_estimate_s: float = 150.0  # the profile's time, to decide whether it still fits the budget
 
 
 PLANS = {
     "gpu": Plan("gpu", ("resnet50", "bert_base"), "fp16", (1, 2, 4, 8), (1, 8), duration_s=8.0, warmup_s=2.0,
                 step_estimate_s=45.0, senders=4),
     "cpu": Plan("cpu", ("tiny_cnn", "tiny_mlp"), "fp32", (1, 2), (), duration_s=3.0, warmup_s=1.0,
-                step_estimate_s=15.0),
+                step_estimate_s=15.0, replay_s=4.0, profile_estimate_s=90.0),
 }
-QUICK = {"duration_s": 1.0, "warmup_s": 0.3}
+QUICK = {"duration_s": 1.0, "warmup_s": 0.3, "replay_s": 2.0, "calibrate": 0, "profile_seconds": 0.5,
+         "profile_estimate_s": 30.0}
 MAX_RATE_RPS = 20_000  # upper bound on one model's closed-loop rate, to size the request list
 
 
@@ -100,8 +117,9 @@ def machine_facts(gpu: bool) -> dict:
     return facts
 
 
-def export_repo(plan: Plan, repo: Path) -> list[str]:
-    """Export the plan's two models to TorchScript (exporter API, parity checked) and switch dynamic batching off."""
+def export_repo(plan: Plan, repo: Path) -> dict[str, dict]:
+    """Export the plan's two models to TorchScript (exporter API, parity checked) and switch dynamic batching off;
+    returns how each entry is served (``ModelServing`` as a dict, one instance), for :func:`predict`."""
     from serving_bench.export.api import export_models
     from serving_bench.serving_config import ServingConfig
 
@@ -118,7 +136,7 @@ def export_repo(plan: Plan, repo: Path) -> list[str]:
             changes["instances"] = (("cpu", model.instance_count),)
         config = config.with_model(model.replace(**changes))
     config.apply_to_repo(repo)
-    return [f"{m}_torchscript" for m in plan.pair]
+    return {m.name: dataclasses.asdict(m) for m in ServingConfig.from_repo(repo).models}
 
 
 def closed_schedule(models: list[str], duration_s: float, seed: int = 0):
@@ -155,12 +173,11 @@ def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, 
            "cpu": tel.get("cpu", {}), "wall_s": round(time.perf_counter() - start, 2)}
     for name in models:
         s = summary["models"][name]
-        ms = lambda v: None if v is None else round(v * 1e3, 3)  # noqa: E731
-        run["models"][name] = {"throughput_rps": round(s["throughput_rps"], 2), "p50_ms": ms(s["p50_s"]),
-                               "p99_ms": ms(s["p99_s"]), "ok": s["counts"]["ok"], "failed": s["counts"]["failed"],
+        run["models"][name] = {"throughput_rps": round(s["throughput_rps"], 2), "p50_ms": _ms(s["p50_s"]),
+                               "p99_ms": _ms(s["p99_s"]), "ok": s["counts"]["ok"], "failed": s["counts"]["failed"],
                                "timeout": s["counts"]["timeout"],
-                               "server_queue_ms": ms(tel["models"].get(name, {}).get("queue_s_mean")),
-                               "server_compute_ms": ms(tel["models"].get(name, {}).get("compute_s_mean"))}
+                               "server_queue_ms": _ms(tel["models"].get(name, {}).get("queue_s_mean")),
+                               "server_compute_ms": _ms(tel["models"].get(name, {}).get("compute_s_mean"))}
     line = "; ".join(f"{n}: {m['throughput_rps']:.1f} req/s, p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms"
                      for n, m in run["models"].items())
     print(f"  {label}: {line}", flush=True)
@@ -215,32 +232,77 @@ class ServedParity:
         return errors
 
 
+def measure_open(server, rates: dict[str, float], plan: Plan, load: float, seed: int) -> dict:
+    """One open-loop replay against ``server``: one-row requests at Poisson times of ``rates`` (req/s) for
+    ``plan.replay_s`` (the schedule the simulator replays too), per model throughput, p50/p99 (ms, from the intended
+    time) and counts."""
+    from serving_bench.load.driver import TritonTarget
+    from serving_bench.run.metrics import summarize
+    from serving_bench.sim.interference import open_schedule
+
+    rates = {m: round(r, 3) for m, r in rates.items()}  # as saved: predict() draws the same schedule from them
+    start = time.perf_counter()
+    records = TritonTarget(server).run(open_schedule(rates, plan.replay_s, seed))
+    summary = summarize(records)
+    run = {"label": f"open loop at {load:g} of the pair's rates", "instances": 1, "cuda_graphs": False,
+           "rates": rates, "replay_s": plan.replay_s, "seed": seed,
+           "partial": summary["partial"], "stop_reason": records.info.stop_reason, "models": {},
+           "gpu": {}, "wall_s": round(time.perf_counter() - start, 2)}
+    for name in rates:
+        s = summary["models"][name]
+        run["models"][name] = {"throughput_rps": round(s["throughput_rps"], 2), "p50_ms": _ms(s["p50_s"]),
+                               "p99_ms": _ms(s["p99_s"]), "ok": s["counts"]["ok"], "failed": s["counts"]["failed"],
+                               "timeout": s["counts"]["timeout"], "server_queue_ms": None, "server_compute_ms": None}
+    print(f"  {run['label']}: " + "; ".join(f"{n}: {m['throughput_rps']:.1f} req/s, p50 {m['p50_ms']} ms, p99 "
+                                            f"{m['p99_ms']} ms" for n, m in run["models"].items()), flush=True)
+    return run
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1e3, 3)
+
+
+def server_log_tail(err: BaseException, lines: int = 30) -> list[str]:
+    """The last lines of the server log a :class:`ServerError` names (kept after a failure), else []."""
+    match = re.search(r"(/\S+\.log)", str(err))
+    if not match or not Path(match.group(1)).is_file():
+        return []
+    return Path(match.group(1)).read_text(errors="replace").splitlines()[-lines:]
+
+
 def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str | None,
-               saved: Callable[[list, list], None] = lambda runs, skipped: None) -> tuple[list, list]:
-    """Run the plan's steps; ``saved(runs, skipped)`` is called after each, so a run cut short keeps its figures."""
+               saved: Callable[[dict], None] = lambda state: None) -> dict:
+    """Run the plan's steps into ``state`` (``runs``, ``skipped``, ``failed``, ``profile``); ``saved(state)`` is
+    called after each run, so a check cut short keeps its figures. A step that raises is recorded in ``failed``
+    (its error and the server log's tail) and the next step runs."""
     from serving_bench.serve.server import connect
 
     swept, partner = [f"{m}_torchscript" for m in plan.pair]
-    runs, skipped = [], []
+    state: dict = {"runs": [], "skipped": [], "failed": [], "profile": None}
     parity = ServedParity(plan)
 
     def record(run: dict) -> None:
-        runs.append(run)
-        saved(runs, skipped)
+        state["runs"].append(run)
+        saved(state)
 
-    def fits(step: str) -> bool:
+    def step(name: str, body: Callable[[], None], estimate_s: float | None = None) -> None:
         left = budget_s - (time.perf_counter() - started)
-        if left < plan.step_estimate_s:
-            skipped.append({"step": step, "reason": f"time budget: {left:.0f} s left of {budget_s:.0f} s"})
-            print(f"  skipped {step}: time budget", flush=True)
-            return False
-        return True
+        if left < (plan.step_estimate_s if estimate_s is None else estimate_s):
+            state["skipped"].append({"step": name, "reason": f"time budget: {left:.0f} s left of {budget_s:.0f} s"})
+            print(f"  skipped {name}: time budget", flush=True)
+            return
+        try:
+            body()
+        except Exception as err:  # noqa: BLE001 - recorded, and the check goes on with the next step
+            state["failed"].append({"step": name, "error": f"{type(err).__name__}: {err}",
+                                    "server_log_tail": server_log_tail(err)})
+            print(f"  FAILED {name}: {type(err).__name__}: {err}", flush=True)
+        saved(state)
 
-    def server(models, instances, cuda_graphs=None):
-        return connect(repo, url=url, models=models, instances=instances, cuda_graphs=cuda_graphs)
+    def server(models, instances, cuda_graphs=None, entries=None):
+        return connect(entries or repo, url=url, models=models, instances=instances, cuda_graphs=cuda_graphs)
 
-    # 1. both models, one instance each: each alone, then the pair
-    if fits("pair"):
+    def pair() -> None:  # both models, one instance each: each alone, the pair, then open-loop replays of the pair
         with server([swept, partner], {swept: 1, partner: 1}) as srv:
             errors = parity.check(srv, [swept, partner])
             print(f"  served outputs vs torch: {errors}", flush=True)
@@ -248,23 +310,218 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
                            parity_error=errors[swept]))
             record(measure(srv, [partner], {partner: 2}, plan, f"{partner} x1", instances=1, cuda_graphs=False,
                            parity_error=errors[partner]))
-            record(measure(srv, [swept, partner], {swept: 2, partner: 2}, plan, f"pair {swept} + {partner}",
-                           instances=1, cuda_graphs=False))
+            both = measure(srv, [swept, partner], {swept: 2, partner: 2}, plan, f"pair {swept} + {partner}",
+                           instances=1, cuda_graphs=False)
+            record(both)
+            for i, load in enumerate(plan.loads):
+                rates = {m: load * both["models"][m]["throughput_rps"] for m in (swept, partner)}
+                record(measure_open(srv, rates, plan, load, seed=i))
+
+    def profile() -> None:
+        from serving_bench.profiles.measure import measure_profile
+
+        measured = measure_profile(repo, [swept, partner], seconds=plan.profile_seconds, rounds=1,
+                                   calibrate=plan.calibrate, pairs=False, idle_rounds=1,
+                                   log=lambda line: print(f"  profile: {line}", flush=True))
+        state["profile"] = measured.to_json()
+
+    def sweep(n: int) -> None:
+        with server([swept], {swept: n}) as srv:
+            record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n}", instances=n, cuda_graphs=False,
+                           parity_error=parity.check(srv, [swept])[swept]))
+
+    def graphs(n: int) -> None:
+        with server([swept], {swept: n}, cuda_graphs="1") as srv:
+            record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n} cuda graphs", instances=n,
+                           cuda_graphs=True, parity_error=parity.check(srv, [swept])[swept]))
+
+    def tensorrt() -> None:
+        from serving_bench.export.api import export_models
+
+        trt_repo = repo.parent / "tensorrt"
+        [exported] = export_models([plan.pair[0]], ["tensorrt"], trt_repo, max_batch_size=plan.max_batch_size,
+                                   precision=plan.precision, log=lambda line: print(f"  {line}", flush=True))
+        if exported["status"] != "exported":
+            state["skipped"].append({"step": "tensorrt", "reason": exported.get("reason", exported["status"])})
+            print(f"  skipped tensorrt: {exported.get('reason')}", flush=True)
+            return
+        entry = exported["name"]
+        with server([entry], {entry: 1}, entries=trt_repo) as srv:
+            record(measure(srv, [entry], {entry: 2}, plan, f"{entry} x1", instances=1, cuda_graphs=False,
+                           parity_error=parity.check(srv, [entry])[entry]))
+
+    step("pair", pair, plan.step_estimate_s * 1.5)
     if url:  # an external server's instance counts are its own: nothing more to vary
-        return runs, skipped
-    # 2. the instance sweep
+        return state
     for n in plan.sweep[1:]:
-        if fits(f"{swept} x{n}"):
-            with server([swept], {swept: n}) as srv:
-                record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n}", instances=n,
-                               cuda_graphs=False, parity_error=parity.check(srv, [swept])[swept]))
-    # 3. CUDA graphs (GPU only)
+        step(f"{swept} x{n}", lambda n=n: sweep(n))
+    step("profile", profile, plan.profile_estimate_s)
     for n in plan.graphs_at:
-        if fits(f"{swept} x{n} cuda graphs"):
-            with server([swept], {swept: n}, cuda_graphs="1") as srv:
-                record(measure(srv, [swept], {swept: 2 * n}, plan, f"{swept} x{n} cuda graphs", instances=n,
-                               cuda_graphs=True, parity_error=parity.check(srv, [swept])[swept]))
-    return runs, skipped
+        step(f"{swept} x{n} cuda graphs", lambda n=n: graphs(n))
+    if plan.mode == "gpu":
+        from serving_bench.export.tensorrt import unavailable_reason
+
+        why_not = unavailable_reason()
+        if why_not is None:
+            step("tensorrt", tensorrt)
+        else:
+            state["skipped"].append({"step": "tensorrt", "reason": why_not})
+            print(f"  skipped tensorrt: {why_not}", flush=True)
+    return state
+
+
+FITTED_ON = 4  # the sweep's law is fitted on N <= this and predicts the larger N (held out)
+FITTED_FORM = "pool_eff"
+METRICS = ("throughput_rps", "p50_ms", "p99_ms")
+
+
+def solo_runs(result: dict) -> dict[str, dict]:
+    """Per model its run alone on one instance (closed loop, no CUDA graphs)."""
+    return {next(iter(r["models"])): r for r in result["runs"] if r["instances"] == 1 and len(r["models"]) == 1
+            and not r.get("cuda_graphs") and "rates" not in r and next(iter(r["models"])) in result["serving"]}
+
+
+def x1_profile(result: dict, device: str):
+    """Where the check's profile step did not run: each model's batch-1 service alone as its x1 run's mean Triton
+    compute time (a constant), and on a GPU its demand as that run's mean GPU utilisation (NVML's share of time a
+    kernel ran: its instance is never idle with two requests in flight), on the check's device; no host CPU, no ways
+    in and out modelled."""
+    from serving_bench.profiles.schema import DeviceInfo, Dist, ModelOnDevice, ModelProfile, Profile
+
+    def on_device(run: dict, m: str) -> ModelOnDevice:
+        util = (run.get("gpu") or {}).get("util_mean_pct")
+        return ModelOnDevice("eager", {1: Dist.constant(run["models"][m]["server_compute_ms"] / 1e3)},
+                             demand={1: util / 100} if util and device != "cpu" else {})
+
+    models = {m: ModelProfile(m, "pytorch_libtorch", result["plan"]["precision"], {device: on_device(r, m)})
+              for m, r in solo_runs(result).items()}
+    kind = "cpu" if device == "cpu" else "gpu"
+    return Profile({device: DeviceInfo(device, kind, cores=result["machine"]["cores"] if kind == "cpu" else None)},
+                   models, source="the x1 runs' mean Triton compute time (the check's profile step did not run)")
+
+
+def predict(result: dict) -> dict:
+    """The simulator's prediction of every run of ``result`` (not the CUDA-graph and TensorRT runs: no profile
+    measured them) from the check's own profile — or, where its profile step did not run, from :func:`x1_profile` —
+    per run and model the simulated throughput, p50 and p99 with each of these sharing laws of the device:
+
+    * ``profile``: the profile's own, fitted to its calibration runs (the configurations with ``calibrate`` instances
+      per model, and the pair, count as fitted); only with a measured profile;
+    * ``pool_eff on N <= 4``: ``pool_eff`` fitted on the sweep's runs of 1, 2 and 4 instances (those count as fitted;
+      the 8 instances, the pair and the replays are held out);
+    * ``baseline``: no interference (law ``none``), fitted to nothing.
+
+    Closed-loop latency is send to answer, open-loop latency from the intended time, as measured. Returns ``rows``
+    (per row and law the simulated figures, and the laws fitted to the row), ``source`` (the profile's), ``laws``
+    (in that order, each its name and parameters) and ``left_out`` (runs not simulated, with the reason)."""
+    from serving_bench.profiles.schema import Profile
+    from serving_bench.run.metrics import summarize
+    from serving_bench.sim.interference import (Observation, answered, fit, serving_from_json, sim_seconds,
+                                                 simulate, throughput, with_law)
+
+    serving = {m: serving_from_json(s) for m, s in result["serving"].items()}
+    device = next(iter(serving.values())).instances[0][0]
+    measured = result.get("profile")
+    profile = Profile.from_json(measured, "the check's profile") if measured else x1_profile(result, device)
+    calibrate = result["plan"]["calibrate"]
+    swept = f"{result['plan']['pair'][0]}_torchscript"
+
+    def observation(run: dict) -> Observation:  # batches capped at the largest profiled size (one-row requests)
+        served = {m: serving[m].replace(instances=((device, run["instances"]),), max_batch_size=min(
+            serving[m].max_batch_size, max(profile.models[m].devices[device].batch_sizes))) for m in run["models"]}
+        rates = {m: v["throughput_rps"] for m, v in run["models"].items()}
+        if "rates" in run:
+            return Observation(device, served, {}, rates, rates=run["rates"], seconds=run["replay_s"],
+                               seed=run["seed"])
+        return Observation(device, served, run["concurrency"], rates)
+
+    def figures(law: dict, obs: Observation) -> dict[str, dict]:
+        shared = with_law(profile, device, law)
+        if obs.rates:
+            models = summarize(simulate(shared, obs))["models"]
+            return {m: {"throughput_rps": v["throughput_rps"], "p50_ms": _ms(v["p50_s"]), "p99_ms": _ms(v["p99_s"])}
+                    for m, v in models.items() if m in obs.rates}
+        seconds = sim_seconds(obs, tail=True)
+        records = simulate(shared, obs, seconds)
+        rps, ok = throughput(records, seconds), answered(records, seconds)
+        out = {}
+        for m in obs.clients:
+            latency = (ok[ok["model"].astype(str) == m]["done_s"] - ok[ok["model"].astype(str) == m]["sent_s"]).to_numpy()
+            quantile = (lambda q: _ms(float(np.percentile(latency, q)))) if len(latency) else (lambda q: None)
+            out[m] = {"throughput_rps": rps[m], "p50_ms": quantile(50), "p99_ms": quantile(99)}
+        return out
+
+    usable, left_out = [], []
+    for run in result["runs"]:
+        if run.get("cuda_graphs") or any(m not in serving or m not in profile.models for m in run["models"]):
+            left_out.append({"run": run["label"], "reason": "no profile of this entry or of its CUDA graphs"})
+        elif not all(v["ok"] for v in run["models"].values()):
+            left_out.append({"run": run["label"], "reason": "no request answered"})
+        else:
+            usable.append(run)
+    sweep = [r for r in usable if "rates" not in r and list(r["models"]) == [swept]]
+    trained = [r for r in sweep if r["instances"] <= FITTED_ON]
+    laws: dict[str, tuple[dict, Callable[[dict], bool]]] = {}  # name -> (law, whether it was fitted to a run)
+    if measured:
+        laws["profile"] = (dict(profile.devices[device].law or {"name": "pool"}), lambda run: calibrate > 1 and
+                           "rates" not in run and (run["instances"] == calibrate or len(run["models"]) > 1))
+    if len(trained) >= 2 and any(r["instances"] > FITTED_ON for r in sweep):
+        fitted, _ = fit(profile, device, [observation(r) for r in trained], FITTED_FORM)
+        laws[f"{FITTED_FORM} on N <= {FITTED_ON}"] = (fitted, lambda run: run in trained)
+    laws["baseline"] = ({"name": "none"}, lambda run: False)
+    rows = []
+    for run in usable:
+        obs = observation(run)
+        sims = {name: figures(law, obs) for name, (law, _) in laws.items()}
+        for m, real in run["models"].items():
+            rows.append({"run": run["label"], "model": m, "measured": {k: real[k] for k in METRICS},
+                         "simulated": {name: sim[m] for name, sim in sims.items()},
+                         "fitted": [name for name, (_, fitted_to) in laws.items() if fitted_to(run)]})
+    return {"rows": rows, "source": profile.source, "laws": [{"name": name, "law": law} for name, (law, _) in laws.items()],
+            "left_out": left_out}
+
+
+def relative(simulated: float | None, measured: float | None) -> float | None:
+    return None if simulated is None or not measured else (simulated - measured) / measured
+
+
+def prediction_lines(prediction: dict) -> list[str]:
+    """The prediction as a markdown table, then each law's worst error on the rows it was not fitted to, last."""
+    rows = prediction["rows"]
+    if not rows:
+        return []
+    names = [law["name"] for law in prediction["laws"]]
+
+    def params(law: dict) -> str:
+        return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in law.items())
+
+    lines = ["", "## The simulator's prediction of these runs", "",
+             f"Profile: {prediction['source']}. Laws: " + "; ".join(f"{law['name']} ({params(law['law'])})"
+                                                                    for law in prediction["laws"]) + ".",
+             "Errors in % of the measured figure, (simulated - measured) / measured: req/s, p50, p99; a law's cells "
+             "are marked * on the runs it was fitted to.", "",
+             "| run | model | measured req/s | p50 ms | p99 ms | " +
+             " | ".join(f"{n}: req/s % | p50 % | p99 %" for n in names) + " |",
+             "|---|---|---|---|---|" + "---|---|---|" * len(names)]
+
+    def cells(r: dict, name: str) -> str:
+        mark = "*" if name in r["fitted"] else ""
+        return " | ".join("n/a" if e is None else f"{e * 100:+.1f}{mark}"
+                          for e in (relative(r["simulated"][name][k], r["measured"][k]) for k in METRICS))
+
+    for r in rows:
+        m = r["measured"]
+        lines.append(f"| {r['run']} | {r['model']} | {m['throughput_rps']:.1f} | {m['p50_ms']} | {m['p99_ms']} | " +
+                     " | ".join(cells(r, n) for n in names) + " |")
+    lines += [f"\nNot predicted: {left['run']} ({left['reason']})." for left in prediction["left_out"]]
+    lines.append("")
+    for name in names:
+        errs = {k: [abs(e) for r in rows if name not in r["fitted"]
+                    for e in [relative(r["simulated"][name][k], r["measured"][k])] if e is not None] for k in METRICS}
+        if any(errs.values()):
+            lines.append(f"worst error where not fitted, {name}: " + ", ".join(
+                f"{k.split('_')[0]} {max(v) * 100:.1f} %" for k, v in errs.items() if v))
+    return lines
 
 
 def markdown(result: dict) -> str:
@@ -277,7 +534,7 @@ def markdown(result: dict) -> str:
              "| run | model | instances | CUDA graphs | req/s | p50 ms | p99 ms | server queue ms | server compute ms "
              "| GPU util mean % | GPU mem peak GB | served vs torch |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in result["runs"]:
-        gpu = run["gpu"]
+        gpu = run.get("gpu") or {}
         util = "n/a" if gpu.get("util_mean_pct") is None else f"{gpu['util_mean_pct']:.0f}"
         mem = "n/a" if gpu.get("mem_used_peak_bytes") is None else f"{gpu['mem_used_peak_bytes'] / 1e9:.1f}"
         parity = "-" if run.get("parity_error") is None else f"{run['parity_error']:.1e}"
@@ -289,6 +546,15 @@ def markdown(result: dict) -> str:
         lines += ["", "INCOMPLETE: the check was cut short after the runs above."]
     if result["skipped"]:
         lines += ["", "Skipped: " + "; ".join(f"{s['step']} ({s['reason']})" for s in result["skipped"])]
+    for failed in result.get("failed", []):
+        lines += ["", f"FAILED {failed['step']}: {failed['error']}"]
+        if failed["server_log_tail"]:
+            lines += ["", "```", *failed["server_log_tail"], "```"]
+    if result.get("prediction"):
+        lines += prediction_lines(result["prediction"])
+    else:
+        lines += ["", "Not yet predicted: `scripts/gpu_check.py --predict <this result's .json>` adds the "
+                      "simulator's prediction of these runs."]
     if result["plan"]["mode"] == "cpu":
         lines += ["", "CPU plan: tiny models on KIND_CPU instances, a check that the script works end to end; these "
                       "figures say nothing about a GPU."]
@@ -296,9 +562,10 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_result(result: dict, out: Path) -> list[Path]:
+def write_result(result: dict, out: Path, stem: str | None = None) -> list[Path]:
+    """``<stem>.json`` and ``.md`` in ``out`` (default stem ``gpu_check_<date>_<machine>``), each replaced whole."""
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"gpu_check_{result['date']}_{result['machine']['machine']}"
+    stem = stem or f"gpu_check_{result['date']}_{result['machine']['machine']}"
     paths = []
     for suffix, text in ((".json", json.dumps(result, indent=2, sort_keys=True) + "\n"), (".md", markdown(result))):
         path = out / f"{stem}{suffix}"
@@ -309,6 +576,16 @@ def write_result(result: dict, out: Path) -> list[Path]:
     return paths
 
 
+def add_prediction(path: Path) -> int:
+    """``--predict``: add :func:`predict` to a saved result (``.json``) and write its ``.json`` and ``.md`` again."""
+    result = json.loads(path.read_text())
+    result["prediction"] = predict(result)
+    for written in write_result(result, path.parent, path.stem):
+        print(f"wrote {written}")
+    print("\n".join(prediction_lines(result["prediction"])))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="the reduced CPU plan (tiny models, KIND_CPU instances)")
@@ -317,7 +594,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=450.0, help="stop starting new steps after this (s)")
     parser.add_argument("--url", help="measure an external Triton (gRPC host:port) that serves the exported models")
     parser.add_argument("--repo", help="export into this folder (default: a temporary one)")
+    parser.add_argument("--predict", metavar="RESULT.json", help="measure nothing: add the simulator's prediction to "
+                                                                 "a saved result and write it again")
     args = parser.parse_args(argv)
+    if args.predict:
+        return add_prediction(Path(args.predict))
     started = time.perf_counter()
 
     import torch
@@ -331,29 +612,35 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts(gpu)
     print(f"gpu_check: {plan.mode} plan on {facts.get('gpu') or facts['cpu']}", flush=True)
     command = " ".join(["scripts/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])])
+    serving: dict = {}
 
-    def result_of(runs: list, skipped: list, complete: bool) -> dict:
+    def result_of(state: dict, complete: bool) -> dict:
         return {"date": datetime.date.today().isoformat(), "machine": facts, "plan": dataclasses.asdict(plan),
-                "command": command, "url": args.url, "runs": list(runs), "skipped": list(skipped),
-                "complete": complete, "elapsed_s": round(time.perf_counter() - started, 1)}
+                "command": command, "url": args.url, "serving": serving, **state, "complete": complete,
+                "elapsed_s": round(time.perf_counter() - started, 1)}
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         repo = Path(args.repo) if args.repo else Path(tmp) / "repo"
         print(f"export {', '.join(plan.pair)} ({plan.precision}, TorchScript) into {repo}", flush=True)
-        export_repo(plan, repo)
-        runs, skipped = run_checks(plan, repo, args.budget_s, started, args.url,
-                                   saved=lambda r, s: write_result(result_of(r, s, False), Path(args.out)))
-    result = result_of(runs, skipped, True)
+        serving.update(export_repo(plan, repo))
+        state = run_checks(plan, repo, args.budget_s, started, args.url,
+                           saved=lambda state: write_result(result_of(state, False), Path(args.out)))
+    result = result_of(state, True)
+    if not gpu:  # on a GPU host afterwards, elsewhere: see the module docstring
+        result["prediction"] = predict(result)
+        print("\n".join(prediction_lines(result["prediction"])))
     for path in write_result(result, Path(args.out)):
         print(f"wrote {path}")
     from serving_bench.export.parity import TOLERANCE
 
+    runs = result["runs"]
     failed = [f"{r['label']}: {n}" for r in runs for n, m in r["models"].items() if m["failed"] or m["ok"] == 0]
     failed += [f"{r['label']}: served outputs differ from torch by {r['parity_error']:.3g} (tolerance "
                f"{TOLERANCE[plan.precision]:g})" for r in runs
                if r.get("parity_error") is not None and not r["parity_error"] <= TOLERANCE[plan.precision]]
+    failed += [f"step {f['step']}: {f['error']}" for f in result["failed"]]
     if failed:
-        print(f"requests failed in: {', '.join(failed)}", file=sys.stderr)
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
 

@@ -28,13 +28,14 @@ done
 
 # module to import -> wheel (distribution) that provides it; installed only where the import fails
 NEEDED="packaging:packaging tritonclient.grpc:tritonclient==2.50.0 rapidjson:python-rapidjson pandas:pandas
-dateutil:python-dateutil pytz:pytz six:six psutil:psutil"
+dateutil:python-dateutil pytz:pytz six:six psutil:psutil simpy:simpy"
 
 has_all() {  # the interpreter $1 imports everything the check needs (pytriton located without importing it); else
              # it prints what is missing
   "$1" - <<'EOF'
 import importlib.util, sys
-mods = ["torch", "numpy", "grpc", "google.protobuf", "tritonclient.grpc", "rapidjson", "pandas", "psutil"]
+mods = ["torch", "numpy", "grpc", "google.protobuf", "tritonclient.grpc", "rapidjson", "pandas", "psutil", "simpy",
+        "prometheus_client", "yaml", "scipy", "pyarrow"]
 missing = [m for m in mods if importlib.util.find_spec(m.split(".")[0]) is None]
 if importlib.util.find_spec("pytriton") is None:
     missing.append("pytriton")
@@ -61,9 +62,15 @@ if ! has_all "$PY" >/dev/null 2>&1; then
   fi
   if [ ! -x "$VENV/bin/python" ]; then
     echo "making $VENV over $PY's site-packages"
-    "$PY" -m venv --system-site-packages "$VENV"
+    "$PY" -m venv --system-site-packages --without-pip "$VENV"  # no ensurepip needed: $PY's pip installs (below)
+    # where $PY is itself a venv (the GPU host's python3 is /opt/torch/.venv/bin/python3), --system-site-packages
+    # reaches the base interpreter's packages, not that venv's torch: a .pth file adds $PY's own site folders after
+    # this venv's (so numpy<2 installed here still comes first); the stubs read it too, as they start from this venv
+    "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' \
+      > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-site-packages.pth"
   fi
-  PIP=("$VENV/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" --disable-pip-version-check)
+  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  PIP=("$PY" -m pip install --quiet --no-index --find-links "$WHEELS" --disable-pip-version-check --target "$SITE")
   # numpy<2 shadows the host's numpy 2 in this venv: the python backend of Triton 2.51 needs it in the stub (with
   # numpy 2 an output tensor arrives with its shape and no bytes); torch works with either
   if ! "$VENV/bin/python" -c "import numpy, sys; sys.exit(int(numpy.__version__.split('.')[0]) >= 2)" 2>/dev/null; then
@@ -86,5 +93,7 @@ echo "python: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], 
 
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export SERVING_BENCH_CACHE="${SERVING_BENCH_CACHE:-$REPO/.cache/serving-bench}"
+# the simulator's compiled engine is built by make, not on a GPU host that only runs this check: there, its source
+"$PY" -c "import serving_bench.sim.core" 2>/dev/null || export SERVING_BENCH_SIM_PURE=1
 cd "$REPO"
 exec timeout --signal=INT --kill-after=20 480 "$PY" "$REPO/scripts/gpu_check.py" "${ARGS[@]}"

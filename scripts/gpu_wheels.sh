@@ -21,7 +21,7 @@ mkdir -p "$DIR"
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
   -d "$DIR" \
   nvidia-pytriton==0.7.0 tritonclient==2.50.0 python-rapidjson==1.25 numpy==1.26.4 packaging==26.4 \
-  pandas==2.3.3 python-dateutil==2.9.0.post0 pytz==2026.6 tzdata==2026.6 six==1.17.0 psutil==7.2.2
+  pandas==2.3.3 python-dateutil==2.9.0.post0 pytz==2026.6 tzdata==2026.6 six==1.17.0 psutil==7.2.2 simpy==4.1.2
 "$PY" - "$DIR" <<'PYEOF'
 import pathlib, re, sys, zipfile
 

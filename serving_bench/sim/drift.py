@@ -23,8 +23,12 @@ from functools import lru_cache
 from typing import Mapping
 
 import numpy as np
-from scipy.signal import lfilter
 from scipy.special import ndtr, ndtri
+
+try:
+    from scipy.signal import lfilter
+except (ImportError, AttributeError):  # a scipy built for numpy 2 beside numpy 1 (scripts/gpu_check.sh on the GPU host)
+    lfilter = None
 
 GRID_STEP_S = 0.5e-3  # the latent's time step (the shortest correlation time measured is a few milliseconds)
 GRID_POINTS = 1 << 17  # grid length before it wraps: 65.5 s
@@ -60,6 +64,18 @@ class HostDrift:
         return _latent(self, seed)
 
 
+def _ar1(b: float, a: float, x: np.ndarray) -> np.ndarray:
+    """``y[n] = b x[n] + a y[n - 1]`` (``y[-1] = 0``): scipy's ``lfilter([b], [1, -a], x)``, or the same float
+    operations in Python where scipy.signal cannot be imported."""
+    if lfilter is not None:
+        return lfilter([b], [1.0, -a], x)
+    y, previous = np.empty_like(x), 0.0
+    for n, value in enumerate(x.tolist()):
+        previous = b * value + a * previous
+        y[n] = previous
+    return y
+
+
 @lru_cache(maxsize=8)
 def _latent(drift: HostDrift, seed: int) -> np.ndarray:
     rng = np.random.default_rng((seed, 6))
@@ -68,7 +84,7 @@ def _latent(drift: HostDrift, seed: int) -> np.ndarray:
         a = math.exp(-GRID_STEP_S / tau)
         noise = rng.standard_normal(GRID_POINTS)
         noise[0] /= math.sqrt(1.0 - a * a)  # the first point drawn from the stationary law
-        z += math.sqrt(share) * lfilter([math.sqrt(1.0 - a * a)], [1.0, -a], noise)
+        z += math.sqrt(share) * _ar1(math.sqrt(1.0 - a * a), a, noise)
     z.setflags(write=False)
     return z
 
