@@ -89,14 +89,17 @@ def test_a_gpu_result_without_its_profile_is_predicted_from_its_x1_runs(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     prediction = json.loads(copy.read_text())["prediction"]
     assert prediction["source"].startswith("the x1 runs' mean Triton compute time")
-    assert [law["name"] for law in prediction["laws"]] == ["pool_eff on N <= 4", "baseline"]
+    assert [law["name"] for law in prediction["laws"]] == ["profile", "pool_eff on N <= 4", "baseline"]
+    assert prediction["laws"][0]["law"] == {"name": "pool"}  # the solo demands alone, nothing fitted
     rows = {(r["run"], r["model"]): r for r in prediction["rows"]}
     x8 = rows[("resnet50_torchscript x8", "resnet50_torchscript")]
     assert x8["fitted"] == [] and rows[("resnet50_torchscript x4", "resnet50_torchscript")]["fitted"] == \
         ["pool_eff on N <= 4"]
     # without interference 8 instances would answer about 8 x the one instance's rate: far above what was measured
     assert x8["simulated"]["baseline"]["throughput_rps"] > 1.5 * x8["measured"]["throughput_rps"]
-    assert x8["simulated"]["pool_eff on N <= 4"]["throughput_rps"] < x8["simulated"]["baseline"]["throughput_rps"]
+    # on a GPU a batch stretches whole: 8 instances are held to what the device's share per request allows
+    for law in ("profile", "pool_eff on N <= 4"):
+        assert x8["simulated"][law]["throughput_rps"] == pytest.approx(x8["measured"]["throughput_rps"], rel=0.3)
     assert [left["run"] for left in prediction["left_out"]] == ["resnet50_torchscript x1 cuda graphs",
                                                                 "resnet50_torchscript x8 cuda graphs"]
     assert "\nworst error where not fitted, pool_eff on N <= 4: throughput " in copy.with_suffix(".md").read_text()

@@ -247,6 +247,23 @@ def test_time_sliced_gpu_halves_each_batch_speed():
     assert sorted(r["instance"]) == [0, 1]
 
 
+@pytest.mark.parametrize("k, done_s", [(2, 0.006), (4, 0.006), (8, 0.012)])
+def test_gpu_batches_stretch_whole_so_the_device_is_never_over_used(k, done_s):
+    """k batches of 6 ms, each keeping the GPU busy a quarter of its time alone (demand 0.25), start at once on k
+    instances. Up to k = 4 they fit the device (D <= 1: solo speed). At k = 8, D = 2: the device has 8 x 0.25 x 6 ms =
+    12 ms of work to do, so all end at 12 ms — each stretched whole (phi = 1). Stretching only its busy share (phi =
+    d) would end them at 7.5 ms, the device busy 160 % of the time (docs/sim.md, "On a GPU a batch stretches
+    whole")."""
+    data = sleep_profile(device="gpu0", kind="gpu", sizes=(1,)).to_json()
+    data["models"]["sleep_python"]["devices"]["gpu0"]["demand"] = {"1": 0.25}
+    profile = Profile.from_json(data, "p.json")
+    sched = Schedule(np.zeros(k), np.zeros(k), ("sleep_python",), np.zeros(k), np.ones(k), {})
+    config = one(max_batch_size=1, instances=(("gpu0", k),))
+    for engine in ("fast", "simpy"):
+        r = SimTarget(profile, config, engine=engine).run(sched).table
+        assert list(r["done_s"]) == pytest.approx([done_s] * k) and sorted(r["instance"]) == list(range(k))
+
+
 def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
     """A model whose batches use none of the device (measured demand 0, like the sleep model) neither slows a model
     that fills it (its own curve: time-sliced, demand 1) nor is slowed by it."""

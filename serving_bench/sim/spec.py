@@ -20,6 +20,9 @@ The **demand** of a batch of ``b`` items of a model on a device, in this order:
    device the batch keeps busy judged from the profile's own batch scaling, ``f_b = min(1, (b / B) t(B) / t(b))``
    (``B`` the largest measured batch, assumed to fill the device; ``t`` the median service time): eager,
    launch-bound small batches leave most of a GPU idle, large ones fill it.
+
+On a GPU a batch is stretched whole (its kind's ``phi`` is 1, not ``d``): stretching only its share of the device
+would let batches together use more than the device (docs/sim.md, "On a GPU a batch stretches whole").
 """
 
 from __future__ import annotations
@@ -354,7 +357,8 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
             for b in range(1, max(m.max_batch, 1) + 1):
                 curve = _curve_for(md.colocation, b)
                 rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b,
-                                                batch_demand(info, md, b, curve, handoff, psi), md.threads, curve)
+                                                batch_demand(info, md, b, curve, handoff, psi), md.threads, curve,
+                                                phi=1.0 if info.kind == "gpu" else None)
             if m.pickup_s.get(device, 0.0) > 0.0:  # a thread waking up: it waits for a core, its CPU is the batch's
                 # (stretched by the others, or, with a run queue, queued for a core and then run at full speed)
                 rule.kinds[(m.index, -1)] = Kind((m.index, -1), m.index, -1, 0.0,
