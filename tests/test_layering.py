@@ -36,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "peers": {"errors", "files", "telemetry"},  # a result's machine facts: the hypervisor's steal
     "load": FOUNDATIONS | {"run", "export", "serving_config", "serve", "telemetry"},
     # measuring a profile fits the devices' sharing law through the simulator (sim.interference, sim.device's laws)
-    "profiles": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "sim.interference", "sim.device"},
+    "profiles": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "telemetry", "sim.interference",
+                               "sim.device"},  # telemetry: a GPU entry's busy share (NVML)
     # the simulator knows the spine, profiles' schema and the serving knobs; never a real server or the driver
     "sim": FOUNDATIONS | {"run", "export", "serving_config", "profiles.schema", "profiles.distributions",
                           "load.profile"},

@@ -17,7 +17,7 @@ from serving_bench.serve.ports import free_port
 from serving_bench.serve.server import TritonServer
 from serving_bench.telemetry import Telemetry
 from serving_bench.telemetry.cpu import DISTURBED_SHARE, JUDGED_AFTER_S, StealClock
-from serving_bench.telemetry.gpu import GpuSampler
+from serving_bench.telemetry.gpu import GpuBusy, GpuSampler
 from serving_bench.telemetry.prometheus import parse_prometheus, scrape
 
 pytestmark = pytest.mark.server
@@ -136,6 +136,19 @@ def test_missing_gpu_is_reported_once(caplog):
         second, third = GpuSampler(), GpuSampler()
     assert first.reason and "NVML" in first.reason and second.sample() == [] and not third.available
     assert len(caplog.records) == 0  # already said once in this process (by ``first`` or an earlier test)
+
+
+def test_gpu_busy_share_is_none_without_nvml_and_the_block_runs():
+    """Where NVML is missing (these CPU machines) a profile's GPU entry records no busy share (the simulator then
+    estimates the demand): the block runs, no thread is left, ``share`` is None."""
+    if GpuSampler().available:
+        pytest.skip("a GPU is present: the no-GPU fallback cannot be exercised")
+    ran = []
+    with GpuBusy(0, interval_s=0.01) as busy:
+        ran.append(True)
+        time.sleep(0.05)
+    assert ran == [True] and busy.share is None and busy._thread is None
+    assert GpuSampler().busy_pct(0) is None
 
 
 def test_the_steal_clock_judges_a_disturbance_only_over_a_span_long_enough_to_count():

@@ -226,6 +226,15 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
     return runner, h, handoff
 
 
+def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> float | None:
+    """The share of a GPU one batch keeps busy alone: ``busy_share`` (NVML's share of time a kernel ran over a
+    one-at-a-time run of ``model`` lasting ``seconds``) over the share of the run its instance spent executing
+    (answered batches x Triton's mean compute time / ``seconds``), at most 1; None where the run executed nothing.
+    (Eager resnet50 at batch 1 on an H200: 0.21-0.33, docs/serve.md "GPU check".)"""
+    executing = len(run.latency[model]) * run.compute_s(model) / seconds
+    return min(1.0, busy_share / executing) if executing > 0 else None
+
+
 def handoff_split(alone: LoopRun, batched: LoopRun, model: str) -> tuple[float, float] | None:
     """(per request, per batch) host CPU seconds outside the runner, from two runs of one-row requests whose
     batches held different numbers of requests — one request at a time (``alone``), and several in flight on one

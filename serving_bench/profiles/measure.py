@@ -50,7 +50,10 @@ and the client's own jitter on a busy machine must not leak into service times:
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
   cost of each extra request (clamped at 0).
 * **Demands** (what the interference model shares, :mod:`serving_bench.sim.device`): per batch size, the cores a
-  batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance); per model, the
+  batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance) — on a GPU the
+  share of the device it keeps busy instead (:func:`~serving_bench.profiles.estimators.gpu_demand`: NVML's busy
+  share over the solo run, :class:`~serving_bench.telemetry.gpu.GpuBusy`; without NVML none is recorded and the
+  simulator estimates it from the batch scaling); per model, the
   cores a request keeps busy on its way in and out (the rest of the run's CPU — client, Triton's threads, the stubs
   outside their batches — over the time requests spend outside the instance). The requests are handled on the
   host's cores (``request_device``). Where the per-request cost run batched requests (more requests per executed
@@ -109,7 +112,7 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, ensemble_members, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, EnsembleExtra, IdleEffect
 from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
-                                              ensemble_extra, handoff_split, lone_wait_s, per_request_cost,
+                                              ensemble_extra, gpu_demand, handoff_split, lone_wait_s, per_request_cost,
                                               phase_drift, pickup_s, quiet_wait, service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
@@ -119,6 +122,7 @@ from serving_bench.serving_config import ModelServing, ServingConfig, model_serv
 from serving_bench.sim.interference import (WAIT_S_RANGE, Observation, alone_latency, open_schedule, pinned, tail_error,
                                            with_law)
 from serving_bench.sim.interference import fit as fit_law
+from serving_bench.telemetry.gpu import GpuBusy
 
 DEFAULT_SECONDS = 2.0
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
@@ -272,9 +276,17 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
 
+    gpu_busy: dict[tuple[str, int], float | None] = {}  # (model, batch) -> NVML's busy share of its solo run
+
     def solo(m: str, b: int) -> Step:
         def measure(session: Session) -> LoopRun:
-            run = session.run({m: (b, 1)}, seconds)
+            device = results[m].device
+            if device == HOST_DEVICE:
+                run = session.run({m: (b, 1)}, seconds)
+            else:
+                with GpuBusy(int(device[3:] or 0)) as busy:
+                    run = session.run({m: (b, 1)}, seconds)
+                gpu_busy[(m, b)] = None if busy.share is None else gpu_demand(busy.share, run, m, seconds)
             log(f"{m}: batch {b}: {len(run.latency[m])} requests, server compute {run.compute_s(m) * 1e3:.3f} ms")
             return run
         return (m, "solo", b), measure
@@ -360,6 +372,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 overhead_mean = r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
             r.batches[b] = thin(service)
             batch_demand, hop, request_demand = demands(runs[(m, "solo", b)], m)
+            if r.device != HOST_DEVICE:  # the runner's CPU is the host's: on a GPU, the device's share (or none)
+                batch_demand = gpu_busy.get((m, b))
             if batch_demand is not None:
                 r.demand[b] = batch_demand
             if b == sizes[m][0]:
@@ -368,7 +382,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 r.drift = phase_drift(runs[(m, "solo", b)], m, lone_wait_s(config, b))
             log(f"{m}: batch {b}: service mean {r.batches[b].mean * 1e3:.3f} ms, p99 "
                 f"{r.batches[b].quantile(0.99) * 1e3:.3f} ms" +
-                (f", {batch_demand:.2f} cores" if batch_demand is not None else "") + (
+                (f", {batch_demand:.2f} {'cores' if r.device == HOST_DEVICE else 'of the GPU'}"
+                 if batch_demand is not None else "") + (
                     f"; overhead mean {r.overhead.mean * 1e3:.3f} ms, dispatch mean "
                     f"{r.dispatch.mean * 1e3:.3f} ms" if b == sizes[m][0] and r.dispatch is not None else "") +
                 (f", {request_demand:.2f} cores on the way in and out (hop {hop * 1e6:.0f} us)"

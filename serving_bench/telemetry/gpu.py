@@ -10,6 +10,7 @@ sample period (1/6 s to 1 s). It is not SM occupancy; DCGM's profiling counters 
 from __future__ import annotations
 
 import logging
+import threading
 
 import pandas as pd
 
@@ -83,6 +84,15 @@ class GpuSampler:
                 rows.append(Row(source, "server_mem_bytes", "", server_mem))
         return rows
 
+    def busy_pct(self, index: int) -> float | None:
+        """NVML's ``utilization.gpu`` of device ``index`` now (%), or None where it cannot be read."""
+        if not self.available or index >= len(self._handles):
+            return None
+        try:
+            return float(self._nvml.nvmlDeviceGetUtilizationRates(self._handles[index]).gpu)
+        except self._nvml.NVMLError:
+            return None
+
     def close(self) -> None:
         if self._nvml is not None:
             try:
@@ -90,6 +100,41 @@ class GpuSampler:
             except self._nvml.NVMLError:
                 pass
             self._nvml = None
+
+
+class GpuBusy:
+    """``with GpuBusy(index) as busy: ...``: the mean share of time (0..1) device ``index`` ran a kernel while the
+    block ran, NVML's ``utilization.gpu`` polled every ``interval_s`` in a thread (``busy.share`` after the block;
+    None where NVML is unavailable or read nothing). NVML averages over its own sample period (1/6 s to 1 s), so a
+    block should last a few seconds."""
+
+    def __init__(self, index: int, interval_s: float = 0.05):
+        self.index, self.interval_s = index, interval_s
+        self.share: float | None = None
+        self._values: list[float] = []
+        self._stop = threading.Event()
+        self._sampler: GpuSampler | None = None
+        self._thread: threading.Thread | None = None
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            value = self._sampler.busy_pct(self.index)
+            if value is not None:
+                self._values.append(value)
+
+    def __enter__(self) -> "GpuBusy":
+        self._sampler = GpuSampler()
+        if self._sampler.available:
+            self._thread = threading.Thread(target=self._poll, name="gpu-busy", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sampler.close()
+        self.share = sum(self._values) / len(self._values) / 100.0 if self._values else None
 
 
 def summarize_gpu(frame: pd.DataFrame, available: bool, reason: str | None) -> dict:
