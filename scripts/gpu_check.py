@@ -8,13 +8,14 @@ the server log's tail, and the next one runs):
 
 1. one server with both models, one instance each: resnet50 alone, bert_base alone, then both at once (the pair),
    then open-loop replays of both at ``loads`` of the pair's measured rates (Poisson, :func:`open_schedule`);
-2. one server per instance count N in 2, 4, 8 (N = 1 is run 1): resnet50 alone;
-3. the profile ``serving-bench profile`` measures of both models (one instance each, then the sharing law fitted to
-   ``calibrate`` instances per model; short runs);
+2. the profile ``serving-bench profile`` measures of both models (one instance each, then the sharing law fitted to
+   ``calibrate`` instances per model; short runs; before the sweep since 2026-12-04: the first H200 session's sweep
+   ran three times and its profile not once);
+3. one server per instance count N in 2, 4, 8 (N = 1 is run 1): resnet50 alone;
 4. CUDA graphs (batch size 1 captured) at N = 1 and 8: resnet50 alone;
 5. resnet50 exported to TensorRT (fp16) and served alone, where ``import tensorrt`` works (else skipped, saying why).
 
-The simulator's prediction of runs 1 and 2 from the profile of 3 (:func:`predict`, beside the baseline without
+The simulator's prediction of runs 1 and 3 from the profile of 2 (:func:`predict`, beside the baseline without
 interference and, for the sweep, the law fitted on N <= 4 predicting N = 8) is computed on the CPU plan at the end, and
 for a GPU result afterwards on any machine: ``scripts/gpu_check.py --predict RESULT.json`` (the GPU host's Python has
 no compiled engine, and its minutes are the scarce ones).
@@ -353,9 +354,9 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
     step("pair", pair, plan.step_estimate_s * 1.5)
     if url:  # an external server's instance counts are its own: nothing more to vary
         return state
+    step("profile", profile, plan.profile_estimate_s)
     for n in plan.sweep[1:]:
         step(f"{swept} x{n}", lambda n=n: sweep(n))
-    step("profile", profile, plan.profile_estimate_s)
     for n in plan.graphs_at:
         step(f"{swept} x{n} cuda graphs", lambda n=n: graphs(n))
     if plan.mode == "gpu":

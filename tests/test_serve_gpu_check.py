@@ -71,7 +71,7 @@ def test_steps_that_do_not_fit_the_budget_are_listed_as_skipped(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(next(tmp_path.glob("gpu_check_*.json")).read_text())
     assert result["runs"] == []
-    assert [s["step"] for s in result["skipped"]] == ["pair", "tiny_cnn_torchscript x2", "profile"]
+    assert [s["step"] for s in result["skipped"]] == ["pair", "profile", "tiny_cnn_torchscript x2"]
     assert all(s["reason"].startswith("time budget") for s in result["skipped"])
 
 
