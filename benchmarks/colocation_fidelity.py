@@ -35,9 +35,9 @@ above (a quick replay's tiny models: most), then give the repeated replay's wors
 measurement itself can resolve. The last line is the worst error of each metric over every entry and scenario.
 
     .venv/bin/python benchmarks/colocation_fidelity.py [--quick] [--out DIR] [--law FORM] [--laws FORM ...]
-                                                       [--data SAVED.json ...]
+                                                       [--data SAVED.json.xz ...]
 
-The measurements are saved first (``colocation_fidelity_data[_quick]_<date>_<host>.json``: the solo profile, every
+The measurements are saved first (``colocation_fidelity_data[_quick]_<date>_<host>.json.xz``: the solo profile, every
 closed-loop run, the replays' figures); ``--data`` evaluates saved measurements again without a server. Given the
 saved measurements of several sessions it evaluates each and prints the medians and ranges over the sessions of the
 held-out errors of every law, of part (a)'s requests per batch and of the worst errors (sessions measured on a
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import tempfile
@@ -61,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
+from serving_bench.files import read_json  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.report import Spread, write_result  # noqa: E402
@@ -449,7 +449,7 @@ def sessions(paths: list[str], laws: tuple[str, ...], law: str = DEFAULT_LAW) ->
     the worst errors: whether a form or a mechanism wins across sessions or in one. Returns what it printed."""
     runs, skipped = {}, {}
     for path in paths:
-        data = json.loads(Path(path).read_text())
+        data = read_json(path, "saved measurements")
         if data.get("steal_share", 0.0) > DISTURBED_SHARE:
             skipped[path] = data["steal_share"]
             continue
@@ -504,10 +504,11 @@ def main() -> int:
         return 0
     if args.data:
         data_path = args.data[0]
-        data = json.loads(Path(data_path).read_text())
+        data = read_json(data_path, "saved measurements")
     else:
         data = measure(args.quick)
-        data_path = str(write_result("colocation_fidelity_data", data, quick=args.quick, out_dir=args.out))
+        data_path = str(write_result("colocation_fidelity_data", data, quick=args.quick, out_dir=args.out,
+                                     compressed=True))
         print(f"measurements: {data_path}")
     rows, held_out, fitted, batching = evaluate(data, laws, args.law)
     worst, inside, repeat = worst_errors(rows), inside_intervals(rows), repeatability(data)

@@ -11,14 +11,13 @@ send to the batch's start; runtime: the logged batch; way out: batch end to answ
 first batch that starts after its send, which is its own only while the model rarely queues: not resnet50's). A model whose simulated CPU
 agrees while its latency spreads less than measured is missing a mechanism of the tail, not of the mean.
 
-    .venv/bin/python scripts/load_phases.py --data benchmarks/results/colocation_fidelity_data_<date>.json
+    .venv/bin/python scripts/load_phases.py --data benchmarks/results/colocation_fidelity_data_<date>.json.xz
         [--repo DIR (exported there when missing)] [--loads 0.3,0.6,0.9]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import colocation_fidelity as bench  # noqa: E402
 from wait_decomposition import first_batch  # noqa: E402
 
+from serving_bench.files import read_json  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
@@ -70,12 +70,12 @@ def quantiles_ms(values: np.ndarray) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="a colocation_fidelity_data_*.json file")
+    parser.add_argument("--data", type=Path, required=True, help="a colocation_fidelity_data_*.json.xz file")
     parser.add_argument("--repo", type=Path, default=Path("/tmp/serving-bench-load-phases"))
     parser.add_argument("--loads", default="0.3,0.6,0.9")
     args = parser.parse_args()
     try:
-        data = json.loads(args.data.read_text())
+        data = read_json(args.data, "saved measurements")
         loads = [float(x) for x in args.loads.split(",")]
     except (OSError, ValueError) as err:
         parser.error(f"--data / --loads: {err}")

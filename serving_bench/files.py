@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import lzma
 import os
 import shutil
 import tempfile
@@ -47,7 +48,10 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    """Write ``text`` (UTF-8) to ``path`` atomically; a path ending ``.xz`` is written xz-compressed (a large saved
+    measurement: :func:`read_text` reads it back)."""
+    if Path(path).suffix == ".xz":
+        return atomic_write(path, lambda tmp: tmp.write_bytes(lzma.compress(text.encode("utf-8"), preset=9)))
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
@@ -82,11 +86,16 @@ def publish_folder(staging: str | Path, dest: str | Path, *, replace: bool) -> b
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
-    """The file's text; a missing or unreadable file is ``<path>: cannot read the <what>: <reason>``."""
+    """The file's text (a path ending ``.xz``: decompressed); a missing or unreadable file is ``<path>: cannot read
+    the <what>: <reason>``."""
     try:
+        if Path(path).suffix == ".xz":
+            return lzma.decompress(Path(path).read_bytes()).decode("utf-8")
         return Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise InputError(path, None, f"cannot read the {what}: {err.strerror or err}") from None
+    except (lzma.LZMAError, UnicodeDecodeError) as err:
+        raise InputError(path, None, f"cannot read the {what}: not xz-compressed UTF-8 text ({err})") from None
 
 
 def read_yaml(path: str | Path, what: str = "file") -> Any:

@@ -145,6 +145,24 @@ def test_a_result_takes_the_suffix_of_the_measurements_it_was_computed_from(tmp_
     assert taken.name == data.name.replace("bench_data", "bench").replace("_3.json", "_2.json")
 
 
+def test_saved_measurements_are_compressed_and_read_back_and_their_results_pair_with_them(tmp_path):
+    from serving_bench.errors import InputError
+    from serving_bench.files import read_json
+
+    first = write_result("bench_data", {"x": [1.5, 2.0]}, quick=True, out_dir=tmp_path, compressed=True)
+    data = write_result("bench_data", {"x": [3.0]}, quick=True, out_dir=tmp_path, compressed=True, markdown="# m")
+    assert first.name.endswith(".json.xz") and data.name == first.name.replace(".json.xz", "_2.json.xz")
+    assert read_json(data)["x"] == [3.0] and read_json(first)["x"] == [1.5, 2.0]
+    assert (tmp_path / data.name.replace(".json.xz", ".md")).read_text() == "# m\n"
+    assert len(data.read_bytes()) < len(json.dumps(read_json(data), indent=2))  # compressed on disk
+    paired = write_result("bench", {}, quick=True, out_dir=tmp_path, same_suffix_as=data)
+    assert paired.name == data.name.replace("bench_data", "bench").replace(".json.xz", ".json")
+    broken = tmp_path / "broken.json.xz"
+    broken.write_bytes(b"{not xz}")
+    with pytest.raises(InputError, match="broken.json.xz: cannot read the saved measurements: not xz-compressed"):
+        read_json(broken, "saved measurements")
+
+
 def test_a_result_records_the_hypervisors_steal_and_says_when_the_machine_was_disturbed(tmp_path, monkeypatch, capsys):
     quiet = write_result("bench", {"run": 1}, quick=True, out_dir=tmp_path)
     facts = json.loads(quiet.read_text())

@@ -49,12 +49,23 @@ def machine() -> dict:
             "steal_share": round(_STEAL.share(), 4)}
 
 
+def result_stem(path: Path) -> str:
+    """A result file's name without ``.json.xz`` or ``.json``."""
+    for ending in (".json.xz", ".json"):
+        if path.name.endswith(ending):
+            return path.name[: -len(ending)]
+    return path.stem
+
+
 def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | None = None,
-                 markdown: str | None = None, timed: bool = True, same_suffix_as: Path | None = None) -> Path:
+                 markdown: str | None = None, timed: bool = True, same_suffix_as: Path | None = None,
+                 compressed: bool = False) -> Path:
     """Write ``data`` (plus :func:`machine`) as JSON, and ``markdown`` beside it as ``.md`` if given; returns the
     JSON path: ``NAME[_quick]_DATE_HOST.json``, or ``..._2.json``, ``_3``, ... when an earlier run of the day has it
-    (a committed result is never overwritten). ``same_suffix_as``: a file this run wrote under another name (its
-    measurements, say); this one takes its suffix where that is free, so the pair's names agree. A run on a disturbed
+    (a committed result is never overwritten); with ``compressed``, ``.json.xz`` (saved measurements: megabytes of
+    JSON, a fifth of it compressed; ``files.read_json`` reads either). ``same_suffix_as``: a file this run wrote under
+    another name (its measurements, say); this one takes its suffix where that is free, so the pair's names agree. A
+    run on a disturbed
     machine (hypervisor steal above ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout, unless nothing in it
     was timed (``timed=False``: figures computed from saved measurements, whose own files record their steal)."""
     facts = machine()
@@ -62,19 +73,21 @@ def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | No
     out_dir.mkdir(parents=True, exist_ok=True)
     day_host = f"_{facts['date']}_{facts['host']}"
     stem = f"{name}{'_quick' if quick else ''}{day_host}"
-    path, n = out_dir / f"{stem}.json", 2
+    ending = ".json.xz" if compressed else ".json"
+    path, n = out_dir / f"{stem}{ending}", 2
     if same_suffix_as is not None:
-        head, found, suffix = Path(same_suffix_as).stem.rpartition(day_host)
+        head, found, suffix = result_stem(Path(same_suffix_as)).rpartition(day_host)
         if found and head and (suffix == "" or (suffix[:1] == "_" and suffix[1:].isdigit())):
-            path = out_dir / f"{stem}{suffix}.json"
+            path = out_dir / f"{stem}{suffix}{ending}"
     while path.exists():
-        path, n = out_dir / f"{stem}_{n}.json", n + 1
+        path, n = out_dir / f"{stem}_{n}{ending}", n + 1
     atomic_write_json(path, {**facts, **data}, sort_keys=False)
     if timed and _STEAL.disturbed:
         print(f"warning: the hypervisor took {facts['steal_share']:.1%} of this machine's CPU time during the run "
               f"({facts['steal_s']:.0f} s): figures measured in it are not comparable ({path.name})")
     if markdown is not None:
-        atomic_write_text(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n")
+        atomic_write_text(path.with_name(result_stem(path) + ".md"),
+                          markdown if markdown.endswith("\n") else markdown + "\n")
     return path
 
 
