@@ -58,6 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
@@ -527,4 +528,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except InputError as err:  # a saved measurement that cannot be read: one line, exit 2
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import colocation_fidelity as bench  # noqa: E402
 from wait_decomposition import first_batch  # noqa: E402
 
+from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
@@ -77,7 +78,7 @@ def main() -> int:
     try:
         data = read_json(args.data, "saved measurements")
         loads = [float(x) for x in args.loads.split(",")]
-    except (OSError, ValueError) as err:
+    except (InputError, OSError, ValueError) as err:
         parser.error(f"--data / --loads: {err}")
     if "replays" not in data or "capacity" not in data:
         parser.error(f"--data: {args.data} has no 'capacity' and 'replays' (a colocation_fidelity data file?)")
