@@ -65,9 +65,9 @@ def write_result(name: str, data: dict, *, quick: bool, out_dir: str | Path | No
     (a committed result is never overwritten); with ``compressed``, ``.json.xz`` (saved measurements: megabytes of
     JSON, a fifth of it compressed; ``files.read_json`` reads either). ``same_suffix_as``: a file this run wrote under
     another name (its measurements, say); this one takes its suffix where that is free, so the pair's names agree. A
-    run on a disturbed
-    machine (hypervisor steal above ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout, unless nothing in it
-    was timed (``timed=False``: figures computed from saved measurements, whose own files record their steal)."""
+    run on a disturbed machine (hypervisor steal above ``telemetry.cpu.DISTURBED_SHARE``) is said so on stdout,
+    unless nothing in it was timed (``timed=False``: figures computed from saved measurements, whose own files record
+    their steal)."""
     facts = machine()
     out_dir = Path(out_dir) if out_dir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
