@@ -173,16 +173,25 @@ def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, 
                                                           "mem_used_peak_bytes", "power_peak_w")},
            "cpu": tel.get("cpu", {}), "wall_s": round(time.perf_counter() - start, 2)}
     for name in models:
-        s = summary["models"][name]
-        run["models"][name] = {"throughput_rps": round(s["throughput_rps"], 2), "p50_ms": _ms(s["p50_s"]),
-                               "p99_ms": _ms(s["p99_s"]), "ok": s["counts"]["ok"], "failed": s["counts"]["failed"],
-                               "timeout": s["counts"]["timeout"],
-                               "server_queue_ms": _ms(tel["models"].get(name, {}).get("queue_s_mean")),
-                               "server_compute_ms": _ms(tel["models"].get(name, {}).get("compute_s_mean"))}
-    line = "; ".join(f"{n}: {m['throughput_rps']:.1f} req/s, p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms"
-                     for n, m in run["models"].items())
-    print(f"  {label}: {line}", flush=True)
+        server_side = tel["models"].get(name, {})
+        run["models"][name] = model_figures(summary["models"][name], server_side.get("queue_s_mean"),
+                                            server_side.get("compute_s_mean"))
+    say(run)
     return run
+
+
+def model_figures(s: dict, queue_s: float | None = None, compute_s: float | None = None) -> dict:
+    """One model's row of a run from its ``run.metrics.summarize`` entry (and Triton's mean queue and compute time
+    per request, s, where sampled): throughput, p50/p99 and server times in ms, and the counts."""
+    return {"throughput_rps": round(s["throughput_rps"], 2), "p50_ms": _ms(s["p50_s"]), "p99_ms": _ms(s["p99_s"]),
+            "ok": s["counts"]["ok"], "failed": s["counts"]["failed"], "timeout": s["counts"]["timeout"],
+            "server_queue_ms": _ms(queue_s), "server_compute_ms": _ms(compute_s)}
+
+
+def say(run: dict) -> None:
+    """Print a run's line: per model req/s, p50 and p99."""
+    print(f"  {run['label']}: " + "; ".join(f"{n}: {m['throughput_rps']:.1f} req/s, p50 {m['p50_ms']} ms, p99 "
+                                            f"{m['p99_ms']} ms" for n, m in run["models"].items()), flush=True)
 
 
 class ServedParity:
@@ -250,12 +259,8 @@ def measure_open(server, rates: dict[str, float], plan: Plan, load: float, seed:
            "partial": summary["partial"], "stop_reason": records.info.stop_reason, "models": {},
            "gpu": {}, "wall_s": round(time.perf_counter() - start, 2)}
     for name in rates:
-        s = summary["models"][name]
-        run["models"][name] = {"throughput_rps": round(s["throughput_rps"], 2), "p50_ms": _ms(s["p50_s"]),
-                               "p99_ms": _ms(s["p99_s"]), "ok": s["counts"]["ok"], "failed": s["counts"]["failed"],
-                               "timeout": s["counts"]["timeout"], "server_queue_ms": None, "server_compute_ms": None}
-    print(f"  {run['label']}: " + "; ".join(f"{n}: {m['throughput_rps']:.1f} req/s, p50 {m['p50_ms']} ms, p99 "
-                                            f"{m['p99_ms']} ms" for n, m in run["models"].items()), flush=True)
+        run["models"][name] = model_figures(summary["models"][name])
+    say(run)
     return run
 
 
@@ -418,7 +423,7 @@ def predict(result: dict) -> dict:
     (in that order, each its name and parameters) and ``left_out`` (runs not simulated, with the reason)."""
     from serving_bench.profiles.schema import Profile
     from serving_bench.run.metrics import summarize
-    from serving_bench.sim.interference import (Observation, answered, fit, serving_from_json, sim_seconds,
+    from serving_bench.sim.interference import (Observation, fit, percentiles, serving_from_json, sim_seconds,
                                                  simulate, throughput, with_law)
 
     serving = {m: serving_from_json(s) for m, s in result["serving"].items()}
@@ -445,13 +450,9 @@ def predict(result: dict) -> dict:
                     for m, v in models.items() if m in obs.rates}
         seconds = sim_seconds(obs, tail=True)
         records = simulate(shared, obs, seconds)
-        rps, ok = throughput(records, seconds), answered(records, seconds)
-        out = {}
-        for m in obs.clients:
-            latency = (ok[ok["model"].astype(str) == m]["done_s"] - ok[ok["model"].astype(str) == m]["sent_s"]).to_numpy()
-            quantile = (lambda q: _ms(float(np.percentile(latency, q)))) if len(latency) else (lambda q: None)
-            out[m] = {"throughput_rps": rps[m], "p50_ms": quantile(50), "p99_ms": quantile(99)}
-        return out
+        rps, latency = throughput(records, seconds), percentiles(records, seconds, (50, 99))
+        return {m: {"throughput_rps": rps[m], **{f"p{q}_ms": _ms(latency.get(m, {}).get(q)) for q in (50, 99)}}
+                for m in obs.clients}
 
     usable, left_out = [], []
     for run in result["runs"]:

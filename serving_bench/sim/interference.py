@@ -209,12 +209,18 @@ def closed(observations: Sequence[Observation]) -> list[Observation]:
     return [obs for obs in observations if not obs.rates]
 
 
-def p99(records: Records, seconds: float) -> dict[str, float]:
-    """Per model the 99th percentile of the answered requests' latency (send to answer, s) within ``seconds``."""
+def percentiles(records: Records, seconds: float, qs: Sequence[float] = (99,)) -> dict[str, dict[float, float]]:
+    """Per model that answered, the percentiles ``qs`` of the answered requests' latency (send to answer, s) within
+    ``seconds``."""
     ok = answered(records, seconds)
     latency = (ok["done_s"] - ok["sent_s"]).to_numpy()
     models = ok["model"].astype(str).to_numpy()
-    return {m: float(np.percentile(latency[models == m], 99)) for m in np.unique(models)}
+    return {m: {q: float(np.percentile(latency[models == m], q)) for q in qs} for m in np.unique(models)}
+
+
+def p99(records: Records, seconds: float) -> dict[str, float]:
+    """Per model the 99th percentile of the answered requests' latency (send to answer, s) within ``seconds``."""
+    return {m: values[99] for m, values in percentiles(records, seconds).items()}
 
 
 def simulated_p99(profile: Profile, obs: Observation) -> dict[str, float]:
