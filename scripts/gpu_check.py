@@ -412,8 +412,10 @@ def predict(result: dict) -> dict:
     per run and model the simulated throughput, p50 and p99 with each of these sharing laws of the device:
 
     * ``profile``: the profile's own, fitted to its calibration runs (the configurations with ``calibrate`` instances
-      per model, and the pair, count as fitted); from the x1 runs, ``pool`` (fitted to nothing: the solo demands
-      alone);
+      per model, and the pair, count as fitted); from the x1 runs, the device's default (on a GPU ``serial``, its
+      kernels one at a time: :func:`serving_bench.sim.device.serial_rates`), fitted to nothing: the solo demands
+      alone;
+    * ``pool``: processor sharing of the summed demand, fitted to nothing (where the profile's law is another);
     * ``pool_eff on N <= 4``: ``pool_eff`` fitted on the sweep's runs of 1, 2 and 4 instances (those count as fitted;
       the 8 instances, the pair and the replays are held out);
     * ``baseline``: no interference (law ``none``), fitted to nothing.
@@ -425,6 +427,7 @@ def predict(result: dict) -> dict:
     from serving_bench.run.metrics import summarize
     from serving_bench.sim.interference import (Observation, fit, percentiles, serving_from_json, sim_seconds,
                                                  simulate, throughput, with_law)
+    from serving_bench.sim.spec import law_of
 
     serving = {m: serving_from_json(s) for m, s in result["serving"].items()}
     device = next(iter(serving.values())).instances[0][0]
@@ -465,8 +468,11 @@ def predict(result: dict) -> dict:
     sweep = [r for r in usable if "rates" not in r and list(r["models"]) == [swept]]
     trained = [r for r in sweep if r["instances"] <= FITTED_ON]
     laws: dict[str, tuple[dict, Callable[[dict], bool]]] = {}  # name -> (law, whether it was fitted to a run)
-    laws["profile"] = (dict(profile.devices[device].law or {"name": "pool"}), lambda run: bool(measured) and
-                       calibrate > 1 and "rates" not in run and (run["instances"] == calibrate or len(run["models"]) > 1))
+    own = law_of(profile.devices[device])
+    laws["profile"] = (own, lambda run: bool(measured) and calibrate > 1 and "rates" not in run and
+                       (run["instances"] == calibrate or len(run["models"]) > 1))
+    if own["name"] != "pool":
+        laws["pool"] = ({"name": "pool"}, lambda run: False)
     if len(trained) >= 2 and any(r["instances"] > FITTED_ON for r in sweep):
         fitted, _ = fit(profile, device, [observation(r) for r in trained], FITTED_FORM)
         laws[f"{FITTED_FORM} on N <= {FITTED_ON}"] = (fitted, lambda run: run in trained)

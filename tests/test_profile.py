@@ -16,6 +16,18 @@ from serving_bench.profiles import Dist, IdleEffect, Profile
 from serving_bench.profiles.importers import import_csv, import_h200_eager
 
 
+def test_the_serial_law_is_refused_for_models_on_the_hosts_cores_before_anything_runs(tmp_path):
+    """``profile --law serial`` (a GPU's kernels one at a time) on a CPU entry: a one-line input error, before a
+    server starts or a file is written."""
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.profiles.measure import measure_profile
+
+    write_sleep_entry(tmp_path / "repo", "sleep_python", base_ms=1.0, per_item_ms=0.0, max_batch_size=1)
+    with pytest.raises(InputError, match="--law: serial: the serial law is for models on a GPU"):
+        measure_profile(tmp_path / "repo", ["sleep_python"], tmp_path / "p.json", law="serial")
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_h200_import_is_eager_and_round_trips(tmp_path):
     profile = import_h200_eager()
     md = profile.models["resnet50_fp16"].devices["gpu0"]

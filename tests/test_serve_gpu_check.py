@@ -77,8 +77,8 @@ def test_steps_that_do_not_fit_the_budget_are_listed_as_skipped(tmp_path):
 
 def test_a_gpu_result_without_its_profile_is_predicted_from_its_x1_runs(tmp_path):
     """The committed H200 check (its profile step cut by the time budget): --predict simulates its runs from each
-    model's x1 run (mean compute time, NVML utilisation as the GPU demand), fits pool_eff on 1, 2 and 4 instances and
-    holds 8 out; the CUDA-graph runs are left out, saying why."""
+    model's x1 run (mean compute time, NVML utilisation as the GPU demand) with a GPU's default law (serial) and with
+    pool, fits pool_eff on 1, 2 and 4 instances and holds 8 out; the CUDA-graph runs are left out, saying why."""
     saved = ROOT / "benchmarks" / "results" / "gpu_check_2026-12-04_nvidia-h200_3.json"
     copy = tmp_path / saved.name
     data = json.loads(saved.read_text())
@@ -89,8 +89,8 @@ def test_a_gpu_result_without_its_profile_is_predicted_from_its_x1_runs(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     prediction = json.loads(copy.read_text())["prediction"]
     assert prediction["source"].startswith("the x1 runs' mean Triton compute time")
-    assert [law["name"] for law in prediction["laws"]] == ["profile", "pool_eff on N <= 4", "baseline"]
-    assert prediction["laws"][0]["law"] == {"name": "pool"}  # the solo demands alone, nothing fitted
+    assert [law["name"] for law in prediction["laws"]] == ["profile", "pool", "pool_eff on N <= 4", "baseline"]
+    assert prediction["laws"][0]["law"] == {"name": "serial"}  # the solo demands alone, nothing fitted
     rows = {(r["run"], r["model"]): r for r in prediction["rows"]}
     x8 = rows[("resnet50_torchscript x8", "resnet50_torchscript")]
     assert x8["fitted"] == [] and rows[("resnet50_torchscript x4", "resnet50_torchscript")]["fitted"] == \
@@ -98,8 +98,11 @@ def test_a_gpu_result_without_its_profile_is_predicted_from_its_x1_runs(tmp_path
     # without interference 8 instances would answer about 8 x the one instance's rate: far above what was measured
     assert x8["simulated"]["baseline"]["throughput_rps"] > 1.5 * x8["measured"]["throughput_rps"]
     # on a GPU a batch stretches whole: 8 instances are held to what the device's share per request allows
-    for law in ("profile", "pool_eff on N <= 4"):
+    for law in ("profile", "pool", "pool_eff on N <= 4"):
         assert x8["simulated"][law]["throughput_rps"] == pytest.approx(x8["measured"]["throughput_rps"], rel=0.3)
+    # kernels one at a time: the pair slows each other below the device's capacity, where pool sees no contention
+    pair = [r for r in prediction["rows"] if r["run"].startswith("pair")]
+    assert all(r["simulated"]["profile"]["throughput_rps"] < r["simulated"]["pool"]["throughput_rps"] for r in pair)
     assert [left["run"] for left in prediction["left_out"]] == ["resnet50_torchscript x1 cuda graphs",
                                                                 "resnet50_torchscript x8 cuda graphs"]
     assert "\nworst error where not fitted, pool_eff on N <= 4: throughput " in copy.with_suffix(".md").read_text()

@@ -217,7 +217,8 @@ def test_colocation_curve_between_measured_batch_sizes_is_interpolated():
 
 def test_pair_curve_applies_up_to_its_batch_size():
     """Two models measured as a pair at batch 1 (time-sliced): their batch-1 requests share the device; at batch 4
-    the pair curve does not apply and the demand law does (half the GPU each: no slowdown)."""
+    the pair curve does not apply and the demand law does (a GPU's default, serial: half the GPU each, each one's
+    kernels wait for the other's, 9 ms x (1 + 0.5 x 0.5))."""
     data = sleep_profile(device="gpu0", kind="gpu", names=("a", "b"), sizes=(1, 4),
                          colocation=[Curve(1, (1.0, 2.0), (1.0, 2.0))]).to_json()
     for name in ("a", "b"):
@@ -225,7 +226,7 @@ def test_pair_curve_applies_up_to_its_batch_size():
     data["pairs"] = [{"device": "gpu0", "models": ["a", "b"], "batch": 1, "k": [1, 2], "speedup": [1.0, 1.0]}]
     profile = Profile.from_json(data, "p.json")
     config = ServingConfig(tuple(ModelServing(n, max_batch_size=4, instances=(("gpu0", 1),)) for n in ("a", "b")))
-    for rows, expected in ((1, 0.012), (4, 0.009)):
+    for rows, expected in ((1, 0.012), (4, 0.009 * 1.25)):
         sched = Schedule(np.zeros(2), np.array([0, 1]), ("a", "b"), np.zeros(2), np.full(2, rows), {})
         assert list(SimTarget(profile, config).run(sched).table["done_s"]) == pytest.approx([expected, expected])
 
@@ -253,7 +254,38 @@ def test_gpu_batches_stretch_whole_so_the_device_is_never_over_used(k, done_s):
     instances. Up to k = 4 they fit the device (D <= 1: solo speed). At k = 8, D = 2: the device has 8 x 0.25 x 6 ms =
     12 ms of work to do, so all end at 12 ms — each stretched whole (phi = 1). Stretching only its busy share (phi =
     d) would end them at 7.5 ms, the device busy 160 % of the time (docs/sim.md, "On a GPU a batch stretches
-    whole")."""
+    whole"). Law ``pool``, given: a GPU's default is ``serial`` (below)."""
+    data = sleep_profile(device="gpu0", kind="gpu", sizes=(1,)).to_json()
+    data["models"]["sleep_python"]["devices"]["gpu0"]["demand"] = {"1": 0.25}
+    data["devices"]["gpu0"]["law"] = {"name": "pool"}
+    profile = Profile.from_json(data, "p.json")
+    sched = Schedule(np.zeros(k), np.zeros(k), ("sleep_python",), np.zeros(k), np.ones(k), {})
+    config = one(max_batch_size=1, instances=(("gpu0", k),))
+    for engine in ("fast", "simpy"):
+        r = SimTarget(profile, config, engine=engine).run(sched).table
+        assert list(r["done_s"]) == pytest.approx([done_s] * k) and sorted(r["instance"]) == list(range(k))
+
+
+def _machine_repair_throughput(k: int, d: float) -> float:
+    """The textbook machine-repair model: k machines, each working 1 - d between repairs of mean d by one repairman
+    (exponential); repairs per unit time = (1 - p0) / d, p0 = 1 / sum_n k! / (k - n)! (d / (1 - d))^n."""
+    rho = d / (1.0 - d)
+    p0 = 1.0 / sum(math.factorial(k) / math.factorial(k - n) * rho ** n for n in range(k + 1))
+    return (1.0 - p0) / d
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_serial_law_is_the_machine_repair_model_on_a_gpu(k):
+    """A GPU's default law, ``serial``: a job is 1 - d of host work and d of kernels, and the device runs kernels one
+    at a time. k identical batches of 6 ms at demand 0.25 run together at S(k) / k of their solo speed, S(k) the
+    machine-repair model's throughput in solo jobs (k = 2: each job's kernels wait d x Q(1) = 0.25 x 0.25, so each
+    runs at 1 / (1 + 1/16) = 16/17). It saturates at 1 / d = 4 jobs' worth (no linear extrapolation)."""
+    from serving_bench.sim.device import Law, serial_rates
+
+    speedup = _machine_repair_throughput(k, 0.25)
+    assert Law("serial").speedup(k, 0.25) == pytest.approx(speedup)
+    assert serial_rates([2], [0.25]) == pytest.approx([16 / 17])
+    assert speedup < 4.0
     data = sleep_profile(device="gpu0", kind="gpu", sizes=(1,)).to_json()
     data["models"]["sleep_python"]["devices"]["gpu0"]["demand"] = {"1": 0.25}
     profile = Profile.from_json(data, "p.json")
@@ -261,7 +293,29 @@ def test_gpu_batches_stretch_whole_so_the_device_is_never_over_used(k, done_s):
     config = one(max_batch_size=1, instances=(("gpu0", k),))
     for engine in ("fast", "simpy"):
         r = SimTarget(profile, config, engine=engine).run(sched).table
-        assert list(r["done_s"]) == pytest.approx([done_s] * k) and sorted(r["instance"]) == list(range(k))
+        assert list(r["done_s"]) == pytest.approx([0.006 * k / speedup] * k)
+
+
+def test_serial_law_slows_a_pair_below_the_devices_capacity():
+    """Two different models on one GPU, demands 0.3 and 0.2 (together half the device: processor sharing would
+    slow neither). With kernels one at a time each waits for the other's: a's kernels take 0.3 (1 + 0.2), so its
+    6 ms run at 1 / (1 + 0.3 x 0.2) — until b's 6 ms of work is done (b at 1 / (1 + 0.2 x 0.3), the same rate),
+    both at 6.36 ms. A model of demand 0 is neither slowed nor slows. Beyond the exact population (Schweitzer's
+    approximation) the rates stay within a few % of the exact ones; the law is refused on a CPU host."""
+    from serving_bench.sim.device import EXACT_STATES, Law, serial_rates
+
+    profile = _demand_profile({"a": 0.3, "b": 0.2}, kind="gpu")
+    assert _together(profile, ("a", "b"), "gpu0") == pytest.approx([0.006 * 1.06] * 2)
+    assert serial_rates([1, 1, 1], [0.3, 0.2, 0.0]) == pytest.approx([1 / 1.06, 1 / 1.06, 1.0])
+    split = [3] * 8  # 4^8 sub-populations: approximated
+    assert 4 ** 8 > EXACT_STATES
+    assert serial_rates(split, [0.1] * 8)[0] == pytest.approx(serial_rates([24], [0.1])[0], rel=0.05)
+    with pytest.raises(ValueError, match="capacity 1"):
+        Law("serial", 2)
+    data = _demand_profile({"a": 0.3}).to_json()
+    data["devices"]["cpu"]["law"] = {"name": "serial"}
+    with pytest.raises(InputError, match=r"devices\.cpu\.law\.name"):
+        Profile.from_json(data, "p.json")
 
 
 def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():

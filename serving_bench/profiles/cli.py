@@ -14,7 +14,7 @@ import argparse
 
 from serving_bench.errors import InputError
 from serving_bench.profiles import importers
-from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
+from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, GPU_LAW, measure_profile
 from serving_bench.sim.interference import FORMS
 
 
@@ -40,8 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", type=int, default=DEFAULT_CALIBRATION,
                         help="instances per model in the co-located runs the device's sharing law is fitted to "
                              f"(default {DEFAULT_CALIBRATION}; 0: none)")
-    parser.add_argument("--law", default=DEFAULT_LAW, choices=FORMS + ("none",),
-                        help=f"the sharing law to fit (default {DEFAULT_LAW}; see docs/sim.md)")
+    parser.add_argument("--law", choices=FORMS + ("none", "serial"),
+                        help=f"the sharing law to fit (default {DEFAULT_LAW} on a CPU host, {GPU_LAW} on a GPU; "
+                             "see docs/sim.md)")
     parser.add_argument("--colocation", default="",
                         help="instance counts for measured override curves S(k), e.g. 1,2,4 (default: none)")
     parser.add_argument("--colocation-batches",

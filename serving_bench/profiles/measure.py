@@ -67,7 +67,8 @@ and the client's own jitter on a busy machine must not leak into service times:
   ``rounds`` times, the median answered requests per second and p99; then two open loops of all models together at
   Poisson times, the longest at a rate that keeps :data:`LONG_SHARE` of a core busy (a batch now and then, as
   production traffic has it), every other at each rate of :data:`QUIET_RATES_RPS` (a quiet host, then a busier
-  one), their p99s. The device's sharing law (``law``, default ``pool_eff+wait``) is fitted to them through the
+  one), their p99s. The device's sharing law (``law``, default ``pool_eff+wait`` on a CPU host, ``serial`` — nothing to fit — on a
+  GPU) is fitted to them through the
   simulator (:mod:`serving_bench.sim.interference`: the throughputs of the closed loops); its wait for a core behind
   a long execution is measured in the open loops (the requests sent while a batch of the longest ran, by how quiet
   the host was: :func:`~serving_bench.profiles.estimators.quiet_wait`) — those two also on the one-instance server
@@ -131,7 +132,8 @@ DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is
 LONG_SHARE = 0.1  # the quiet-wait runs (open loop): the longest model's rate keeps this share of a core busy ...
 QUIET_RATES_RPS = (15.0, 150.0)  # ... every other model's rate in each run (a quiet host, then a busier one) ...
 QUIET_SECONDS = 15.0  # ... each this long
-DEFAULT_LAW = "pool_eff+wait"  # chosen by held-out error: benchmarks/colocation_fidelity.py
+DEFAULT_LAW = "pool_eff+wait"  # on a CPU host, chosen by held-out error: benchmarks/colocation_fidelity.py
+GPU_LAW = "serial"  # on a GPU, chosen by held-out error: scripts/gpu_check.py --predict (docs/sim.md)
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3
@@ -227,11 +229,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     colocation_batches: Sequence[int] | None = None, pairs: bool = True,
                     seconds: float = DEFAULT_SECONDS, rounds: int = DEFAULT_ROUNDS, threads: int | None = None,
                     url: str | None = None, trace: bool = False, cuda_graphs: str | None = None,
-                    calibrate: int = DEFAULT_CALIBRATION, law: str = DEFAULT_LAW, idle_rounds: int = IDLE_ROUNDS,
+                    calibrate: int = DEFAULT_CALIBRATION, law: str | None = None, idle_rounds: int = IDLE_ROUNDS,
                     log: Callable[[str], None] | None = None) -> Profile:
     """Measure ``models`` of ``repo`` on the embedded server (or the external one at ``url``); save to
     ``out_path``. ``calibrate``: instances per model in the co-located calibration runs the device's sharing law
-    ``law`` is fitted to (0: none, processor sharing over the cores); ``colocation``: instance counts for measured
+    ``law`` is fitted to (0: none, processor sharing over the cores; ``law`` None: :data:`DEFAULT_LAW` on a CPU
+    host, :data:`GPU_LAW` on a GPU); ``colocation``: instance counts for measured
     override curves S(k) (k > 1 measured; none by default); ``colocation_batches``: batch sizes of the curves
     (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds per
     co-located point; ``idle_rounds``: rounds of the cold-start runs; ``threads``:
@@ -253,6 +256,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if threads is None:
         threads = default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
     results = {m: _ModelResult(_device_of(c), c) for m, c in configs.items()}
+    if law == GPU_LAW and any(r.device == HOST_DEVICE for r in results.values()):
+        raise InputError("--law", law, "the serial law is for models on a GPU; these run on the host's cores")
     sizes, padded = {}, {}
     for m, config in configs.items():
         padded[m] = padded_sizes(config, cuda_graphs)
@@ -568,6 +573,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                                            else "service = client latency - mean overhead"]),
                       request_device=HOST_DEVICE if hosted else None)
     if observations:
+        law = law or (GPU_LAW if profile.devices[observations[0].device].kind == "gpu" else DEFAULT_LAW)
         fitted, err = fit_law(profile, observations[0].device, observations, law,
                               measured=waits.law() if waits is not None else None)
         profile = dataclasses.replace(with_law(profile, observations[0].device, fitted),

@@ -87,7 +87,7 @@ DEVICE_KINDS = ("cpu", "gpu")
 EXECUTION_MODES = ("eager", "cuda_graphs", "compiled", "tensorrt", "n/a")
 
 
-LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": ()}
+LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "none": (), "serial": ()}
 # the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py); a run queue
 # for the instances' take-ups (sim.device.Law)
 OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "wait_instances",
@@ -124,7 +124,7 @@ def parse_drift(data: Any, source: str, where: str) -> dict:
 
 
 def parse_law(data: Any, source: str, where: str) -> dict | None:
-    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none", "eta": ..., "power": ...,
+    """A device's sharing law: ``{"name": "pool" | "pool_eff" | "soft" | "none" | "serial", "eta": ..., "power": ...,
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
     demands; ``wait_p`` (at most 1), ``wait_s``, ``wait_quiet_s`` and ``wait_quiet_memory`` (at most 1), optional,
     are the wait for a core — ``wait_p`` with ``wait_instances`` instances in all on the host and ``wait_p_fewer``
@@ -396,8 +396,10 @@ class Profile:
                 ints[key] = value
             if d["kind"] == "cpu" and ints["cores"] is None:
                 raise InputError(source, f"{where}.cores", "a cpu device needs its core count")
-            devices[name] = DeviceInfo(name, d["kind"], str(d.get("name", "")), **ints,
-                                       law=parse_law(d.get("law"), source, f"{where}.law"))
+            law = parse_law(d.get("law"), source, f"{where}.law")
+            if law and law["name"] == "serial" and d["kind"] != "gpu":
+                raise InputError(source, f"{where}.law.name", "the serial law is for a gpu device")
+            devices[name] = DeviceInfo(name, d["kind"], str(d.get("name", "")), **ints, law=law)
 
         models_data = data.get("models")
         if not isinstance(models_data, Mapping) or not models_data:

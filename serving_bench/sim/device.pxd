@@ -4,7 +4,7 @@ cimport cython
 from serving_bench.sim.heap cimport Entry, Heap
 
 
-cdef int SOFT, NONE
+cdef int SOFT, NONE, SERIAL
 
 
 cdef class Law:
@@ -57,7 +57,8 @@ cdef class Device:
     @cython.locals(dt=double, r=_Running)
     cdef int _advance(self, double now) except -1
 
-    @cython.locals(stretch=double, nxt=double, t=double, rate=double, r=_Running, kind=Kind, override=dict)
+    @cython.locals(stretch=double, nxt=double, t=double, rate=double, r=_Running, kind=Kind, override=dict,
+                   serial=list, i=cython.Py_ssize_t)
     cdef int _rerate(self, double now) except -1
 
     cdef dict _override(self)
@@ -76,3 +77,14 @@ cdef class Device:
     @cython.locals(done=list, r=_Running, heap=Heap, limit=double, job=Job, kind=Kind, c=int, active=list,
                    kept=cython.Py_ssize_t, waiting=list)
     cpdef list pop_finished(self, double now)
+
+
+@cython.locals(kinds=cython.Py_ssize_t, out=list, states=cython.Py_ssize_t, strides=list, stride=cython.Py_ssize_t,
+               queue=list, index=cython.Py_ssize_t, total=double, c=cython.Py_ssize_t, m=cython.Py_ssize_t,
+               d=double, response=double)
+cpdef list serial_rates(list counts, list demands)
+
+
+@cython.locals(kinds=cython.Py_ssize_t, queue=list, out=list, total=double, change=double, c=cython.Py_ssize_t,
+               d=double, response=double, rate=double, q=double)
+cdef list _schweitzer_rates(list counts, list demands)

@@ -31,9 +31,10 @@ import math
 
 from serving_bench.sim.heap import Entry, Heap
 
-LAWS = ("pool", "pool_eff", "soft", "none")
-SOFT, NONE = LAWS.index("soft"), LAWS.index("none")
+LAWS = ("pool", "pool_eff", "soft", "none", "serial")
+SOFT, NONE, SERIAL = LAWS.index("soft"), LAWS.index("none"), LAWS.index("serial")
 INF = math.inf
+EXACT_STATES = 4096  # serial_rates solves populations of up to this many sub-populations exactly
 
 
 class Law:
@@ -45,7 +46,9 @@ class Law:
     * ``soft``: contention that starts before the pool is full: ``s = (1 + (D / (eta C)) ** p) ** (1 / p)``
       (``p`` large: ``pool_eff``; small: a smooth onset);
     * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
-      baseline a co-location model has to beat.
+      baseline a co-location model has to beat;
+    * ``serial``: a device that runs its jobs' kernels one at a time (a GPU, capacity 1): no single stretch, each
+      running kind gets its own rate from :func:`serial_rates`; parameter-free.
 
     ``queue`` > 0 adds a *run queue* for the instances' threads: an instance taking up its payload while the demand
     running beside the long executions is at least ``queue * eta * C`` waits, first come first served, until that
@@ -60,6 +63,8 @@ class Law:
                  queue: float = 0.0):
         if name not in LAWS:
             raise ValueError(f"unknown law {name!r}; expected one of {', '.join(LAWS)}")
+        if name == "serial" and capacity != 1.0:
+            raise ValueError(f"law 'serial' is for a device of capacity 1 (a GPU), not {capacity:g}")
         self.name = name
         self.form = LAWS.index(name)
         self.capacity = float(capacity)
@@ -78,11 +83,13 @@ class Law:
 
     def speedup(self, k: float, demand: float) -> float:
         """S(k) of k identical CPU-bound jobs of demand ``demand`` each (what a measured curve would show)."""
+        if self.form == SERIAL:
+            return k * serial_rates([int(k)], [demand])[0]
         return k / self.stretch(k * demand) if demand > 0 else k
 
     def to_json(self) -> dict:
         out = {"name": self.name}
-        if self.name != "pool":
+        if self.name not in ("pool", "serial"):
             out["eta"] = self.eta
         if self.name == "soft":
             out["power"] = self.power
@@ -194,11 +201,16 @@ class Device:
         """Set each running kind's rate for the current set of jobs and plan the next completion."""
         stretch = self.law.stretch(self.demand) if self.demand > 0.0 else 1.0
         override = self._override() if self.overrides else None
+        serial = None
+        if self.law.form == SERIAL:
+            serial = serial_rates([r.heap.n for r in self.active], [r.kind.demand for r in self.active])
         nxt = INF
-        for r in self.active:
+        for i, r in enumerate(self.active):
             kind = r.kind
             if override is not None and kind.key in override:
                 rate = override[kind.key]
+            elif serial is not None:
+                rate = serial[i]
             elif stretch > 1.0:
                 rate = 1.0 / (1.0 + kind.phi * (stretch - 1.0))
             else:
@@ -338,6 +350,75 @@ class Device:
         if len(done) > 1:
             done.sort(key=_start_order)
         return done
+
+
+def serial_rates(counts: list, demands: list) -> list:
+    """Per kind, the rate (solo seconds of work per second) of each of its ``counts[c]`` running jobs of demand
+    ``demands[c]`` on a device that runs kernels one at a time (law ``serial``).
+
+    A job's solo second is ``1 - d`` of its own (the host launching kernels: never waits) and ``d`` on the device,
+    finely interleaved; the device is processor-shared among the kernels in flight. That is a closed product-form
+    network (an infinite server and a processor-sharing one, any service distribution), solved exactly by mean-value
+    analysis over the sub-populations ``m`` of the running jobs: ``R_c(m) = d_c (1 + Q(m - e_c))``,
+    ``X_c(m) = m_c / (1 - d_c + R_c(m))``, ``Q(m) = sum_c X_c(m) R_c(m)``; a job of kind c runs at
+    ``1 / (1 - d_c + R_c(n))``. A lone job keeps its solo speed, two jobs slow each other by ``1 + d_a d_b`` below
+    the device's capacity, ``k`` identical ones saturate at ``1 / d`` jobs' worth. Above :data:`EXACT_STATES`
+    sub-populations it takes Schweitzer's approximation (the fixed point with a job seeing ``(n_c - 1) / n_c`` of
+    its own kind's queue). Kinds of demand 0 run at 1."""
+    kinds = len(counts)
+    out = [1.0] * kinds
+    states = 1
+    for c in range(kinds):
+        if demands[c] > 0.0:
+            states *= counts[c] + 1
+    if states == 1:
+        return out
+    if states > EXACT_STATES:
+        return _schweitzer_rates(counts, demands)
+    strides = [0] * kinds
+    stride = 1
+    for c in range(kinds):
+        if demands[c] > 0.0:
+            strides[c] = stride
+            stride *= counts[c] + 1
+    queue = [0.0] * states  # Q(m), m by its mixed-radix index
+    for index in range(1, states):
+        total = 0.0
+        for c in range(kinds):
+            if strides[c] == 0:
+                continue
+            m = (index // strides[c]) % (counts[c] + 1)
+            if m:
+                d = demands[c]
+                response = d * (1.0 + queue[index - strides[c]])
+                total += m * response / (1.0 - d + response)
+                if index == states - 1:
+                    out[c] = 1.0 / (1.0 - d + response)
+        queue[index] = total
+    return out
+
+
+def _schweitzer_rates(counts: list, demands: list) -> list:
+    """:func:`serial_rates` by Schweitzer's fixed point (for populations too large to solve exactly)."""
+    kinds = len(counts)
+    queue = [counts[c] * demands[c] for c in range(kinds)]
+    out = [1.0] * kinds
+    for _ in range(500):
+        total = sum(queue)
+        change = 0.0
+        for c in range(kinds):
+            d = demands[c]
+            if d <= 0.0 or not counts[c]:
+                continue
+            response = d * (1.0 + total - queue[c] / counts[c])
+            rate = 1.0 / (1.0 - d + response)
+            q = counts[c] * rate * response
+            change = max(change, abs(q - queue[c]))
+            queue[c] = q
+            out[c] = rate
+        if change < 1e-12:
+            break
+    return out
 
 
 def _start_order(job: Job) -> int:

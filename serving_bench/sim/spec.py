@@ -181,9 +181,15 @@ HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory
                    "wait_instances_fewer", "drift")
 
 
+def law_of(info) -> dict:
+    """The device's sharing law as the profile gives it, or by default processor sharing over a CPU host's cores
+    (``pool``) and a GPU's kernels one at a time (``serial``)."""
+    return dict(info.law or {"name": "serial" if info.kind == "gpu" else "pool"})
+
+
 def device_law(info) -> Law:
-    """The device's sharing law from the profile (default: processor sharing over its capacity)."""
-    law = {k: v for k, v in (info.law or {"name": "pool"}).items() if k not in HOST_PARAMETERS}
+    """The device's sharing law from the profile (:func:`law_of`)."""
+    law = {k: v for k, v in law_of(info).items() if k not in HOST_PARAMETERS}
     return Law(law.pop("name"), info.capacity, **law)
 
 
