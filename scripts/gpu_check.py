@@ -381,17 +381,19 @@ FITTED_FORM = "pool_eff"
 METRICS = ("throughput_rps", "p50_ms", "p99_ms")
 
 
-def solo_runs(result: dict) -> dict[str, dict]:
-    """Per model its run alone on one instance (closed loop, no CUDA graphs)."""
+def solo_runs(result: dict, cuda_graphs: bool = False) -> dict[str, dict]:
+    """Per model its run alone on one instance (closed loop; served with CUDA graphs or not)."""
     return {next(iter(r["models"])): r for r in result["runs"] if r["instances"] == 1 and len(r["models"]) == 1
-            and not r.get("cuda_graphs") and "rates" not in r and next(iter(r["models"])) in result["serving"]}
+            and bool(r.get("cuda_graphs")) == cuda_graphs and "rates" not in r
+            and next(iter(r["models"])) in result["serving"]}
 
 
-def x1_profile(result: dict, device: str):
-    """Where the check's profile step did not run: each model's batch-1 service alone as its x1 run's mean Triton
-    compute time (a constant), and on a GPU its demand as that run's mean GPU utilisation (NVML's share of time a
-    kernel ran: its instance is never idle with two requests in flight), on the check's device; no host CPU, no ways
-    in and out modelled."""
+def x1_profile(result: dict, device: str, cuda_graphs: bool = False):
+    """Where the check's profile step did not run (and for the runs with CUDA graphs, which it does not measure):
+    each model's batch-1 service alone as its x1 run's mean Triton compute time (a constant), and on a GPU its demand
+    as that run's mean GPU utilisation (NVML's share of time a kernel ran: its instance is never idle with two
+    requests in flight), on the check's device; no host CPU, no ways in and out modelled. ``cuda_graphs``: from the
+    x1 runs with CUDA graphs."""
     from serving_bench.profiles.schema import DeviceInfo, Dist, ModelOnDevice, ModelProfile, Profile
 
     def on_device(run: dict, m: str) -> ModelOnDevice:
@@ -400,16 +402,17 @@ def x1_profile(result: dict, device: str):
                              demand={1: util / 100} if util and device != "cpu" else {})
 
     models = {m: ModelProfile(m, "pytorch_libtorch", result["plan"]["precision"], {device: on_device(r, m)})
-              for m, r in solo_runs(result).items()}
+              for m, r in solo_runs(result, cuda_graphs).items()}
     kind = "cpu" if device == "cpu" else "gpu"
     return Profile({device: DeviceInfo(device, kind, cores=result["machine"]["cores"] if kind == "cpu" else None)},
-                   models, source="the x1 runs' mean Triton compute time (the check's profile step did not run)")
+                   models, source="the x1 runs' mean Triton compute time" + (
+                       " with CUDA graphs" if cuda_graphs else " (the check's profile step did not run)"))
 
 
 def predict(result: dict) -> dict:
-    """The simulator's prediction of every run of ``result`` (not the CUDA-graph and TensorRT runs: no profile
-    measured them) from the check's own profile — or, where its profile step did not run, from :func:`x1_profile` —
-    per run and model the simulated throughput, p50 and p99 with each of these sharing laws of the device:
+    """The simulator's prediction of every run of ``result`` (not the TensorRT runs) from the check's own profile —
+    or, where its profile step did not run, from :func:`x1_profile`; the CUDA-graph runs from the x1 run with CUDA
+    graphs (:func:`x1_profile`: the profile step does not measure them) — per run and model the simulated throughput, p50 and p99 with each of these sharing laws of the device:
 
     * ``profile``: the profile's own, fitted to its calibration runs (the configurations with ``calibrate`` instances
       per model, and the pair, count as fitted); from the x1 runs, the device's default (on a GPU ``serial``, its
@@ -433,20 +436,22 @@ def predict(result: dict) -> dict:
     device = next(iter(serving.values())).instances[0][0]
     measured = result.get("profile")
     profile = Profile.from_json(measured, "the check's profile") if measured else x1_profile(result, device)
+    profiles = {False: profile, True: x1_profile(result, device, cuda_graphs=True)}  # by cuda_graphs
     calibrate = result["plan"]["calibrate"]
     swept = f"{result['plan']['pair'][0]}_torchscript"
 
     def observation(run: dict) -> Observation:  # batches capped at the largest profiled size (one-row requests)
+        models = profiles[bool(run.get("cuda_graphs"))].models
         served = {m: serving[m].replace(instances=((device, run["instances"]),), max_batch_size=min(
-            serving[m].max_batch_size, max(profile.models[m].devices[device].batch_sizes))) for m in run["models"]}
+            serving[m].max_batch_size, max(models[m].devices[device].batch_sizes))) for m in run["models"]}
         rates = {m: v["throughput_rps"] for m, v in run["models"].items()}
         if "rates" in run:
             return Observation(device, served, {}, rates, rates=run["rates"], seconds=run["replay_s"],
                                seed=run["seed"])
         return Observation(device, served, run["concurrency"], rates)
 
-    def figures(law: dict, obs: Observation) -> dict[str, dict]:
-        shared = with_law(profile, device, law)
+    def figures(law: dict, run: dict, obs: Observation) -> dict[str, dict]:
+        shared = with_law(profiles[bool(run.get("cuda_graphs"))], device, law)
         if obs.rates:
             models = summarize(simulate(shared, obs))["models"]
             return {m: {"throughput_rps": v["throughput_rps"], "p50_ms": _ms(v["p50_s"]), "p99_ms": _ms(v["p99_s"])}
@@ -459,13 +464,13 @@ def predict(result: dict) -> dict:
 
     usable, left_out = [], []
     for run in result["runs"]:
-        if run.get("cuda_graphs") or any(m not in serving or m not in profile.models for m in run["models"]):
-            left_out.append({"run": run["label"], "reason": "no profile of this entry or of its CUDA graphs"})
+        if any(m not in serving or m not in profiles[bool(run.get("cuda_graphs"))].models for m in run["models"]):
+            left_out.append({"run": run["label"], "reason": "no profile of this entry (or of its CUDA graphs)"})
         elif not all(v["ok"] for v in run["models"].values()):
             left_out.append({"run": run["label"], "reason": "no request answered"})
         else:
             usable.append(run)
-    sweep = [r for r in usable if "rates" not in r and list(r["models"]) == [swept]]
+    sweep = [r for r in usable if "rates" not in r and list(r["models"]) == [swept] and not r.get("cuda_graphs")]
     trained = [r for r in sweep if r["instances"] <= FITTED_ON]
     laws: dict[str, tuple[dict, Callable[[dict], bool]]] = {}  # name -> (law, whether it was fitted to a run)
     own = law_of(profile.devices[device])
@@ -480,12 +485,13 @@ def predict(result: dict) -> dict:
     rows = []
     for run in usable:
         obs = observation(run)
-        sims = {name: figures(law, obs) for name, (law, _) in laws.items()}
+        sims = {name: figures(law, run, obs) for name, (law, _) in laws.items()}
         for m, real in run["models"].items():
             rows.append({"run": run["label"], "model": m, "measured": {k: real[k] for k in METRICS},
                          "simulated": {name: sim[m] for name, sim in sims.items()},
                          "fitted": [name for name, (_, fitted_to) in laws.items() if fitted_to(run)]})
-    return {"rows": rows, "source": profile.source, "laws": [{"name": name, "law": law} for name, (law, _) in laws.items()],
+    source = profile.source + ("; " + profiles[True].source if profiles[True].models else "")
+    return {"rows": rows, "source": source, "laws": [{"name": name, "law": law} for name, (law, _) in laws.items()],
             "left_out": left_out}
 
 
