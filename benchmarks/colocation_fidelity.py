@@ -77,8 +77,8 @@ from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.telemetry.cpu import DISTURBED_SHARE  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import (FORMS, WAIT_S_RANGE, Observation, answered, fit,  # noqa: E402
-                                             open_schedule, serving_from_json, simulate, tail_error, throughput,
-                                             with_law)
+                                             open_schedule, percentiles, serving_from_json, simulate, tail_error,
+                                             throughput, with_law)
 from serving_bench.sim.target import SimTarget  # noqa: E402
 from serving_bench.validate import server_mean_s  # noqa: E402
 
@@ -141,15 +141,11 @@ def closed_run(session: Session, clients: dict[str, int], seconds: float) -> dic
 
 
 def simulated(profile: Profile, obs: Observation, seconds: float) -> dict[str, dict]:
+    """Simulated p50, p99 (send to answer, s) and throughput (req/s) per stream of a closed loop over ``seconds``."""
     records = simulate(profile, obs, seconds)
-    rps = throughput(records, seconds)
-    ok = answered(records, seconds)
-    out = {}
-    for m in obs.clients:
-        rows = ok[ok["model"].astype(str) == m]
-        latency = (rows["done_s"] - rows["sent_s"]).to_numpy()
-        out[m] = figures(latency, rps[m]) if len(latency) else {"p50": math.nan, "p99": math.nan, "throughput": 0.0}
-    return out
+    rps, latency = throughput(records, seconds), percentiles(records, seconds, (50, 99))
+    return {m: {"p50": latency[m][50], "p99": latency[m][99], "throughput": rps[m]} if m in latency else
+            {"p50": math.nan, "p99": math.nan, "throughput": 0.0} for m in obs.clients}
 
 
 def errors(sim: dict[str, dict], real: dict[str, dict]) -> dict[str, dict]:

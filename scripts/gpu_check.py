@@ -270,10 +270,10 @@ def _ms(seconds: float | None) -> float | None:
 
 def server_log_tail(err: BaseException, lines: int = 30) -> list[str]:
     """The last lines of the server log a :class:`ServerError` names (kept after a failure), else []."""
-    match = re.search(r"(/\S+\.log)", str(err))
-    if not match or not Path(match.group(1)).is_file():
+    log = getattr(err, "log_path", None)
+    if log is None or not Path(log).is_file():
         return []
-    return Path(match.group(1)).read_text(errors="replace").splitlines()[-lines:]
+    return Path(log).read_text(errors="replace").splitlines()[-lines:]
 
 
 def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str | None,

@@ -29,7 +29,12 @@ class InputError(Exception):
 
 
 class ServerError(RuntimeError):
-    """The Triton server failed to start, died, or refused a model; the message names its log file."""
+    """The Triton server failed to start, died, or refused a model; the message names its log file, and
+    ``log_path`` is that file where the server was ours (None otherwise)."""
+
+    def __init__(self, message: str, log_path=None):
+        super().__init__(message)
+        self.log_path = log_path
 
 
 class ServerDied(ServerError):

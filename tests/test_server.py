@@ -94,9 +94,10 @@ def test_server_death_during_use_names_the_log(sleep_repo):
         with pytest.raises(ServerError, match=r"died .* \[ServerError\].*server log: "):  # e.g. the load driver's
             with server.guard():
                 raise ServerError("cannot reach Triton at 127.0.0.1:1")
-        with pytest.raises(ServerError, match=r"died \(exit code -9, SIGKILL\).*server log: "):
+        with pytest.raises(ServerError, match=r"died \(exit code -9, SIGKILL\).*server log: ") as died:
             server.check_alive()
         log = server.log_path
+        assert died.value.log_path == log  # the error carries the log it names
     finally:
         server.stop()
     assert log.is_file() and "Started GRPCInferenceService" in log.read_text()  # kept: the error names it

@@ -194,14 +194,14 @@ class TritonServer:
         pending = [self._answers_ready, lambda: metrics_answer(self.endpoints.metrics_url)]
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerError(self._failure_message(f"tritonserver exited with code {self.process.returncode}"))
+                raise self._failure(ServerError, f"tritonserver exited with code {self.process.returncode}")
             if pending[0]():
                 pending.pop(0)
                 if not pending:
                     return
                 continue
             time.sleep(0.1)
-        raise ServerError(self._failure_message(f"tritonserver not ready after {self.startup_timeout_s:.0f} s"))
+        raise self._failure(ServerError, f"tritonserver not ready after {self.startup_timeout_s:.0f} s")
 
     def _answers_ready(self) -> bool:
         with Control(self.endpoints.grpc_url, timeout_s=1.0) as control:
@@ -228,13 +228,13 @@ class TritonServer:
                 return
             self._failed = True  # Triton's handler caught a crash and can hang on the corrupted heap: end it
             self._kill()
-            raise ServerDied(self._failure_message(f"tritonserver died (signal {fatal} in its log; its crash handler "
-                                                   "did not exit, so it was killed)"))
+            raise self._failure(ServerDied, f"tritonserver died (signal {fatal} in its log; its crash handler "
+                                            "did not exit, so it was killed)")
         code = None if self.process is None else self.process.returncode
         if self.process is None or self._stopped:
-            raise ServerError(self._failure_message("tritonserver is not running (not started, or stopped)"))
+            raise self._failure(ServerError, "tritonserver is not running (not started, or stopped)")
         self._failed = True
-        raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(code)})"))
+        raise self._failure(ServerDied, f"tritonserver died ({exit_status(code)})")
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -254,8 +254,8 @@ class TritonServer:
                 time.sleep(0.02)
             if self.process is not None and self.process.poll() is not None and not self._stopped:
                 self._failed = True
-                raise ServerDied(self._failure_message(f"tritonserver died ({exit_status(self.process.returncode)}) "
-                                                       f"while in use [{type(err).__name__}]")) from err
+                raise self._failure(ServerDied, f"tritonserver died ({exit_status(self.process.returncode)}) "
+                                                f"while in use [{type(err).__name__}]") from err
             raise
 
     def stop(self, timeout_s: float = 20.0) -> None:
@@ -321,13 +321,14 @@ class TritonServer:
     def _log_mentions(self, needle: str) -> bool:
         return needle.lower() in self._log_text().lower()
 
-    def _failure_message(self, headline: str) -> str:
+    def _failure(self, kind: type[ServerError], headline: str) -> ServerError:
+        """``kind`` with ``headline``, the log's load failures (else its last lines) and the log's path."""
         text = self._log_text()
         failures = [f"model '{m.group(1)}' failed to load: {m.group(2).strip()}"
                     for m in map(_LOAD_FAILURE.search, text.splitlines()) if m]
         detail = "; ".join(failures) or " | ".join(
             line.strip() for line in text.splitlines()[-5:] if line.strip())
-        return f"{headline}: {detail} (server log: {self.log_path})"
+        return kind(f"{headline}: {detail} (server log: {self.log_path})", log_path=self.log_path)
 
 
 def exit_status(code: int | None) -> str:
@@ -392,7 +393,7 @@ class ExternalServer:
             try:
                 self.check_alive()
             except ServerError as dead:
-                raise ServerError(f"{dead} [{type(err).__name__} while in use]") from err
+                raise ServerError(f"{dead} [{type(err).__name__} while in use]", log_path=dead.log_path) from err
             raise
 
 
