@@ -286,12 +286,16 @@ def measure(quick: bool) -> dict:
                     for rate in QUIET_RATES_RPS]
         waits = quiet_wait(runs, LONGEST, WAIT_S_RANGE)
         if waits is not None:
+            lengths = (f" on a busier host, {waits.slice_quiet_s * 1e3:.1f} ms on a quieter (one length: "
+                       f"{waits.slice_one_s * 1e3:.1f} ms)" if waits.slice_quiet_s is not None else "")
             print(f"  {waits.waited} of {waits.beside} requests sent during a batch waited > 1 ms: wait_p "
-                  f"{waits.p:.2f}, up to {waits.slice_s * 1e3:.1f} ms, after {waits.quiet_s * 1e3:.1f} ms of quiet")
+                  f"{waits.p:.2f}, up to {waits.slice_s * 1e3:.1f} ms{lengths}, after {waits.quiet_s * 1e3:.1f} ms "
+                  "of quiet")
     return {"profile": profile.to_json(), "serving": {m: dataclasses.asdict(s) for m, s in serving.items()},
             "scaled": {str(k): v for k, v in scaled.items()}, "cases": cases, "capacity": capacity,
             "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note,
-            "quiet_wait": waits.law() if waits is not None else None}
+            "quiet_wait": waits.law() if waits is not None else None,
+            "quiet_wait_one_length_s": waits.slice_one_s if waits is not None else None}
 
 
 def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:

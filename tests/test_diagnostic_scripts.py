@@ -76,6 +76,7 @@ def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
     ("load_phases", ["--data", "/nonexistent/data.json"], "--data / --loads"),
     ("load_phases", ["--data", str(Path(__file__)), "--loads", "0.5"], "--data / --loads"),
     ("demo_tails", ["--replay", "/nonexistent/replay"], "--replay / --profile / --repo"),
+    ("wait_length_check", ["--demo", "/nonexistent"], "/nonexistent/profile.json: a demo's profile expected"),
 ])
 def test_the_diagnostic_scripts_refuse_bad_arguments_in_one_line(script, argv, says, capsys, monkeypatch):
     monkeypatch.setenv("SERVING_BENCH_SIM_PURE", "")  # load_phases sets it for itself: restored after the test

@@ -444,6 +444,38 @@ def test_the_wait_behind_a_long_execution_is_measured_by_how_quiet_the_host_was(
     assert quiet_wait([run], "long", WAIT_S_RANGE, 12, (6, [])).p_fewer is None  # too few requests: no second p
 
 
+def test_the_waits_length_follows_the_hosts_quiet_where_two_rates_measured_it():
+    """Two open-loop runs beside "long": one quiet (sends 50 ms apart), 12 of its 40 requests sent during a batch
+    taking 4 ms longer on their way in; one busy (1 ms apart), 15 taking 2 ms longer. Each rate gets its own length
+    (uniform up to 2 x 4 - 1 = 7 ms and 2 x 2 - 1 = 3 ms) at its median recent quiet time; pooled they would share
+    one. With fewer than ten waits at a rate, or one rate only, the length is one."""
+    from serving_bench.profiles.estimators import LoopRun, quiet_wait
+    from serving_bench.sim.interference import WAIT_S_RANGE
+
+    def open_run(spacing: float, n: int, during: np.ndarray, waited: np.ndarray, wait: float) -> LoopRun:
+        sends = np.arange(n) * spacing
+        long_starts = sends[during] - 0.0001
+        waits = np.zeros(n)
+        waits[np.flatnonzero(during)[waited]] = wait
+        starts = sends + 0.0002 + waits
+        return LoopRun({"s": starts + 0.0004 - sends, "long": np.full(len(long_starts), 0.001)}, {}, (-1.0, 30.0),
+                       {"s": sends, "long": long_starts - 0.0004}, {"s": starts + 0.0004, "long": long_starts + 0.001},
+                       {"s": _executions([(a, a + 0.0003, 1) for a in starts]),
+                        "long": _executions([(a, a + 0.0002, 1) for a in long_starts])})
+
+    quiet = open_run(0.050, 80, np.arange(80) % 2 == 0, np.arange(40) % 10 < 3, 0.004)
+    busy_during = (np.arange(400) >= 100) & (np.arange(400) % 20 < 10)
+    busy = open_run(0.001, 400, busy_during, np.arange(150) % 10 == 0, 0.002)
+    wait = quiet_wait([quiet, busy], "long", WAIT_S_RANGE)
+    law = wait.law()
+    assert law["wait_s"] == pytest.approx(0.003, rel=0.05) and law["wait_s_quiet"] == pytest.approx(0.007, rel=0.05)
+    assert law["wait_gap_s"] < 0.002 < 0.020 < law["wait_gap_quiet_s"]  # (the long model's sends count too)
+    one_rate = quiet_wait([busy], "long", WAIT_S_RANGE).law()
+    assert "wait_s_quiet" not in one_rate and one_rate["wait_s"] == pytest.approx(0.003, rel=0.05)
+    few = open_run(0.050, 80, np.arange(80) % 2 == 0, np.arange(40) % 10 == 0, 0.004)  # 4 waits
+    assert "wait_s_quiet" not in quiet_wait([few, busy], "long", WAIT_S_RANGE).law()
+
+
 def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
     """The fit's warning note marks a profile uncertain (the demo measures it once more when its machine was
     disturbed); other notes do not."""

@@ -808,10 +808,31 @@ def test_the_wait_chance_follows_the_hosts_instances_in_all():
     with pytest.raises(InputError, match=r"law.wait_p_fewer: missing"):
         Profile.from_json(data, "p.json")
     data["devices"]["cpu"]["law"].update(wait_p_fewer=0.1, wait_instances_fewer=4)
-    with pytest.raises(InputError, match=r"law.wait_instances_fewer: expected fewer than wait_instances"):
+    with pytest.raises(InputError, match=r"law.wait_instances_fewer: expected less than wait_instances"):
         Profile.from_json(data, "p.json")
     data["devices"]["cpu"]["law"].update(wait_p_fewer=1.5, wait_instances_fewer=2)
     with pytest.raises(InputError, match=r"law.wait_p_fewer: expected a probability"):
+        Profile.from_json(data, "p.json")
+
+
+def test_the_waits_length_follows_the_hosts_quiet_between_the_two_measured_times():
+    """A law measured at two quiet times (2 ms of recent quiet: waits up to 2 ms; 12 ms: up to 4 ms) draws a wait's
+    length linear between them and flat outside (never extrapolated): at 7 ms up to 3 ms. A draw u below the chance
+    q waits u / q of that length. The three fields come together, the busier quiet time first."""
+    from serving_bench.sim.spec import core_wait
+
+    law = {"wait_p": 1.0, "wait_s": 0.002, "wait_gap_s": 0.002, "wait_gap_quiet_s": 0.012, "wait_s_quiet": 0.004}
+    wait = core_wait(DeviceInfo("cpu", "cpu", cores=1, law={"name": "pool", **law}))
+    lengths = [wait.wait_s(1.0, 1.0, 1.0, 0.5, quiet) for quiet in (0.001, 0.002, 0.007, 0.012, 0.100)]
+    assert lengths == pytest.approx([0.001, 0.001, 0.0015, 0.002, 0.002])
+    assert core_wait(DeviceInfo("cpu", "cpu", cores=1, law={"name": "pool", "wait_p": 1.0, "wait_s": 0.002})
+                     ).wait_s(1.0, 1.0, 1.0, 0.5, 0.100) == pytest.approx(0.001)
+    data = _waiting_profile().to_json()
+    data["devices"]["cpu"]["law"].update(wait_gap_s=0.002, wait_s_quiet=0.004)
+    with pytest.raises(InputError, match=r"law.wait_gap_quiet_s: missing"):
+        Profile.from_json(data, "p.json")
+    data["devices"]["cpu"]["law"].update(wait_gap_quiet_s=0.001)
+    with pytest.raises(InputError, match=r"law.wait_gap_s: expected less than wait_gap_quiet_s"):
         Profile.from_json(data, "p.json")
 
 

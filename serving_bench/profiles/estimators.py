@@ -471,6 +471,7 @@ def monotone(xs: Sequence[float], ys: Sequence[float]) -> tuple[tuple[float, ...
 QUIET_MEMORY = 1 / 8  # the newest gap's weight in the host's recent quiet time (CoreWait.memory)
 WAITED_S = 0.001  # a way in this much longer than the model's usual one beside no long execution waited for a core
 WAIT_MINIMUM = 20  # requests sent during a long execution that the wait's estimate needs
+LENGTH_MINIMUM = 10  # waits (> WAITED_S) a run's rate needs for its own length (QuietWait.slice_quiet_s)
 QUIET_GRID_S = np.geomspace(5e-4, 1.0, 61)  # the quiet times the estimate searches
 P_GRID = np.linspace(0.01, 1.0, 100)  # ... and the probabilities
 
@@ -493,6 +494,10 @@ class QuietWait:
     instances_fewer: int | None = None
     beside_fewer: int = 0
     waited_fewer: int = 0
+    slice_quiet_s: float | None = None  # the wait's length on a quieter host (see quiet_wait)
+    gap_s: float | None = None
+    gap_quiet_s: float | None = None
+    slice_one_s: float | None = None  # where the length follows the quiet: the one length of every wait (before)
 
     def law(self) -> dict[str, float]:
         out = {"wait_p": self.p, "wait_s": self.slice_s, "wait_quiet_s": self.quiet_s,
@@ -500,6 +505,8 @@ class QuietWait:
         if self.p_fewer is not None and self.instances is not None and self.instances_fewer is not None:
             out.update(wait_instances=float(self.instances), wait_p_fewer=self.p_fewer,
                        wait_instances_fewer=float(self.instances_fewer))
+        if self.slice_quiet_s is not None and self.gap_s is not None and self.gap_quiet_s is not None:
+            out.update(wait_s_quiet=self.slice_quiet_s, wait_gap_s=self.gap_s, wait_gap_quiet_s=self.gap_quiet_s)
         return out
 
 
@@ -546,20 +553,26 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     and those that do wait on average ``(slice_s + WAITED_S) / 2`` longer: ``slice_s`` from their mean excess (within
     ``slice_range``), ``p`` and ``quiet_s`` by maximum likelihood over a grid. ``fewer``: the same runs on a server
     with fewer instances in all (``(instances in all, runs)``; ``runs`` had ``instances``) — one ``slice_s`` and one
-    ``quiet_s`` for both, a ``p`` for each. None with fewer than :data:`WAIT_MINIMUM` requests sent during a long
-    batch (without ``fewer``'s ``p`` where only those runs had too few)."""
+    ``quiet_s`` for both, a ``p`` for each. Where the runs' two rates each had enough waits (:func:`wait_lengths`),
+    the length follows the host's quiet: ``slice_s`` is the busier rate's and ``slice_quiet_s`` the quieter's, and
+    each request's ``1 - WAITED_S / slice`` takes its own quiet's length. None with fewer than :data:`WAIT_MINIMUM`
+    requests sent during a long batch (without ``fewer``'s ``p`` where only those runs had too few)."""
     groups = [beside_long(runs, long)]
     if len(groups[0][0]) < WAIT_MINIMUM:
         return None
     if fewer is not None and len((second := beside_long(fewer[1], long))[0]) >= WAIT_MINIMUM:
         groups.append(second)
-    e_all = np.concatenate([e for _, e in groups])
-    waited_all = e_all > WAITED_S
-    slice_s = (float(np.clip(2 * e_all[waited_all].mean() - WAITED_S, *slice_range)) if waited_all.any()
-               else slice_range[0])
-    seen = max(1.0 - WAITED_S / slice_s, 0.0)
+
+    def length(e: np.ndarray) -> float:  # from the mean excess of those that waited
+        waited = e > WAITED_S
+        return float(np.clip(2 * e[waited].mean() - WAITED_S, *slice_range)) if waited.any() else slice_range[0]
+
+    slice_s = length(np.concatenate([e for _, e in groups]))
+    lengths = wait_lengths(runs, fewer[1] if len(groups) > 1 else (), long, length)
     likelihoods = []
     for g, e in groups:
+        slices = np.interp(g, lengths[0], lengths[1]) if lengths else np.full(len(g), slice_s)
+        seen = np.maximum(1.0 - WAITED_S / slices, 0.0)  # [request]
         shape = -np.expm1(-g[None, :] / QUIET_GRID_S[:, None])  # [quiet grid, request]
         chance = np.clip(P_GRID[:, None, None] * seen * shape[None], 1e-12, 1 - 1e-12)  # [p, quiet, request]
         likelihoods.append(np.where(e > WAITED_S, np.log(chance), np.log1p(-chance)).sum(axis=2))  # [p, quiet]
@@ -570,7 +583,30 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     if rest:
         out = replace(out, p_fewer=p[1], instances_fewer=fewer[0], beside_fewer=int(len(rest[0][0])),
                       waited_fewer=int((rest[0][1] > WAITED_S).sum()))
+    if lengths:
+        (gap_s, gap_quiet_s), (busy_s, quiet_s) = lengths
+        out = replace(out, slice_s=busy_s, slice_quiet_s=quiet_s, gap_s=gap_s, gap_quiet_s=gap_quiet_s,
+                      slice_one_s=slice_s)
     return out
+
+
+def wait_lengths(runs: Sequence[LoopRun], fewer: Sequence[LoopRun], long: str,
+                 length: Callable[[np.ndarray], float]) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The wait's length by the host's quiet: ``runs`` (and ``fewer``'s runs, in the same order of rates) at their
+    two send rates, each rate's requests sent while ``long`` ran pooled — ((median recent quiet of the busier rate,
+    of the quieter), (``length`` of each one's excesses)), for the simulator to interpolate between, flat outside
+    (:class:`~serving_bench.sim.spec.CoreWait`); None unless there are two rates with :data:`LENGTH_MINIMUM` waits
+    each and the quieter one's median quiet at least twice the busier's."""
+    if len(runs) != 2 or (fewer and len(fewer) != 2):
+        return None
+    rates = [beside_long([runs[i], *([fewer[i]] if fewer else [])], long) for i in range(2)]
+    if any(int((e > WAITED_S).sum()) < LENGTH_MINIMUM for _, e in rates):
+        return None
+    (busy_g, busy_e), (quiet_g, quiet_e) = sorted(rates, key=lambda r: float(np.median(r[0])))
+    gaps = (float(np.median(busy_g)), float(np.median(quiet_g)))
+    if gaps[1] < 2 * gaps[0]:
+        return None
+    return gaps, (length(busy_e), length(quiet_e))
 
 
 def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

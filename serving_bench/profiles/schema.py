@@ -91,8 +91,10 @@ LAW_PARAMETERS = {"pool": (), "pool_eff": ("eta",), "soft": ("eta", "power"), "n
 # the hand-off share; waiting for a core (sim.spec.CoreWait); following the host's speed (sim/drift.py); a run queue
 # for the instances' take-ups (sim.device.Law)
 OPTIONAL_LAW_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "wait_instances",
-                           "wait_p_fewer", "wait_instances_fewer", "drift", "queue")
+                           "wait_p_fewer", "wait_instances_fewer", "wait_s_quiet", "wait_gap_s", "wait_gap_quiet_s",
+                           "drift", "queue")
 WAIT_BY_INSTANCES = ("wait_instances", "wait_p_fewer", "wait_instances_fewer")  # the chance at two instance counts
+WAIT_BY_QUIET = ("wait_gap_s", "wait_gap_quiet_s", "wait_s_quiet")  # the length at two quiet times
 
 
 DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
@@ -128,7 +130,8 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
     "psi": ..., "wait_p": ..., "wait_s": ...}`` (None: pool; ``psi``, optional with every law, scales the hand-off
     demands; ``wait_p`` (at most 1), ``wait_s``, ``wait_quiet_s`` and ``wait_quiet_memory`` (at most 1), optional,
     are the wait for a core — ``wait_p`` with ``wait_instances`` instances in all on the host and ``wait_p_fewer``
-    with ``wait_instances_fewer`` (fewer; all three or none); ``drift`` (at most 1),
+    with ``wait_instances_fewer`` (fewer; all three or none), its length ``wait_s`` up to a recent quiet of
+    ``wait_gap_s`` and ``wait_s_quiet`` from ``wait_gap_quiet_s`` (more; all three or none); ``drift`` (at most 1),
     optional, the share of the measured drift the phases follow; ``queue``, optional, the run queue's gate as a share
     of the law's effective cores: :class:`serving_bench.sim.device.Law`)."""
     if data is None:
@@ -145,12 +148,14 @@ def parse_law(data: Any, source: str, where: str) -> dict | None:
         if key in ("wait_p", "wait_p_fewer", "wait_quiet_memory", "drift") and out[key] > 1:
             raise InputError(source, f"{where}.{key}", "expected a probability in (0, 1]"
                              if key.startswith("wait_p") else "expected a number in (0, 1]")
-    given = [k for k in WAIT_BY_INSTANCES if k in out]
-    if given and len(given) < len(WAIT_BY_INSTANCES):
-        missing = next(k for k in WAIT_BY_INSTANCES if k not in out)
-        raise InputError(source, f"{where}.{missing}", f"missing; {given[0]} needs it")
-    if given and out["wait_instances_fewer"] >= out["wait_instances"]:
-        raise InputError(source, f"{where}.wait_instances_fewer", "expected fewer than wait_instances")
+    for group, (low, high) in ((WAIT_BY_INSTANCES, ("wait_instances_fewer", "wait_instances")),
+                               (WAIT_BY_QUIET, ("wait_gap_s", "wait_gap_quiet_s"))):
+        given = [k for k in group if k in out]
+        if given and len(given) < len(group):
+            missing = next(k for k in group if k not in out)
+            raise InputError(source, f"{where}.{missing}", f"missing; {given[0]} needs it")
+        if given and out[low] >= out[high]:
+            raise InputError(source, f"{where}.{low}", f"expected less than {high}")
     return out
 
 

@@ -34,7 +34,7 @@ from dataclasses import astuple, dataclass, field
 import numpy as np
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.distributions import EnsembleExtra
+from serving_bench.profiles.distributions import EnsembleExtra, interp
 from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.device import Kind, Law
@@ -128,19 +128,28 @@ class CoreWait:
     slice_s: float
     quiet_s: float = 0.0
     memory: float = 1.0  # the newest gap's weight in the host's recent quiet time ``g`` (1: the last gap alone)
+    # the length by the host's quiet (the law's wait_gap_s, wait_gap_quiet_s, wait_s_quiet): slice_s up to g = gap_s,
+    # quiet_slice_s from g = quiet_gap_s, linear between (0: slice_s at every g)
+    gap_s: float = 0.0
+    quiet_gap_s: float = 0.0
+    quiet_slice_s: float = 0.0
 
     def wait_s(self, demand: float, long_demand: float, capacity: float, u: float, quiet: float = math.inf) -> float:
         """The wait (s) of a phase that starts beside ``demand`` (of which ``long_demand`` long) on ``capacity``
         cores after ``quiet`` seconds of quiet, for its uniform draw ``u`` in [0, 1): ``(u / q) slice_s`` if
         ``u < q``, else 0 (``u / q`` is uniform on [0, 1) given ``u < q``, so one draw decides both whether and how
-        long)."""
+        long; its length ``slice_s`` or, where measured, by ``quiet``)."""
         if long_demand <= 0.0:
             return 0.0
         if self.quiet_s > 0.0:
             q = -self.p * math.expm1(-quiet / self.quiet_s)
         else:
             q = self.p * long_demand / max(capacity, demand)
-        return u / q * self.slice_s if u < q else 0.0
+        if u >= q:
+            return 0.0
+        if self.quiet_slice_s > 0.0:
+            return u / q * interp(quiet, (self.gap_s, self.quiet_gap_s), (self.slice_s, self.quiet_slice_s))
+        return u / q * self.slice_s
 
 
 @dataclass
@@ -178,7 +187,7 @@ class DeviceRule:
 
 # a law's parameters for the requests on the host, not for Law itself
 HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "wait_instances", "wait_p_fewer",
-                   "wait_instances_fewer", "drift")
+                   "wait_instances_fewer", "wait_s_quiet", "wait_gap_s", "wait_gap_quiet_s", "drift")
 
 
 def law_of(info) -> dict:
@@ -200,7 +209,8 @@ def core_wait(info, instances: int | None = None) -> CoreWait | None:
     if "wait_p" not in law or "wait_s" not in law:
         return None
     return CoreWait(wait_chance(law, instances), float(law["wait_s"]), float(law.get("wait_quiet_s", 0.0)),
-                    float(law.get("wait_quiet_memory", 1.0)))
+                    float(law.get("wait_quiet_memory", 1.0)), float(law.get("wait_gap_s", 0.0)),
+                    float(law.get("wait_gap_quiet_s", 0.0)), float(law.get("wait_s_quiet", 0.0)))
 
 
 def wait_chance(law: dict, instances: int | None) -> float:
