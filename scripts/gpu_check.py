@@ -412,7 +412,8 @@ def x1_profile(result: dict, device: str, cuda_graphs: bool = False):
 def predict(result: dict) -> dict:
     """The simulator's prediction of every run of ``result`` (not the TensorRT runs) from the check's own profile —
     or, where its profile step did not run, from :func:`x1_profile`; the CUDA-graph runs from the x1 run with CUDA
-    graphs (:func:`x1_profile`: the profile step does not measure them) — per run and model the simulated throughput, p50 and p99 with each of these sharing laws of the device:
+    graphs (:func:`x1_profile`: the profile step does not measure them) — per run and model the simulated
+    throughput, p50 and p99 with each of these sharing laws of the device:
 
     * ``profile``: the profile's own, fitted to its calibration runs (the configurations with ``calibrate`` instances
       per model, and the pair, count as fitted); from the x1 runs, the device's default (on a GPU ``serial``, its

@@ -67,9 +67,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   ``rounds`` times, the median answered requests per second and p99; then two open loops of all models together at
   Poisson times, the longest at a rate that keeps :data:`LONG_SHARE` of a core busy (a batch now and then, as
   production traffic has it), every other at each rate of :data:`QUIET_RATES_RPS` (a quiet host, then a busier
-  one), their p99s. The device's sharing law (``law``, default ``pool_eff+wait`` on a CPU host, ``serial`` — nothing to fit — on a
-  GPU) is fitted to them through the
-  simulator (:mod:`serving_bench.sim.interference`: the throughputs of the closed loops); its wait for a core behind
+  one), their p99s. The device's sharing law (``law``, default ``pool_eff+wait`` on a CPU host, ``serial`` —
+  nothing to fit — on a GPU) is fitted to them through the simulator (:mod:`serving_bench.sim.interference`: the
+  throughputs of the closed loops); its wait for a core behind
   a long execution is measured in the open loops (the requests sent while a batch of the longest ran, by how quiet
   the host was: :func:`~serving_bench.profiles.estimators.quiet_wait`) — those two also on the one-instance server
   of the first phase, so that the wait's chance follows the host's instances in all (the law's

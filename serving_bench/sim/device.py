@@ -13,6 +13,9 @@ rest of it (waits) does not, so it progresses at
 
     rate = 1 / (1 + phi (s - 1))          solo seconds of work per second.
 
+Law ``serial`` (a GPU's default: kernels one at a time) has no single stretch: each running kind's rate comes from
+the machine-repair network of the running jobs (:func:`serial_rates`).
+
 *Overrides* (measurements beat the model): while all running executions on the device are of one model with a
 measured curve ``S`` (at the nearest measured batch size), they run at ``S(k) / k`` (``k`` of them); while exactly two
 models' executions run and their pair curve was measured at a batch size not below any running batch's, at
