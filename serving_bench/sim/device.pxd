@@ -79,10 +79,14 @@ cdef class Device:
     cpdef list pop_finished(self, double now)
 
 
+@cython.locals(key=tuple, kept=tuple, out=list)
+cpdef list serial_rates(list counts, list demands)
+
+
 @cython.locals(kinds=cython.Py_ssize_t, out=list, states=cython.Py_ssize_t, strides=list, stride=cython.Py_ssize_t,
                queue=list, index=cython.Py_ssize_t, total=double, c=cython.Py_ssize_t, m=cython.Py_ssize_t,
                d=double, response=double)
-cpdef list serial_rates(list counts, list demands)
+cdef list _serial_rates(list counts, list demands)
 
 
 @cython.locals(kinds=cython.Py_ssize_t, queue=list, out=list, total=double, change=double, c=cython.Py_ssize_t,

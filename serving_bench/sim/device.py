@@ -38,6 +38,8 @@ LAWS = ("pool", "pool_eff", "soft", "none", "serial")
 SOFT, NONE, SERIAL = LAWS.index("soft"), LAWS.index("none"), LAWS.index("serial")
 INF = math.inf
 EXACT_STATES = 4096  # serial_rates solves populations of up to this many sub-populations exactly
+SOLVED_KEPT = 65536  # serial_rates keeps this many running sets' rates (a run meets the same sets again and again)
+_solved: dict = {}
 
 
 class Law:
@@ -367,7 +369,21 @@ def serial_rates(counts: list, demands: list) -> list:
     ``1 / (1 - d_c + R_c(n))``. A lone job keeps its solo speed, two jobs slow each other by ``1 + d_a d_b`` below
     the device's capacity, ``k`` identical ones saturate at ``1 / d`` jobs' worth. Above :data:`EXACT_STATES`
     sub-populations it takes Schweitzer's approximation (the fixed point with a job seeing ``(n_c - 1) / n_c`` of
-    its own kind's queue). Kinds of demand 0 run at 1."""
+    its own kind's queue). Kinds of demand 0 run at 1. The rates of the last :data:`SOLVED_KEPT` running sets are
+    kept (a pure function: the same rates, solved once)."""
+    key = (tuple(counts), tuple(demands))
+    kept = _solved.get(key)
+    if kept is not None:
+        return list(kept)
+    out = _serial_rates(counts, demands)
+    if len(_solved) >= SOLVED_KEPT:
+        _solved.clear()
+    _solved[key] = tuple(out)
+    return out
+
+
+def _serial_rates(counts: list, demands: list) -> list:
+    """:func:`serial_rates`, solved."""
     kinds = len(counts)
     out = [1.0] * kinds
     states = 1
