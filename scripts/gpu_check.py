@@ -437,12 +437,15 @@ def predict(result: dict) -> dict:
     device = next(iter(serving.values())).instances[0][0]
     measured = result.get("profile")
     profile = Profile.from_json(measured, "the check's profile") if measured else x1_profile(result, device)
-    profiles = {False: profile, True: x1_profile(result, device, cuda_graphs=True)}  # by cuda_graphs
+    graphs = x1_profile(result, device, cuda_graphs=True)
+
+    def profile_of(run: dict):  # the profile its runs' serving has (CUDA graphs or not)
+        return graphs if run.get("cuda_graphs") else profile
     calibrate = result["plan"]["calibrate"]
     swept = f"{result['plan']['pair'][0]}_torchscript"
 
     def observation(run: dict) -> Observation:  # batches capped at the largest profiled size (one-row requests)
-        models = profiles[bool(run.get("cuda_graphs"))].models
+        models = profile_of(run).models
         served = {m: serving[m].replace(instances=((device, run["instances"]),), max_batch_size=min(
             serving[m].max_batch_size, max(models[m].devices[device].batch_sizes))) for m in run["models"]}
         rates = {m: v["throughput_rps"] for m, v in run["models"].items()}
@@ -452,7 +455,7 @@ def predict(result: dict) -> dict:
         return Observation(device, served, run["concurrency"], rates)
 
     def figures(law: dict, run: dict, obs: Observation) -> dict[str, dict]:
-        shared = with_law(profiles[bool(run.get("cuda_graphs"))], device, law)
+        shared = with_law(profile_of(run), device, law)
         if obs.rates:
             models = summarize(simulate(shared, obs))["models"]
             return {m: {"throughput_rps": v["throughput_rps"], "p50_ms": _ms(v["p50_s"]), "p99_ms": _ms(v["p99_s"])}
@@ -465,7 +468,7 @@ def predict(result: dict) -> dict:
 
     usable, left_out = [], []
     for run in result["runs"]:
-        if any(m not in serving or m not in profiles[bool(run.get("cuda_graphs"))].models for m in run["models"]):
+        if any(m not in serving or m not in profile_of(run).models for m in run["models"]):
             left_out.append({"run": run["label"], "reason": "no profile of this entry (or of its CUDA graphs)"})
         elif not all(v["ok"] for v in run["models"].values()):
             left_out.append({"run": run["label"], "reason": "no request answered"})
@@ -491,7 +494,7 @@ def predict(result: dict) -> dict:
             rows.append({"run": run["label"], "model": m, "measured": {k: real[k] for k in METRICS},
                          "simulated": {name: sim[m] for name, sim in sims.items()},
                          "fitted": [name for name, (_, fitted_to) in laws.items() if fitted_to(run)]})
-    source = profile.source + ("; " + profiles[True].source if profiles[True].models else "")
+    source = profile.source + ("; " + graphs.source if graphs.models else "")
     return {"rows": rows, "source": source, "laws": [{"name": name, "law": law} for name, (law, _) in laws.items()],
             "left_out": left_out}
 

@@ -562,13 +562,8 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
         return None
     if fewer is not None and len((second := beside_long(fewer[1], long))[0]) >= WAIT_MINIMUM:
         groups.append(second)
-
-    def length(e: np.ndarray) -> float:  # from the mean excess of those that waited
-        waited = e > WAITED_S
-        return float(np.clip(2 * e[waited].mean() - WAITED_S, *slice_range)) if waited.any() else slice_range[0]
-
-    slice_s = length(np.concatenate([e for _, e in groups]))
-    lengths = wait_lengths(runs, fewer[1] if len(groups) > 1 else (), long, length)
+    slice_s = wait_length(np.concatenate([e for _, e in groups]), slice_range)
+    lengths = wait_lengths(runs, fewer[1] if len(groups) > 1 else (), long, slice_range)
     likelihoods = []
     for g, e in groups:
         slices = np.interp(g, lengths[0], lengths[1]) if lengths else np.full(len(g), slice_s)
@@ -590,11 +585,18 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     return out
 
 
+def wait_length(excess: np.ndarray, slice_range: tuple[float, float]) -> float:
+    """The length (s) of a wait uniform on (0, length) whose waits over :data:`WAITED_S` have the mean excess of
+    those in ``excess`` (s): ``2 x mean - WAITED_S``, within ``slice_range`` (its low end where none waited)."""
+    waited = excess > WAITED_S
+    return float(np.clip(2 * excess[waited].mean() - WAITED_S, *slice_range)) if waited.any() else slice_range[0]
+
+
 def wait_lengths(runs: Sequence[LoopRun], fewer: Sequence[LoopRun], long: str,
-                 length: Callable[[np.ndarray], float]) -> tuple[tuple[float, float], tuple[float, float]] | None:
+                 slice_range: tuple[float, float]) -> tuple[tuple[float, float], tuple[float, float]] | None:
     """The wait's length by the host's quiet: ``runs`` (and ``fewer``'s runs, in the same order of rates) at their
     two send rates, each rate's requests sent while ``long`` ran pooled — ((median recent quiet of the busier rate,
-    of the quieter), (``length`` of each one's excesses)), for the simulator to interpolate between, flat outside
+    of the quieter), (:func:`wait_length` of each one's excesses)), for the simulator to interpolate between, flat outside
     (:class:`~serving_bench.sim.spec.CoreWait`); None unless there are two rates with :data:`LENGTH_MINIMUM` waits
     each and the quieter one's median quiet at least twice the busier's."""
     if len(runs) != 2 or (fewer and len(fewer) != 2):
@@ -606,7 +608,7 @@ def wait_lengths(runs: Sequence[LoopRun], fewer: Sequence[LoopRun], long: str,
     gaps = (float(np.median(busy_g)), float(np.median(quiet_g)))
     if gaps[1] < 2 * gaps[0]:
         return None
-    return gaps, (length(busy_e), length(quiet_e))
+    return gaps, (wait_length(busy_e, slice_range), wait_length(quiet_e, slice_range))
 
 
 def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[float]) -> tuple[float, str]:

@@ -204,11 +204,13 @@ class Device:
 
     def _rerate(self, now: float) -> None:
         """Set each running kind's rate for the current set of jobs and plan the next completion."""
-        stretch = self.law.stretch(self.demand) if self.demand > 0.0 else 1.0
         override = self._override() if self.overrides else None
         serial = None
-        if self.law.form == SERIAL:
+        stretch = 1.0
+        if self.law.form == SERIAL:  # a rate per kind instead of one stretch
             serial = serial_rates([r.heap.n for r in self.active], [r.kind.demand for r in self.active])
+        elif self.demand > 0.0:
+            stretch = self.law.stretch(self.demand)
         nxt = INF
         for i, r in enumerate(self.active):
             kind = r.kind

@@ -35,7 +35,7 @@ import numpy as np
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.distributions import EnsembleExtra, interp
-from serving_bench.profiles.schema import Curve, IdleEffect, ModelOnDevice, Profile
+from serving_bench.profiles.schema import OPTIONAL_LAW_PARAMETERS, Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.device import Kind, Law
 from serving_bench.sim.drift import HostDrift, Loadings, fit_drift
@@ -186,8 +186,7 @@ class DeviceRule:
 
 
 # a law's parameters for the requests on the host, not for Law itself
-HOST_PARAMETERS = ("psi", "wait_p", "wait_s", "wait_quiet_s", "wait_quiet_memory", "wait_instances", "wait_p_fewer",
-                   "wait_instances_fewer", "wait_s_quiet", "wait_gap_s", "wait_gap_quiet_s", "drift")
+HOST_PARAMETERS = tuple(k for k in OPTIONAL_LAW_PARAMETERS if k != "queue")
 
 
 def law_of(info) -> dict:
