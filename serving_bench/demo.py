@@ -201,7 +201,7 @@ class Demo:
 
     def simulate_and_validate(self) -> str:
         rows = adapters.validate(self.load_profile, self.repo, self.profile_path, self.out / "validate",
-                                 replay_dir=self.out / "replay")
+                                 replay_dir=self.out / "replay", note=lambda line: self.say(f"  note: {line}"))
         judged = [inside for inside in map(simulated_inside, rows) if inside is not None]
         return (f"{len(rows)} comparison rows in {self.out / 'validate'}; simulated inside the measured 95 % interval "
                 f"in {sum(judged)} of {len(judged)} latency rows")

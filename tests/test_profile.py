@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from serving_bench.errors import InputError
@@ -496,6 +497,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     work runs at the host's speed, which drifts by tens of percent within a minute on a shared VM: with a 5 ms sleep
     the profile and the replay, 20 s apart, disagreed by more than 15 % at p50 in 2 of 8 runs on a quiet machine."""
     from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.load.native import choose_sender
     from serving_bench.profiles.measure import measure_profile
     from serving_bench.validate import run_validation
 
@@ -523,6 +525,40 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~660 requests bound a median tightly
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
     assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
+    # the profile says which sender measured it; the replay went through the same one, so nothing to note
+    assert profile.host["sender"] == choose_sender(None)[0]
+    assert json.loads((tmp_path / "val" / "validation.json").read_text())["notes"] == []
+
+
+def test_a_replay_through_another_sender_than_the_profile_is_noted(tmp_path):
+    """The ways in and out include the sender's own time: the validation says so where the senders differ, in
+    validation.json, through its ``note`` callback and in the report."""
+    from serving_bench.profiles.estimators import LoopRun
+    from serving_bench.profiles.measure import sender_of
+    from serving_bench.report.collect import collect
+    from serving_bench.report.render import validation_section
+    from serving_bench.run.records import COLUMNS, Records, RunInfo
+    from serving_bench.validate import sender_note
+
+    def run(sender):
+        return LoopRun({}, {}, (0.0, 1.0), sender=sender)
+
+    assert sender_of([run("native"), run("native"), "not a run"]) == {"sender": "native"}
+    assert sender_of([run("python"), run("native")]) == {"sender": "native, python"}
+    assert sender_of([run(None)]) == {}
+
+    def records(sender):
+        return Records(pd.DataFrame(columns=list(COLUMNS)), RunInfo("triton", sender=sender))
+
+    profile = Profile({}, {}, host={"sender": "python"})
+    assert sender_note(profile, records("python")) is None
+    assert sender_note(Profile({}, {}), records("native")) is None  # a profile from before: unknown
+    note = sender_note(profile, records("native"))
+    assert "python sender" in note and "native one" in note
+    (tmp_path / "validate").mkdir()
+    (tmp_path / "validate" / "validation.json").write_text(json.dumps({"notes": [note], "rows": []}))
+    html = validation_section(collect(tmp_path))
+    assert "Note: validate: the profile was measured through the python sender" in html
 
 
 def test_validation_rows_carry_the_measured_interval_and_say_where_the_simulation_falls_outside():

@@ -36,6 +36,7 @@ class LoopRun:
     done: dict[str, np.ndarray] = field(default_factory=dict)
     executions: dict[str, Executions] | None = None  # the batches each model executed in the window, where known
     cpu_s: float | None = None  # CPU seconds the server, its stubs and the client used in the run, where known
+    sender: str | None = None  # the load driver's sender that ran it (``native`` or ``python``), where known
 
     def compute_s(self, model: str) -> float:
         """Triton's mean compute time per request in this run (input + infer + output), seconds."""

@@ -149,6 +149,14 @@ def quiet_rates(models: Sequence[str], longest: str, longest_service_s: float, r
     return {m: LONG_SHARE / longest_service_s if m == longest else rate for m in models}
 
 
+def sender_of(runs) -> dict[str, str]:
+    """``{"sender": name}`` for the profile's ``host``: the load driver's sender its runs went through (``native``
+    or ``python``; both, comma-separated, if they differed), or nothing where no run said. A request's ways in and
+    out include its sender's own time, so a profile holds for replays through the same sender (docs/sim.md)."""
+    names = sorted({r.sender for r in runs if isinstance(r, LoopRun) and r.sender})
+    return {"sender": ", ".join(names)} if names else {}
+
+
 def _us(seconds: Sequence[float]) -> str:
     """Seconds as whole microseconds joined by slashes (a log line's figures)."""
     return "/".join(f"{v * 1e6:.0f}" for v in seconds)
@@ -566,7 +574,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     source = ("Triton's request trace" if trace else "the runners' execution logs, plus Triton's hop to the runner")
     profile = Profile(devices, profiles, overall, tuple(pair_curves),
                       host={"hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
-                            "cores": cores, "os": platform.platform(), "server": where},
+                            "cores": cores, "os": platform.platform(), "server": where, **sender_of(runs.values())},
                       source=f"measured on {where} from {repo}",
                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       notes=tuple(notes + [f"service = Triton's compute time per batch ({source})" if server_side

@@ -8,7 +8,7 @@ measured (host, device, framework, precision, execution mode eager / CUDA graphs
 Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds)::
 
     {"format": "serving-bench-profile", "version": 1, "source": "...", "created": "...",
-     "host": {"hostname": ..., "cpu": ..., "cores": 2},
+     "host": {"hostname": ..., "cpu": ..., "cores": 2, "sender": "native"},  # sender: the load driver's that measured
      "devices": {"cpu": {"kind": "cpu", "name": "...", "cores": 2, "max_instances": null, "memory_bytes": null,
                          "law": {"name": "pool_eff", "eta": 0.9}}},   # optional: how the device is shared
      "request_device": "cpu",                           # optional: where requests are handled (the host's cores)

@@ -108,7 +108,8 @@ class Session:
         if self.server is not None:
             executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
         run = LoopRun(latency, dict(records.info.server_stats), (start, end), sent, done, executions,
-                      cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
+                      cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None,
+                      records.info.sender)
         self.runs.append(run)
         return run
 

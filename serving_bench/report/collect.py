@@ -73,7 +73,7 @@ def collect(root: str | Path) -> dict:
     if not root.is_dir():
         raise InputError(root, None, "results folder does not exist")
     data: dict = {"root": str(root), "tune": None, "plan": None, "cdfs": [], "telemetry": [], "validation": [],
-                  "observations": []}
+                  "validation_notes": [], "observations": []}
     for path in sorted(root.rglob("tune.json")):
         data["tune"] = _read_json(path)
         obs = path.parent / "observations.jsonl"
@@ -100,6 +100,9 @@ def collect(root: str | Path) -> dict:
         data["telemetry"] += telemetry_series(frame, _label(path, root))
     for path in sorted(root.rglob("validation.json")):
         rows = _read_json(path)
+        if isinstance(rows, dict):
+            data["validation_notes"] += [f"{_label(path, root)}: {n}" for n in rows.get("notes") or []
+                                         if isinstance(n, str)]
         rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
         for row in rows if isinstance(rows, list) else []:
             if isinstance(row, dict):

@@ -215,6 +215,7 @@ def validation_section(data: dict) -> str:
             'real Triton. A measured percentile\'s 95 % interval is distribution-free (order statistics of the '
             'requests in the window); “…” is an end too few requests bound — an error inside the interval is within '
             'what the replay itself can tell.</p>') if rows else ""
+    note += "".join(f'<p class="note">Note: {escape(n)}</p>' for n in data.get("validation_notes", []))
     return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{note}{body}</section>'
 
 

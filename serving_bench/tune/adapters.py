@@ -153,9 +153,9 @@ def profile_uncertain(profile) -> bool:
     return measure.uncertain(profile)
 
 
-def validate(load_profile, repo, profile_path, out_dir, replay_dir=None):
+def validate(load_profile, repo, profile_path, out_dir, replay_dir=None, note=None):
     """Simulated vs measured table for the same schedule (``serving_bench.validate``); returns its rows."""
-    return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir)
+    return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir, note=note)
 
 
 def ensemble_batch_floors(repo, config) -> dict[str, int]:
