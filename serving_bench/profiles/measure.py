@@ -120,6 +120,7 @@ from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_ses
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serving_config import ModelServing, ServingConfig, model_serving_from_config
+from serving_bench.sim.device import GPU_LAW
 from serving_bench.sim.interference import (WAIT_S_RANGE, Observation, alone_latency, open_schedule, pinned, tail_error,
                                            with_law)
 from serving_bench.sim.interference import fit as fit_law
@@ -133,7 +134,6 @@ LONG_SHARE = 0.1  # the quiet-wait runs (open loop): the longest model's rate ke
 QUIET_RATES_RPS = (15.0, 150.0)  # ... every other model's rate in each run (a quiet host, then a busier one) ...
 QUIET_SECONDS = 15.0  # ... each this long
 DEFAULT_LAW = "pool_eff+wait"  # on a CPU host, chosen by held-out error: benchmarks/colocation_fidelity.py
-GPU_LAW = "serial"  # on a GPU, chosen by held-out error: scripts/gpu_check.py --predict (docs/sim.md)
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
 GAP_CONCURRENCY = 3

@@ -36,6 +36,8 @@ from serving_bench.sim.heap import Entry, Heap
 
 LAWS = ("pool", "pool_eff", "soft", "none", "serial")
 SOFT, NONE, SERIAL = LAWS.index("soft"), LAWS.index("none"), LAWS.index("serial")
+GPU_LAW = "serial"  # a GPU's law where the profile names none (sim.spec.law_of), and the one `profile` fits there:
+# chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md)
 INF = math.inf
 EXACT_STATES = 4096  # serial_rates solves populations of up to this many sub-populations exactly
 SOLVED_KEPT = 65536  # serial_rates keeps this many running sets' rates (a run meets the same sets again and again)

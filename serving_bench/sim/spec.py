@@ -37,7 +37,7 @@ from serving_bench.errors import InputError
 from serving_bench.profiles.distributions import EnsembleExtra, interp
 from serving_bench.profiles.schema import OPTIONAL_LAW_PARAMETERS, Curve, IdleEffect, ModelOnDevice, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim.device import Kind, Law
+from serving_bench.sim.device import GPU_LAW, Kind, Law
 from serving_bench.sim.drift import HostDrift, Loadings, fit_drift
 
 GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
@@ -191,8 +191,8 @@ HOST_PARAMETERS = tuple(k for k in OPTIONAL_LAW_PARAMETERS if k != "queue")
 
 def law_of(info) -> dict:
     """The device's sharing law as the profile gives it, or by default processor sharing over a CPU host's cores
-    (``pool``) and a GPU's kernels one at a time (``serial``)."""
-    return dict(info.law or {"name": "serial" if info.kind == "gpu" else "pool"})
+    (``pool``) and a GPU's kernels one at a time (:data:`GPU_LAW`)."""
+    return dict(info.law or {"name": GPU_LAW if info.kind == "gpu" else "pool"})
 
 
 def device_law(info) -> Law:
