@@ -168,8 +168,9 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
         with connect(repo, url=url, models=list(schedule.models)) as server:
             real = replay_with_busy_time(server, schedule)
     notes = [n for n in (sender_note(profile, real),) if n]
-    for line in notes if note is not None else ():
-        note(line)
+    if note is not None:
+        for line in notes:
+            note(line)
     sim = target.run(schedule)
     real_summary, sim_summary = summarize(real, intervals=True), summarize(sim)
     out = Path(out_dir)
