@@ -531,8 +531,8 @@ def test_measure_then_validate_on_real_triton(tmp_path):
 
 
 def test_a_replay_through_another_sender_than_the_profile_is_noted(tmp_path):
-    """The ways in and out include the sender's own time: the validation says so where the senders differ, in
-    validation.json, through its ``note`` callback and in the report."""
+    """The ways in and out include the sender's own time: the validation says so where the senders differ (the
+    line ``run_validation`` writes to validation.json's notes and passes to its ``note``), and the report shows it."""
     from serving_bench.profiles.estimators import LoopRun
     from serving_bench.profiles.measure import sender_of
     from serving_bench.report.collect import collect
