@@ -558,13 +558,15 @@ def quiet_wait(runs: Sequence[LoopRun], long: str, slice_range: tuple[float, flo
     the length follows the host's quiet: ``slice_s`` is the busier rate's and ``slice_quiet_s`` the quieter's, and
     each request's ``1 - WAITED_S / slice`` takes its own quiet's length. None with fewer than :data:`WAIT_MINIMUM`
     requests sent during a long batch (without ``fewer``'s ``p`` where only those runs had too few)."""
-    groups = [beside_long(runs, long)]
+    per_run = [beside_long([run], long) for run in runs]  # each run once: pooled by server here, by rate below
+    per_fewer = [beside_long([run], long) for run in fewer[1]] if fewer is not None else []
+    groups = [pooled(per_run)]
     if len(groups[0][0]) < WAIT_MINIMUM:
         return None
-    if fewer is not None and len((second := beside_long(fewer[1], long))[0]) >= WAIT_MINIMUM:
+    if fewer is not None and len((second := pooled(per_fewer))[0]) >= WAIT_MINIMUM:
         groups.append(second)
     slice_s = wait_length(np.concatenate([e for _, e in groups]), slice_range)
-    lengths = wait_lengths(runs, fewer[1] if len(groups) > 1 else (), long, slice_range)
+    lengths = wait_lengths(per_run, per_fewer if len(groups) > 1 else [], slice_range)
     likelihoods = []
     for g, e in groups:
         slices = np.interp(g, lengths[0], lengths[1]) if lengths else np.full(len(g), slice_s)
@@ -593,16 +595,23 @@ def wait_length(excess: np.ndarray, slice_range: tuple[float, float]) -> float:
     return float(np.clip(2 * excess[waited].mean() - WAITED_S, *slice_range)) if waited.any() else slice_range[0]
 
 
-def wait_lengths(runs: Sequence[LoopRun], fewer: Sequence[LoopRun], long: str,
+def pooled(beside: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Several runs' :func:`beside_long` figures as one run's (what :func:`beside_long` of them all gives)."""
+    if not beside:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate([g for g, _ in beside]), np.concatenate([e for _, e in beside])
+
+
+def wait_lengths(runs: Sequence[tuple[np.ndarray, np.ndarray]], fewer: Sequence[tuple[np.ndarray, np.ndarray]],
                  slice_range: tuple[float, float]) -> tuple[tuple[float, float], tuple[float, float]] | None:
-    """The wait's length by the host's quiet: ``runs`` (and ``fewer``'s runs, in the same order of rates) at their
-    two send rates, each rate's requests sent while ``long`` ran pooled — ((median recent quiet of the busier rate,
-    of the quieter), (:func:`wait_length` of each one's excesses)), for the simulator to interpolate between, flat outside
-    (:class:`~serving_bench.sim.spec.CoreWait`); None unless there are two rates with :data:`LENGTH_MINIMUM` waits
-    each and the quieter one's median quiet at least twice the busier's."""
+    """The wait's length by the host's quiet, from the :func:`beside_long` figures of each run at the two send rates
+    (``runs``, and ``fewer``'s runs in the same order of rates), each rate's pooled — ((median recent quiet of the
+    busier rate, of the quieter), (:func:`wait_length` of each one's excesses)), for the simulator to interpolate
+    between, flat outside (:class:`~serving_bench.sim.spec.CoreWait`); None unless there are two rates with
+    :data:`LENGTH_MINIMUM` waits each and the quieter one's median quiet at least twice the busier's."""
     if len(runs) != 2 or (fewer and len(fewer) != 2):
         return None
-    rates = [beside_long([runs[i], *([fewer[i]] if fewer else [])], long) for i in range(2)]
+    rates = [pooled([runs[i], *([fewer[i]] if fewer else [])]) for i in range(2)]
     if any(int((e > WAITED_S).sum()) < LENGTH_MINIMUM for _, e in rates):
         return None
     (busy_g, busy_e), (quiet_g, quiet_e) = sorted(rates, key=lambda r: float(np.median(r[0])))
