@@ -24,7 +24,10 @@ serving-bench's pick is also measured by the same sweep through serving-bench's 
 process, in the same interleaved trials) and simulated by it on the profile (the same levels, windows and criterion):
 the simulator's error is printed against both measurements, with each client's CPU (cores) at its best level. The
 profile is measured through serving-bench's sender, so on a host where the client shares the cores the simulator
-models that client; perf_analyzer's costs more CPU per request, so it measures less on a CPU-bound model.
+models that client; perf_analyzer's costs more CPU per request, so it measures less on a CPU-bound model. So the
+sweep is simulated once more through perf_analyzer's client (``sim.client.through_client``): at each level, the CPU
+per request perf_analyzer spent on *Model Analyzer's* pick (not the run it predicts) less what serving-bench's sender
+spent on ours, the medians over the trials; that figure is the one to hold against perf_analyzer's measurement.
 
 Each search runs once (Model Analyzer's takes 15 minutes in full); the measurement of the two picks is repeated
 ``--trials`` times (default 3), interleaved (Model Analyzer's, ours; ours, Model Analyzer's; ...), and the throughput
@@ -281,6 +284,32 @@ def perf_analyzer_level(pa, url: str, model: str, quick: bool) -> Callable[[int]
     return level
 
 
+def client_cpu_per_request(trials: list[dict]) -> dict[int, float]:
+    """A client's CPU seconds per request at each concurrency level of its sweeps (``trials``): the level's client
+    cores over its throughput, the median over the trials."""
+    per: dict[int, list[float]] = {}
+    for run in trials:
+        for row in run["rows"] if run else ():
+            if row.get("throughput"):
+                per.setdefault(row["concurrency"], []).append(row["client_cores"] / row["throughput"])
+    return {c: statistics.median(v) for c, v in per.items()}
+
+
+def client_level(profile, config, extra_cpu_s: dict[int, float], model: str,
+                 quick: bool) -> Callable[[int], tuple[float, float]]:
+    """The simulator's closed loop at one concurrency ``c`` through a client costing ``extra_cpu_s[c]`` more host CPU
+    per request than the profile's sender (:func:`~serving_bench.sim.client.through_client`)."""
+    from serving_bench.sim.client import through_client
+    from serving_bench.sim.target import SimTarget
+
+    def level(c: int) -> tuple[float, float]:
+        if c not in extra_cpu_s:
+            raise RuntimeError(f"no CPU per request of both clients at concurrency {c}")
+        return closed_loop_level(SimTarget(through_client(profile, extra_cpu_s[c]), config, seed=1), model,
+                                 quick)(c)
+    return level
+
+
 def closed_loop_level(target, model: str, quick: bool) -> Callable[[int], tuple[float, float]]:
     """serving-bench's closed loop at one concurrency on ``target`` (the real server through our sender, or the
     simulator): three of perf_analyzer's windows after a warm-up of a tenth of that, summarized one way for both."""
@@ -333,6 +362,17 @@ def prediction(simulated: dict, measured: dict[str, list[dict]], capacity_rps: f
     return out
 
 
+def through_client_prediction(simulated: dict | None, measured: dict, extra_cpu_s: dict[int, float]) -> dict:
+    """The sweep simulated through perf_analyzer's client (``simulated``; None: no calibration) against
+    perf_analyzer's measurement of our pick (``measured``: :func:`prediction`'s entry), with the extra CPU per
+    request (µs) at each level."""
+    sim = simulated["best"]["throughput"] if simulated and simulated["best"] else None
+    median = measured["median_ips"]
+    return {"simulated_ips": sim, "extra_cpu_us": {str(c): 1e6 * x for c, x in extra_cpu_s.items()},
+            "calibrated_on": "perf_analyzer's runs on Model Analyzer's pick, serving-bench's sender's on ours",
+            "error": (sim - median) / median if sim is not None and median else None}
+
+
 def prediction_text(predicted: dict) -> str:
     """One paragraph: the simulated throughput of our pick against each client's measurement of it."""
     def side(name: str, label: str) -> str:
@@ -347,7 +387,20 @@ def prediction_text(predicted: dict) -> str:
             f"{side('perf_analyzer', 'through perf_analyzer')}, {side('own_sender', 'through serving-bench sender')}"
             f". The profile was measured through serving-bench's sender: where the client shares the host's cores, "
             f"the simulator models that client, not perf_analyzer. Open-loop capacity (the tuner's criterion: p99 "
-            f"within the budget): {predicted['open_loop_capacity_rps']:.0f} req/s.")
+            f"within the budget): {predicted['open_loop_capacity_rps']:.0f} req/s.\n\n" + through_client_text(predicted))
+
+
+def through_client_text(predicted: dict) -> str:
+    """One paragraph: the sweep simulated through perf_analyzer's client against its measurement."""
+    d = predicted["through_perf_analyzer"]
+    if not d["extra_cpu_us"]:
+        return ("Not simulated through perf_analyzer's client: no perf_analyzer run on Model Analyzer's pick to take "
+                "its CPU per request from.")
+    sim = "none within the budget" if d["simulated_ips"] is None else f"{d['simulated_ips']:.0f} infer/s"
+    error = "" if d["error"] is None else f", {100 * d['error']:+.1f} % against perf_analyzer's measurement"
+    extra = ", ".join(f"{us:+.0f} µs at concurrency {c}" for c, us in d["extra_cpu_us"].items())
+    return (f"Simulated through perf_analyzer's client (its CPU per request over serving-bench's sender's, taken "
+            f"from its runs on Model Analyzer's pick: {extra}): {sim}{error} (target: within 10 %).")
 
 
 def _spread(d: dict, digits: int = 0) -> str:
@@ -411,10 +464,18 @@ def main(argv: list[str] | None = None) -> int:
                                                 f"serving-bench's sender (trial {k + 1})")
             runs = interleave(args.trials, sides, log=log)
         # ... and in the simulator, by the same sweep and criterion as both measurements
-        simulator = SimTarget(Profile.load(work / "sb_profile.json"),
-                              ServingConfig.from_repo(sb["tuned_repo"], [args.model]), seed=1)
-        simulated = sweep(closed_loop_level(simulator, args.model, args.quick), args.p99_ms, args.quick,
-                          f"simulated {labels['serving_bench']}")
+        profile = Profile.load(work / "sb_profile.json")
+        tuned = ServingConfig.from_repo(sb["tuned_repo"], [args.model])
+        simulated = sweep(closed_loop_level(SimTarget(profile, tuned, seed=1), args.model, args.quick), args.p99_ms,
+                          args.quick, f"simulated {labels['serving_bench']}")
+        # ... and through perf_analyzer's client, its CPU per request taken from its runs on Model Analyzer's pick
+        own_cost = client_cpu_per_request(runs[OWN_SENDER])
+        pa_cost = client_cpu_per_request(runs.get("model_analyzer", []))
+        extra = {c: pa_cost[c] - own_cost[c] for c in sorted(set(pa_cost) & set(own_cost))}
+        log("perf_analyzer's CPU per request over serving-bench's sender's: " +
+            (", ".join(f"c={c}: {1e6 * pa_cost[c]:.0f} - {1e6 * own_cost[c]:.0f} us" for c in extra) or "none"))
+        simulated_pa = sweep(client_level(profile, tuned, extra, args.model, args.quick), args.p99_ms, args.quick,
+                             f"simulated {labels['serving_bench']} through perf_analyzer") if extra else None
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -437,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     wall_ratio = sb["wall_s"] / ma["wall_s"] if ma["wall_s"] and ma["best"] else None
     predicted = prediction(simulated, {"perf_analyzer": runs["serving_bench"], "own_sender": runs[OWN_SENDER]},
                            sb["best"]["result"]["capacity_rps"])
+    predicted["through_perf_analyzer"] = through_client_prediction(simulated_pa, predicted["perf_analyzer"], extra)
     result = {
         "benchmark": "vs_model_analyzer", "model": args.model, "p99_budget_ms": args.p99_ms, "quick": args.quick,
         "space": SPACE[args.quick], "trials": args.trials, "perf_analyzer": pa.version(),
@@ -447,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         "serving_bench": {"wall_s": sb["wall_s"], "profile_s": sb["profile_s"], "tune_s": sb["tune_s"],
                           "evaluated": sb["evaluated"], "config": sb["best"]["config"],
                           "measured": runs["serving_bench"], "measured_own_sender": runs[OWN_SENDER],
-                          "simulated": simulated, "prediction": predicted},
+                          "simulated": simulated, "simulated_through_perf_analyzer": simulated_pa,
+                          "prediction": predicted},
         "comparison": cmp, "throughput_ratio": cmp["ratio"]["median"], "wall_time_ratio": wall_ratio,
         "targets": {"throughput_ratio": ">= 1.0", "wall_time_ratio": "<= 0.1"},
     }

@@ -713,6 +713,32 @@ def test_requests_ways_in_and_out_share_the_cores():
     assert len(records) == pytest.approx(4 / 0.014, abs=4)
 
 
+def test_a_client_costing_more_cpu_per_request_takes_the_hosts_cores():
+    """The profile above through a client costing 2 ms more host CPU per request: the way out grows to 3 ms, at
+    demand (1 x 2 + 2) / (1 + 3) = 1, so a request is 10 ms of work on a core; four closed-loop chains on two cores:
+    20 ms each, 2 / 10 ms = 200 requests per second (250 through the profile's own sender). By hand, the demand
+    keeps the simulated CPU per request: 0.5 x 2 ms + 1 ms over 3 ms = 2/3; with the law's psi = 0.5, which scales
+    the request demands, (0.5 x 1 x 2 ms + 1 ms) / (0.5 x 3 ms) = 4/3; a cheaper client (-0.5 ms) shortens the way
+    out and keeps a demand of 1."""
+    from serving_bench.sim.client import through_client
+
+    config = one(max_batch_size=1, instances=(("cpu", 4),))
+    profile = through_client(_hosted_profile(), 0.002)
+    assert profile.models["sleep_python"].overhead.mean == pytest.approx(0.003)
+    assert profile.models["sleep_python"].request_demand == pytest.approx(1.0)
+    records = SimTarget(profile, config).run(poisson(1, 2000), _Closed(4, 1.0))
+    latency = (records.table["done_s"] - records.table["sent_s"]).to_numpy()
+    assert latency[8:-8] == pytest.approx(0.020) and len(records) == pytest.approx(200, abs=4)
+    assert through_client(_hosted_profile(0.5), 0.001).models["sleep_python"].request_demand == pytest.approx(2 / 3)
+    data = _hosted_profile().to_json()
+    data["devices"]["cpu"]["law"] = {"name": "pool", "psi": 0.5}
+    assert through_client(Profile.from_json(data, "p.json"), 0.001).models["sleep_python"].request_demand == \
+        pytest.approx(4 / 3)
+    cheaper = through_client(_hosted_profile(), -0.0005).models["sleep_python"]
+    assert cheaper.overhead.mean == pytest.approx(0.0005) and cheaper.request_demand == pytest.approx(1.0)
+    assert through_client(_hosted_profile(), 0.0) == _hosted_profile()
+
+
 def _engines_agree_open_and_closed(profile, config, sched, closed, seed):
     """The fast engine and the SimPy reference give identical records of ``sched`` in open loop and in the closed
     loop ``closed``, both meeting the target contract."""
