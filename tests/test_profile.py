@@ -514,6 +514,8 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert 0.0 < profile.overhead_for("sleep_python").median < 0.010
     s2 = md.colocation[0](2)
     assert 1.5 < s2 <= 2.0  # sleeping instances share the CPUs almost perfectly
+    # a lone model's law is fitted to two throughputs: its 2 instances with 2 clients, then with 4
+    assert sorted(c["clients"]["sleep_python"] for c in profile.calibration) == [2, 4]
     load = tmp_path / "load.yaml"
     load.write_text("name: v\nduration: 12s\nwarmup: 1s\nseed: 2\nmodels:\n  sleep_python: {rate: 55}\n")
     rows = run_validation(load, repo, tmp_path / "p.json", tmp_path / "val")

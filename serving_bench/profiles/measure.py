@@ -63,7 +63,8 @@ and the client's own jitter on a busy machine must not leak into service times:
   to take up a payload, which grows meanwhile.
 * **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
   alone with ``calibrate`` clients, each beside the model of the longest batch-1 service (one client each; with
-  three models or more), then all models together with one client each and with ``calibrate`` each —
+  three models or more), then all models together with one client each and with ``calibrate`` each (a lone
+  model: with ``2 * calibrate`` clients instead, so its law is not fitted to one throughput) —
   ``rounds`` times, the median answered requests per second and p99; then two open loops of all models together at
   Poisson times, the longest at a rate that keeps :data:`LONG_SHARE` of a core busy (a batch now and then, as
   production traffic has it), every other at each rate of :data:`QUIET_RATES_RPS` (a quiet host, then a busier
@@ -524,6 +525,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             steps += [observe({slowest: 1, m: 1}) for m in models if m != slowest]
         if len(models) > 1:
             steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
+        else:  # one model: a second throughput, with twice the clients (queued for its instances, the cores busy)
+            steps += [observe({models[0]: 2 * calibrate})]
         if quiet_waits:  # and beside its occasional batches, as on the one-instance server
             steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]
         done: dict = {}
