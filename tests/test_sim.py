@@ -1220,6 +1220,31 @@ def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
                 "--concurrency", "0"]) == 2
 
 
+def test_simulate_command_through_another_client(tmp_path):
+    """``simulate --client-cpu-us 2000``: the hosted profile above through a client costing 2 ms more host CPU per
+    request, four clients on four instances and two cores: 20 ms and 200 answers per second instead of 16 ms and 250
+    (worked above)."""
+    from serving_bench.cli import main as cli
+
+    profile = tmp_path / "p.json"
+    _hosted_profile().save(profile)
+    load = tmp_path / "l.yaml"
+    load.write_text("name: c\nduration: 2s\nseed: 1\nmodels:\n  sleep_python: {rate: 1000}\n")
+    config = tmp_path / "serving.yaml"
+    config.write_text("models:\n  sleep_python: {max_batch_size: 1, instances: [[cpu, 4]]}\n")
+    answered = {}
+    for us in ("0", "2000"):
+        out = tmp_path / f"out{us}"
+        assert cli(["simulate", str(load), "--profile", str(profile), "--config", str(config), "--out", str(out),
+                    "--concurrency", "4", "--client-cpu-us", us]) == 0
+        answered[us] = json.loads((out / "summary.json").read_text())["models"]["sleep_python"]
+    assert answered["0"]["p50_s"] == pytest.approx(0.016) and answered["2000"]["p50_s"] == pytest.approx(0.020)
+    assert answered["0"]["throughput_rps"] == pytest.approx(250, abs=5)
+    assert answered["2000"]["throughput_rps"] == pytest.approx(200, abs=5)
+    assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
+                "--client-cpu-us", "nan"]) == 2 and not (tmp_path / "bad").exists()
+
+
 # -- the host's speed drifts (sim/drift.py) -----------------------------------------------------------------------
 
 DRIFT = {"in_service": 0.48, "in_out": 0.5, "service_out": 0.42, "service_by_lag_ms": {"0.5": 0.64, "5": 0.32}}

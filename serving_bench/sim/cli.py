@@ -1,5 +1,5 @@
 """``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR
-[--concurrency N]``.
+[--concurrency N] [--client-cpu-us X]``.
 
 Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
 through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
@@ -8,6 +8,9 @@ executions, items per execution, time inside the server, device busy time) and `
 checked before anything is written. ``--concurrency N`` runs a closed loop instead (``N`` clients per model or
 ensemble, each sending its next request when the previous one is answered, for the load's duration: what
 ``replay --concurrency N`` does on Triton, and what a perf_analyzer or Model Analyzer concurrency sweep reads).
+``--client-cpu-us X`` simulates a client that costs ``X`` µs more host CPU per request than the sender the profile
+was measured through (:func:`serving_bench.sim.client.through_client`; perf_analyzer over serving-bench's native
+sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that client would measure.
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
 or, with neither, from the profile's models with one instance each on their first device and no batching.
@@ -25,6 +28,7 @@ or, with neither, from the profile's models with one instance each on their firs
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from serving_bench.errors import InputError
@@ -34,6 +38,7 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.results import write_results
 from serving_bench.run.target import ClosedLoop
 from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.client import through_client
 from serving_bench.sim.target import SimTarget
 
 CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
@@ -51,6 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, help="closed loop: requests in flight per model or ensemble")
     parser.add_argument("--engine", choices=("fast", "simpy"), default="fast",
                         help="fast (default) or the SimPy reference (same records, slower)")
+    parser.add_argument("--client-cpu-us", type=float, default=0.0,
+                        help="host CPU per request of the client to simulate beyond the profile's sender's, in µs "
+                             "(e.g. perf_analyzer's: docs/tune.md)")
 
 
 def load_serving_yaml(path: str | Path):
@@ -117,7 +125,9 @@ def main(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
     schedule = build_schedule(LoadProfile.load(args.load_profile))
-    profile = Profile.load(args.profile)
+    if not math.isfinite(args.client_cpu_us):
+        raise InputError("--client-cpu-us", None, f"expected a number of microseconds, got {args.client_cpu_us}")
+    profile = through_client(Profile.load(args.profile), args.client_cpu_us * 1e-6)
     config = serving_config_for(args.config, args.repo, profile, schedule)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
     records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
