@@ -734,6 +734,10 @@ def test_a_client_costing_more_cpu_per_request_takes_the_hosts_cores():
     data["devices"]["cpu"]["law"] = {"name": "pool", "psi": 0.5}
     assert through_client(Profile.from_json(data, "p.json"), 0.001).models["sleep_python"].request_demand == \
         pytest.approx(4 / 3)
+    data = _hosted_profile(0.5).to_json()  # an idle instance takes 0.5 ms of the way in to take up the payload:
+    data["models"]["sleep_python"]["devices"]["cpu"]["pickup_s"] = 0.0005  # (0.5 x 1.5 ms + 1 ms) / 2.5 ms
+    assert through_client(Profile.from_json(data, "p.json"), 0.001).models["sleep_python"].request_demand == \
+        pytest.approx(1.75 / 2.5)
     cheaper = through_client(_hosted_profile(), -0.0005).models["sleep_python"]
     assert cheaper.overhead.mean == pytest.approx(0.0005) and cheaper.request_demand == pytest.approx(1.0)
     assert through_client(_hosted_profile(), 0.0) == _hosted_profile()

@@ -10,7 +10,9 @@ sender's 39 µs took 23 % off a 2-core host's closed-loop throughput).
 ``through_client(profile, extra_cpu_s)`` is the profile as that client would have measured it: every model's way out
 grows by ``extra_cpu_s`` seconds spent on the host's cores at full demand (a client's work between an answer and the
 next request, one thread's worth), so a request's way in and out keeps the simulated host CPU it had plus
-``extra_cpu_s`` busy. A negative figure (a cheaper client) takes that much off the way out, no quantile below 0.
+``extra_cpu_s`` busy. The demand is re-weighted over the way it was measured on (``profiles.measure``: the way in
+less an idle instance's take-up, ``pickup_s``, plus the way out), which is what the simulator keeps busy under
+dynamic batching. A negative figure (a cheaper client) takes that much off the way out, no quantile below 0.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def through_client(profile: Profile, extra_cpu_s: float) -> Profile:
         longer = Dist(way_out.q, tuple(max(s + extra_cpu_s, 0.0) for s in way_out.s))
         demand = model.request_demand
         if demand is not None and host is not None:
-            way_in = model.dispatch.mean if model.dispatch is not None else 0.0
+            pickup_s = max((md.pickup_s for md in model.devices.values()), default=0.0)
+            way_in = max(model.dispatch.mean - pickup_s, 0.0) if model.dispatch is not None else 0.0
             cpu_s = psi * demand * (way_in + way_out.mean) + extra_cpu_s  # simulated host CPU per request
             demand = max(cpu_s, 0.0) / (psi * (way_in + longer.mean)) if way_in + longer.mean > 0 else demand
         models[name] = dataclasses.replace(model, overhead=longer, request_demand=demand)
