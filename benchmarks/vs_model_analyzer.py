@@ -284,6 +284,15 @@ def perf_analyzer_level(pa, url: str, model: str, quick: bool) -> Callable[[int]
     return level
 
 
+def best_throughput(run: dict | None) -> float | None:
+    """A sweep's (or Model Analyzer's result's) best throughput within the budget; None without one."""
+    return run["best"]["throughput"] if run and run.get("best") else None
+
+
+def relative_error(simulated: float | None, measured: float | None) -> float | None:
+    return (simulated - measured) / measured if simulated is not None and measured else None
+
+
 def client_cpu_per_request(trials: list[dict]) -> dict[int, float]:
     """A client's CPU seconds per request at each concurrency level of its sweeps (``trials``): the level's client
     cores over its throughput, the median over the trials."""
@@ -351,14 +360,14 @@ def prediction(simulated: dict, measured: dict[str, list[dict]], capacity_rps: f
     """The simulator's figure for serving-bench's pick against each measurement of it by the same sweep: per client
     (``measured``: its trials' sweeps) the median best throughput, the simulator's error on it, and the median client
     CPU at the best level; ``capacity_rps`` is the tuner's own criterion (open loop, p99 within the budget)."""
-    sim = simulated["best"]["throughput"] if simulated["best"] else None
+    sim = best_throughput(simulated)
     out = {"simulated_ips": sim, "open_loop_capacity_rps": capacity_rps}
     for client, trials in measured.items():
         bests = [r["best"] for r in trials if r and r.get("best")]
         median = statistics.median(b["throughput"] for b in bests) if bests else None
         out[client] = {"median_ips": median, "client_cores": statistics.median(b["client_cores"] for b in bests)
                        if bests else None,
-                       "error": (sim - median) / median if sim is not None and median else None}
+                       "error": relative_error(sim, median)}
     return out
 
 
@@ -366,11 +375,10 @@ def through_client_prediction(simulated: dict | None, measured: dict, extra_cpu_
     """The sweep simulated through perf_analyzer's client (``simulated``; None: no calibration) against
     perf_analyzer's measurement of our pick (``measured``: :func:`prediction`'s entry), with the extra CPU per
     request (µs) at each level."""
-    sim = simulated["best"]["throughput"] if simulated and simulated["best"] else None
-    median = measured["median_ips"]
+    sim = best_throughput(simulated)
     return {"simulated_ips": sim, "extra_cpu_us": {str(c): 1e6 * x for c, x in extra_cpu_s.items()},
             "calibrated_on": "perf_analyzer's runs on Model Analyzer's pick, serving-bench's sender's on ours",
-            "error": (sim - median) / median if sim is not None and median else None}
+            "error": relative_error(sim, measured["median_ips"])}
 
 
 def prediction_text(predicted: dict) -> str:
@@ -482,15 +490,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log(f"work folder kept: {work}")
 
-    def best(run: dict | None) -> float | None:
-        return run["best"]["throughput"] if run and run.get("best") else None
-
-    own = ma["best"]["throughput"] if ma["best"] else None
+    own = best_throughput(ma)
     def missing(run: dict | None) -> str:
         return (run or {}).get("unstable") or "no level within the p99 budget"
 
-    ours = [figure(best(r), missing=missing(r)) for r in runs["serving_bench"]]
-    peer = [figure(best(r), floor=own and IMPLAUSIBLE_SHORTFALL * own, missing=missing(r),
+    ours = [figure(best_throughput(r), missing=missing(r)) for r in runs["serving_bench"]]
+    peer = [figure(best_throughput(r), floor=own and IMPLAUSIBLE_SHORTFALL * own, missing=missing(r),
                    why_floor=f" infer/s, half of the {own:.0f} infer/s Model Analyzer measured for it in its search"
                    if own else "") for r in runs["model_analyzer"]] if "model_analyzer" in runs else \
         [figure(None, missing=f"Model Analyzer has no pick: {ma.get('error')}")] * args.trials
