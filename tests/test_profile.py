@@ -249,12 +249,13 @@ def test_profile_drift_round_trips_and_bad_drift_is_a_clear_error():
 
 
 def test_host_cpu_split_into_per_request_and_per_batch():
-    """One at a time: 100 requests in 100 batches, 65 ms of host CPU of which the runner's 10 ms: 0.55 ms outside
-    it per request. Batched: 100 requests in 40 batches (2.5 each), 40 ms of which the runner's 8 ms: 0.32 ms. From
-    o = c_r + c_b / n: c_b = (0.55 - 0.32) / (1 - 1 / 2.5) = 0.3833 ms per batch, c_r = 0.1667 ms per request. Runs
-    that batch alike cannot tell them apart. The take-up of a lone payload: Triton's queue time 150 us less the
-    batcher's own 50 us delay, at most the 80 us dispatch."""
-    from serving_bench.profiles.estimators import LoopRun, handoff_split, pickup_s
+    """One run: 100 requests in 40 batches (2.5 each), 40 ms of host CPU of which the runner's 8 ms: 0.32 ms outside
+    it per request. Three loads on the line o = 0.1 ms + 0.3 ms / n give c_r = 0.1 ms per request and c_b = 0.3 ms
+    per batch; a fourth point off the line moves them as least squares does (worked below). Runs that batch alike
+    cannot tell them apart; o that does not fall with n is all per request, a line through o < 0 at n = inf all per
+    batch. The take-up of a lone payload: Triton's queue time 150 us less the batcher's own 50 us delay, at most the
+    80 us dispatch."""
+    from serving_bench.profiles.estimators import LoopRun, handoff_point, handoff_split, pickup_s
 
     def run(n_batches, batch_s, cpu_s, queue_s=0.0):
         batches = [(1.0 + i * 0.01, 1.0 + i * 0.01 + batch_s, 1) for i in range(n_batches)]
@@ -262,13 +263,27 @@ def test_host_cpu_split_into_per_request_and_per_batch():
         return LoopRun({"m": np.full(100, 0.001)}, {"m": {"queue_mean_s": queue_s}}, (0.0, 10.0), {"m": sent},
                        {"m": sent + 0.001}, {"m": _executions(batches)}, cpu_s)
 
-    alone, batched = run(100, 0.0001, 0.065, queue_s=0.00015), run(40, 0.0002, 0.040)
-    per_request, per_batch = handoff_split(alone, batched, "m")
-    assert per_batch == pytest.approx(0.00023 / 0.6) and per_request == pytest.approx(0.00055 - 0.00023 / 0.6)
-    assert handoff_split(alone, run(95, 0.0001, 0.06), "m") is None
-    assert handoff_split(alone, dataclasses.replace(batched, cpu_s=None), "m") is None
-    assert pickup_s(alone, "m", 0.00005, 0.00008) == pytest.approx(0.00008)
-    assert pickup_s(alone, "m", 0.00005, 0.001) == pytest.approx(0.0001)
+    batched = run(40, 0.0002, 0.040)
+    assert handoff_point(batched, "m") == pytest.approx((2.5, 0.00032))
+    assert handoff_point(dataclasses.replace(batched, cpu_s=None), "m") is None
+
+    def o(n):
+        return 0.0001 + 0.0003 / n
+
+    assert handoff_split([(1.25, o(1.25)), (2.5, o(2.5)), (5.0, o(5.0))]) == pytest.approx((0.0001, 0.0003))
+    # x = 1/n = 0.8, 0.4, 0.2, 0.4 with the last o 0.02 ms higher: mean x 0.45, Sxx 0.19, the residual's
+    # covariance with x (0.4 - 0.45) * 0.00002 = -1e-6: slope 0.0003 - 1e-6 / 0.19, intercept up by the rest
+    per_request, per_batch = handoff_split([(1.25, o(1.25)), (2.5, o(2.5)), (5.0, o(5.0)), (2.5, o(2.5) + 0.00002)])
+    assert per_batch == pytest.approx(0.0003 - 1e-6 / 0.19)
+    assert per_request == pytest.approx(0.0001 + 0.00002 / 4 + 0.45 * 1e-6 / 0.19)
+    assert handoff_split([(1.0, 0.0004), (1.05, 0.00039)]) is None  # batched alike
+    assert handoff_split([(1.0, 0.0004), None]) is None  # a server that did not say
+    assert handoff_split([(1.0, 0.0002), (4.0, 0.0003)]) == pytest.approx((0.00025, 0.0))  # no part per batch
+    assert handoff_split([(1.0, 0.0004), (4.0, 0.00005)]) == pytest.approx((0.0, (0.0004 + 0.00005 / 4) / (1 + 1 / 16)))
+    assert pickup_s(batched, "m", 0.00005, 0.00008) == pytest.approx(0.0)
+    lone = run(100, 0.0001, 0.065, queue_s=0.00015)
+    assert pickup_s(lone, "m", 0.00005, 0.00008) == pytest.approx(0.00008)
+    assert pickup_s(lone, "m", 0.00005, 0.001) == pytest.approx(0.0001)
 
 
 def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():

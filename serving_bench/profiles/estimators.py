@@ -236,28 +236,35 @@ def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> f
     return min(1.0, busy_share / executing) if executing > 0 else None
 
 
-def handoff_split(alone: LoopRun, batched: LoopRun, model: str) -> tuple[float, float] | None:
-    """(per request, per batch) host CPU seconds outside the runner, from two runs of one-row requests whose
-    batches held different numbers of requests — one request at a time (``alone``), and several in flight on one
-    instance with dynamic batching (``batched``, the per-request cost run): a run's CPU outside its logged batches
-    per answered request is ``c_r + c_b / n``, ``n`` its requests per executed batch, so the two runs give both (each
-    at least 0). None where the server did not say, or where the two runs batched alike (``n`` within 10 %)."""
-    points = []
-    for run in (alone, batched):
-        executed = batches_of(run, model)
-        answered = len(run.latency.get(model, ()))
-        if executed is None or run.cpu_s is None or not len(executed) or not answered or \
-                np.isnan(executed.cpu_s).any():
-            return None
-        points.append((answered / len(executed), (run.cpu_s - float(executed.cpu_s.sum())) / answered))
-    (n1, o1), (n2, o2) = points
-    if n2 < 1.1 * n1:
+def handoff_point(run: LoopRun, model: str) -> tuple[float, float] | None:
+    """(requests per executed batch ``n``, host CPU seconds outside the runner per answered request ``o``) of a run
+    of ``model``: the run's CPU less its logged batches' over its answered requests; None where the server did not
+    say."""
+    executed = batches_of(run, model)
+    answered = len(run.latency.get(model, ()))
+    if executed is None or run.cpu_s is None or not len(executed) or not answered or np.isnan(executed.cpu_s).any():
         return None
-    per_batch = max((o1 - o2) / (1 / n1 - 1 / n2), 0.0)
-    per_request = o1 - per_batch / n1
+    return answered / len(executed), (run.cpu_s - float(executed.cpu_s.sum())) / answered
+
+
+def handoff_split(points: Sequence[tuple[float, float] | None]) -> tuple[float, float] | None:
+    """(per request, per batch) host CPU seconds outside the runner, from runs of one-row requests whose batches held
+    different numbers of requests (:func:`handoff_point` of closed loops at several concurrencies on one instance
+    with dynamic batching): ``o = c_r + c_b / n``; least squares of ``o`` on ``1 / n`` gives both (each at least 0).
+    Loaded runs are the ones to fit: one request at a time the host idles between requests and its threads' polling
+    counts against each (docs/sim.md, "The host's CPU outside the runtime"). None where a run's server did not say,
+    or where the runs batched alike (largest ``n`` within 10 % of the smallest)."""
+    if len(points) < 2 or any(p is None for p in points):
+        return None
+    n, o = np.array(points, dtype=float).T
+    if n.max() < 1.1 * n.min():
+        return None
+    per_batch, per_request = np.polyfit(1 / n, o, 1)
+    if per_batch < 0:  # no part per batch: all of it per request
+        return float(np.mean(o)), 0.0
     if per_request < 0:  # all of it per batch
-        return 0.0, o1 * n1
-    return per_request, per_batch
+        return 0.0, float(np.sum(o / n) / np.sum(1 / n ** 2))
+    return float(per_request), float(per_batch)
 
 
 def pickup_s(run: LoopRun, model: str, wait_s: float, dispatch_mean_s: float) -> float:

@@ -114,8 +114,9 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, ensemble_members, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, EnsembleExtra, IdleEffect
 from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
-                                              ensemble_extra, gpu_demand, handoff_split, lone_wait_s, per_request_cost,
-                                              phase_drift, pickup_s, quiet_wait, service_and_overhead, thin)
+                                              ensemble_extra, gpu_demand, handoff_point, handoff_split, lone_wait_s,
+                                              per_request_cost, phase_drift, pickup_s, quiet_wait,
+                                              service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
@@ -137,6 +138,7 @@ QUIET_SECONDS = 15.0  # ... each this long
 DEFAULT_LAW = "pool_eff+wait"  # on a CPU host, chosen by held-out error: benchmarks/colocation_fidelity.py
 DEFAULT_ROUNDS = 3
 PER_REQUEST_CONCURRENCY = 8
+SPLIT_CONCURRENCY = (2, 4, 8, 16, 32)  # the loads the host CPU outside the runner is split over (up to max batch)
 GAP_CONCURRENCY = 3
 COLD_QUIET_S = (0.0005, 0.002, 0.008, 0.032, 0.128)  # mean random quiet times after an answer, block by block
 COLD_BLOCK = 24  # requests per block of the cold-start runs (one block per mean quiet time, rising)
@@ -324,6 +326,11 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return before, session.batch_stats([m])[m], run
         return (m, "per_request"), measure
 
+    def split_levels(m: str) -> list[int]:
+        """The concurrencies of the split runs beside the per-request one (``min(max_batch_size, 8)``)."""
+        largest = configs[m].max_batch_size
+        return [c for c in SPLIT_CONCURRENCY if c <= largest and c != min(largest, PER_REQUEST_CONCURRENCY)]
+
     def pair(a: str, b: str, pb: int) -> Step:
         def measure(session: Session) -> tuple[list[float], list[float], list[float]]:
             values, solo_a, solo_b = [], [], []
@@ -363,6 +370,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                                                            max(seconds / 2, 0.5))))
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
+            steps += [((m, "split", c), lambda s, m=m, c=c: s.run({m: (1, c)}, seconds)) for c in split_levels(m)]
     steps += [cold(m, r) for r in range(1, idle_rounds) for m in models]  # later rounds
     steps += [cold(e, r) for r in range(idle_rounds) for e in ensembles]
     for a, b in pair_list:
@@ -424,7 +432,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us (from {used} batches of 2+ "
                 "requests)")
             alone = runs[(m, "solo", sizes[m][0])]
-            split = handoff_split(alone, batched, m) if sizes[m][0] == 1 and r.dispatch is not None else None
+            loaded = [batched] + [runs[(m, "split", c)] for c in split_levels(m)]
+            points = [handoff_point(run, m) for run in (loaded if len(loaded) > 1 else [alone, batched])]
+            split = handoff_split(points) if sizes[m][0] == 1 and r.dispatch is not None else None
             if split is not None:  # the ways in and out cost per request, the hand-offs per batch
                 r.pickup_s = pickup_s(alone, m, lone_wait_s(config, 1), r.dispatch.mean)
                 outside = r.dispatch.mean - r.pickup_s + r.overhead.mean
@@ -432,6 +442,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 # server's background CPU, its idle stubs' pollers, counted in the run)
                 r.request_demand = min(split[0] / outside, 1.0) if outside > 0 else r.request_demand
                 r.handoff_cpu_s = split[1]
+                log(f"{m}: host CPU outside the runtime per request, by requests per batch: " +
+                    ", ".join(f"{n:.1f}: {o * 1e6:.0f} us" for n, o in sorted(points)))
                 log(f"{m}: host CPU outside the runtime {split[0] * 1e6:.0f} us per request "
                     f"({r.request_demand:.2f} cores on the way in and out) + {split[1] * 1e6:.0f} us per batch; "
                     f"an idle instance takes up a payload in {r.pickup_s * 1e6:.0f} us")
