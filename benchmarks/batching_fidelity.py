@@ -16,8 +16,8 @@ per request are printed beside the simulated batch. The last line: the worst and
     .venv/bin/python benchmarks/batching_fidelity.py [--quick] [--out DIR] [--data SAVED.json.xz]
 
 The measurements (profile and runs) are saved first (``batching_fidelity_data[_quick]_<date>_<host>.json.xz``);
-``--data`` evaluates saved measurements again without a server (another law: ``--law``). About 6 minutes, 3 with
-``--quick``.
+``--data`` evaluates saved measurements again without a server (the law refitted in another form: ``--law``; on
+some of the calibration runs: ``--calibration-clients``). About 6 minutes, 3 with ``--quick``.
 """
 
 from __future__ import annotations
@@ -117,18 +117,21 @@ def measure(quick: bool) -> dict:
     return {"model": MODEL, "quick": quick, "seconds": seconds, "profile": profile.to_json(), "runs": runs}
 
 
-def evaluate(data: dict, law: str | None) -> dict:
-    """Simulate every saved run from the saved profile (its law refitted as ``law`` on its own calibration runs where
-    given) and from the baseline; print the rows and return them with the worst and mean errors."""
+def evaluate(data: dict, law: str | None, clients: tuple[int, ...] = ()) -> dict:
+    """Simulate every saved run from the saved profile and from the baseline; print the rows and return them with
+    the worst and mean errors. ``law`` or ``clients``: the profile's law refitted first (in the form ``law``, else its
+    own) on its calibration runs (those of ``clients`` clients only, where given)."""
     from serving_bench.sim.interference import serving_from_json
 
     profile = Profile.from_json(data["profile"], "saved profile")
-    if law is not None:
-        observations = [Observation.from_json(o) for o in profile.calibration]
+    if law is not None or clients:
+        law = law or DEFAULT_LAW
+        observations = [o for o in map(Observation.from_json, profile.calibration)
+                        if not clients or o.clients.get(MODEL) in clients]
         fitted, err = fit(profile, "cpu", observations, law)
         profile = with_law(profile, "cpu", fitted)
-        print(f"law {law} refitted on the profile's {len(observations)} calibration runs: mean error "
-              f"{err * 100:.1f} %")
+        print(f"law {law} refitted on {len(observations)} of the profile's calibration runs "
+              f"({', '.join(o.label() for o in observations)}): mean error {err * 100:.1f} %")
     print(f"law: {profile.devices['cpu'].law}")
     baseline = with_law(profile, "cpu", {"name": "none"})
     # the calibration's instances and clients (there with the profile's threads and max batch): not held out
@@ -180,6 +183,8 @@ def main() -> int:
     parser.add_argument("--data", help="evaluate measurements saved by an earlier run instead of measuring again")
     parser.add_argument("--law", choices=FORMS, help="refit the profile's law in this form on its calibration runs "
                                                      f"(default: the profile's own, {DEFAULT_LAW} on a CPU host)")
+    parser.add_argument("--calibration-clients", nargs="+", type=int, default=(),
+                        help="refit the law on the profile's calibration runs of these client counts only")
     args = parser.parse_args()
     if args.data:
         data_path, data = args.data, read_json(args.data, "saved measurements")
@@ -189,8 +194,9 @@ def main() -> int:
                                      compressed=True))
         print(f"measurements: {data_path}")
     stage("simulate")
-    result = evaluate(data, args.law)
-    path = write_result("batching_fidelity", {**result, "data": data_path, "refitted_law": args.law},
+    result = evaluate(data, args.law, tuple(args.calibration_clients))
+    path = write_result("batching_fidelity", {**result, "data": data_path, "refitted_law": args.law,
+                                              "calibration_clients": list(args.calibration_clients)},
                         quick=data["quick"], out_dir=args.out, timed=not args.data,
                         same_suffix_as=None if args.data else Path(data_path))
     print(f"results: {path}")

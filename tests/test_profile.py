@@ -299,6 +299,33 @@ def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():
     assert per_request_cost({}, {1: (5, 30_000_000)}, service.get) == (0.0, 0)
 
 
+def test_per_request_cpu_is_the_runners_extra_cpu_slope_over_requests_per_batch():
+    """One at a time a batch of 1 row costs the runner 100 us of CPU, of 4 rows 190 us (130 us at 2 rows,
+    interpolated). Loaded, batches of 2 one-row requests cost 130 + 10 + 50 us, of 4 requests 190 + 30 + 50 us: the
+    excess grows by 10 us per request; the 50 us the whole loaded run pays more (a slower machine) is no per-request
+    cost. Without the runner's CPU, or with one size executed, there is nothing to say."""
+    from serving_bench.profiles.estimators import LoopRun, per_request_cpu
+    from serving_bench.serve.execution_log import Executions
+
+    def run(rows, requests, cpu_us):
+        k = len(rows)
+        start = 1.0 + np.arange(k) * 0.01
+        executions = Executions(start, start + 0.001, np.array(cpu_us, dtype=float) * 1e-6, np.array(rows, np.int32),
+                                np.array(requests, np.int32), np.zeros(k, np.int32), ("m_0_0",))
+        sent = start - 0.0001
+        return LoopRun({"m": np.full(k, 0.001)}, {}, (0.0, 10.0), {"m": sent}, {"m": sent + 0.001}, {"m": executions},
+                       0.1)
+
+    solo = [run([1, 1], [1, 1], [90, 110]), run([4, 4], [1, 1], [190, 190])]
+    loaded = [run([2, 2, 4], [2, 2, 4], [190, 190, 270]), run([4], [4], [270])]
+    cost, used = per_request_cpu(solo, loaded, "m")
+    assert cost == pytest.approx(10e-6) and used == 4
+    assert per_request_cpu(solo, [run([2, 2], [2, 2], [150, 150])], "m") is None  # one size: no slope
+    assert per_request_cpu(solo[:1], loaded, "m") is None  # one solo size: nothing to interpolate
+    assert per_request_cpu(solo, [run([2, 4], [2, 4], [np.nan, 200])], "m") is None  # no CPU logged
+    assert per_request_cpu(solo, [run([2, 4], [2, 4], [200, 150])], "m") == (0.0, 2)  # clamped
+
+
 def test_colocation_speedup_is_the_median_never_rounded_up():
     """A slowdown within the rounds' noise is kept: S(4) = 2.0 on two cores stays 2.0 (the issue's tiny_cnn case
     had it rounded up to 4.00, and the tuner's capacity hit its ceiling)."""
@@ -529,8 +556,8 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert 0.0 < profile.overhead_for("sleep_python").median < 0.010
     s2 = md.colocation[0](2)
     assert 1.5 < s2 <= 2.0  # sleeping instances share the CPUs almost perfectly
-    # a lone model's law is fitted to two throughputs: its 2 instances with 2 clients, then with 4
-    assert sorted(c["clients"]["sleep_python"] for c in profile.calibration) == [2, 4]
+    # a lone model's law is fitted to three throughputs: its 2 instances with 2 clients, with 4, and batching with 16
+    assert sorted(c["clients"]["sleep_python"] for c in profile.calibration) == [2, 4, 16]
     load = tmp_path / "load.yaml"
     load.write_text("name: v\nduration: 12s\nwarmup: 1s\nseed: 2\nmodels:\n  sleep_python: {rate: 55}\n")
     rows = run_validation(load, repo, tmp_path / "p.json", tmp_path / "val")

@@ -326,6 +326,37 @@ def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[
     return max(slope_multi - slope_solo, 0.0), int(sum(c for m, c in zip(ns, ws) if m >= 2))
 
 
+def per_request_cpu(solo: Sequence[LoopRun], loaded: Sequence[LoopRun], model: str) -> tuple[float, int] | None:
+    """Per-request cost inside a batch as the runner's own CPU (its execution log): over the executed batches of
+    the ``loaded`` runs (one-row requests, closed loops with dynamic batching), the slope over ``n`` (requests per
+    batch) of each batch's CPU less what a batch of ``n`` rows costs one request at a time (the ``solo`` runs' mean
+    CPU per batch at each size, interpolated), least squares, clamped at 0. CPU, not time: on a busy host a batch's
+    time also holds its waits for a core, which the sharing law simulates (the time's slope counted them twice:
+    docs/sim.md, "Big batches"); a slope, not a level, so a uniformly slower machine does not pass for a cost.
+    Returns (CPU seconds per request, batches of 2+ requests it rests on); None where the server logged no CPU or
+    fewer than two sizes were executed."""
+    sizes, costs = [], []
+    for run in solo:
+        executed = batches_of(run, model)
+        if executed is None or not len(executed):
+            continue
+        single = executed.select(executed.requests == 1)
+        if len(single):
+            sizes.append(float(np.median(single.rows)))
+            costs.append(float(np.mean(single.cpu_s)))
+    found = [b for b in (batches_of(run, model) for run in loaded) if b is not None and len(b)]
+    if len(sizes) < 2 or not found:
+        return None
+    n = np.concatenate([b.requests for b in found]).astype(float)
+    cpu = np.concatenate([b.cpu_s for b in found])
+    order = np.argsort(sizes)
+    if np.isnan(cpu).any() or np.isnan(costs).any() or len(np.unique(n)) < 2:
+        return None
+    excess = cpu - np.interp(n, np.array(sizes)[order], np.array(costs)[order])
+    slope = float(np.polyfit(n, excess, 1)[0])
+    return max(slope, 0.0), int(np.sum(n >= 2))
+
+
 def medians(run: LoopRun, model: str, wait_s: float) -> tuple[float, float, float, float | None]:
     """(median service, median overhead, median dispatch, median instance idle before a batch or None) of a
     one-at-a-time run (see :func:`service_and_overhead`). Requests the batcher merged anyway (a stall made them

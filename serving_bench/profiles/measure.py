@@ -48,7 +48,9 @@ and the client's own jitter on a busy machine must not leak into service times:
 * **Per-request cost inside a batch** (``per_request_s``): with dynamic batching, requests of one row at concurrency
   ``min(max_batch_size, 8)``; Triton's per-batch-size statistics (``batch_stats``) give the compute time of batches
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
-  cost of each extra request (clamped at 0).
+  cost of each extra request (clamped at 0). On the host's cores, where the runners log their CPU, the runner's CPU
+  is taken instead, over the split runs too (:func:`~serving_bench.profiles.estimators.per_request_cpu`): those
+  runs keep the host busy, and a batch's time there holds its waits for a core, which the sharing law adds itself.
 * **Demands** (what the interference model shares, :mod:`serving_bench.sim.device`): per batch size, the cores a
   batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance) — on a GPU the
   share of the device it keeps busy instead (:func:`~serving_bench.profiles.estimators.gpu_demand`: NVML's busy
@@ -64,7 +66,8 @@ and the client's own jitter on a busy machine must not leak into service times:
 * **Calibration** (``calibrate`` instances per model, one server): closed loops of one-row requests — each model
   alone with ``calibrate`` clients, each beside the model of the longest batch-1 service (one client each; with
   three models or more), then all models together with one client each and with ``calibrate`` each (a lone
-  model: with ``2 * calibrate`` clients instead, so its law is not fitted to one throughput) —
+  model: with ``2 * calibrate`` clients instead, so its law is not fitted to one throughput, and with dynamic
+  batching with :data:`LOADED_CLIENTS` ``* calibrate``, so it is fitted where batches hold several requests too) —
   ``rounds`` times, the median answered requests per second and p99; then two open loops of all models together at
   Poisson times, the longest at a rate that keeps :data:`LONG_SHARE` of a core busy (a batch now and then, as
   production traffic has it), every other at each rate of :data:`QUIET_RATES_RPS` (a quiet host, then a busier
@@ -115,7 +118,7 @@ from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, ensemble
 from serving_bench.profiles.distributions import Curve, Dist, EnsembleExtra, IdleEffect
 from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
                                               ensemble_extra, gpu_demand, handoff_point, handoff_split, lone_wait_s,
-                                              per_request_cost, phase_drift, pickup_s, quiet_wait,
+                                              per_request_cost, per_request_cpu, phase_drift, pickup_s, quiet_wait,
                                               service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
@@ -132,6 +135,7 @@ DEFAULT_SECONDS = 2.0
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
 UNCERTAIN_NOTE = "the sharing law misses its own calibration runs"  # how that note starts (:func:`uncertain`)
 DEFAULT_CALIBRATION = 2  # instances per model in the co-located runs the law is fitted to
+LOADED_CLIENTS = 8  # a lone model's loaded calibration run: this many clients per calibration instance
 LONG_SHARE = 0.1  # the quiet-wait runs (open loop): the longest model's rate keeps this share of a core busy ...
 QUIET_RATES_RPS = (15.0, 150.0)  # ... every other model's rate in each run (a quiet host, then a busier one) ...
 QUIET_SECONDS = 15.0  # ... each this long
@@ -428,11 +432,16 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                     return None
 
             before, after, batched = runs[(m, "per_request")]
-            r.per_request_s, used = per_request_cost(before, after, service_mean)
-            log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us (from {used} batches of 2+ "
-                "requests)")
-            alone = runs[(m, "solo", sizes[m][0])]
             loaded = [batched] + [runs[(m, "split", c)] for c in split_levels(m)]
+            r.per_request_s, used = per_request_cost(before, after, service_mean)
+            by_cpu = (per_request_cpu([runs[(m, "solo", b)] for b in sizes[m]], loaded, m)
+                      if r.device == HOST_DEVICE else None)
+            log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us of Triton's compute time (from "
+                f"{used} batches of 2+ requests)" + (f", {by_cpu[0] * 1e6:.0f} us of the runner's CPU (from "
+                                                     f"{by_cpu[1]} batches): taken" if by_cpu is not None else ""))
+            if by_cpu is not None:  # on the host's cores the time's slope holds the waits for a core
+                r.per_request_s = by_cpu[0]
+            alone = runs[(m, "solo", sizes[m][0])]
             points = [handoff_point(run, m) for run in (loaded if len(loaded) > 1 else [alone, batched])]
             split = handoff_split(points) if sizes[m][0] == 1 and r.dispatch is not None else None
             if split is not None:  # the ways in and out cost per request, the hand-offs per batch
@@ -537,8 +546,11 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             steps += [observe({slowest: 1, m: 1}) for m in models if m != slowest]
         if len(models) > 1:
             steps += [observe({m: 1 for m in models}), observe({m: calibrate for m in models})]
-        else:  # one model: a second throughput, with twice the clients (queued for its instances, the cores busy)
+        else:  # one model: more throughputs, with twice the clients (queued for its instances, the cores busy) and
+            # with LOADED_CLIENTS times (batches of several requests: where perf_analyzer's sweeps and the tuner go)
             steps += [observe({models[0]: 2 * calibrate})]
+            if configs[models[0]].max_batch_size > 1 and configs[models[0]].HasField("dynamic_batching"):
+                steps += [observe({models[0]: LOADED_CLIENTS * calibrate})]
         if quiet_waits:  # and beside its occasional batches, as on the one-instance server
             steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]
         done: dict = {}
