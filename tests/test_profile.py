@@ -320,6 +320,8 @@ def test_per_request_cpu_is_the_runners_extra_cpu_slope_over_requests_per_batch(
     loaded = [run([2, 2, 4], [2, 2, 4], [190, 190, 270]), run([4], [4], [270])]
     cost, used = per_request_cpu(solo, loaded, "m")
     assert cost == pytest.approx(10e-6) and used == 4
+    bigger = [*loaded, run([8], [8], [2000])]  # 8 requests: more than any size measured alone, left out
+    assert per_request_cpu(solo, bigger, "m") == (cost, used)
     assert per_request_cpu(solo, [run([2, 2], [2, 2], [150, 150])], "m") is None  # one size: no slope
     assert per_request_cpu(solo[:1], loaded, "m") is None  # one solo size: nothing to interpolate
     assert per_request_cpu(solo, [run([2, 4], [2, 4], [np.nan, 200])], "m") is None  # no CPU logged

@@ -106,6 +106,19 @@ def test_interrupted_tune_resumes_without_redoing_work(inputs, tmp_path, monkeyp
         run_tune(opts(inputs, out, queue_delays_us=(0, 500)))
 
 
+def test_tuning_for_a_client_that_costs_more_per_request(inputs, tmp_path):
+    """--client-cpu-us: the tune simulates a client costing 20 ms more per request (here its way out: the fixture's
+    profile simulates no host CPU to share), which leaves less of the 40 ms p99 budget for queueing, so the best
+    capacity falls; the plain tune's checkpoint is not resumed for it; a non-number is refused."""
+    plain = run_tune(opts(inputs, tmp_path / "t"))
+    with pytest.raises(Exception, match="different search"):
+        run_tune(opts(inputs, tmp_path / "t", client_cpu_us=20_000.0))
+    slower = run_tune(opts(inputs, tmp_path / "slower", client_cpu_us=20_000.0))
+    assert slower["best"]["result"]["capacity_rps"] < 0.9 * plain["best"]["result"]["capacity_rps"]
+    with pytest.raises(Exception, match="--client-cpu-us"):
+        run_tune(opts(inputs, tmp_path / "nan", client_cpu_us=float("nan")))
+
+
 def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path):
     """--url: the best candidate is loaded into a running Triton (explicit model control) and replayed there."""
     import tritonclient.grpc as grpcclient

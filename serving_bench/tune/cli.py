@@ -5,12 +5,15 @@ models share which GPU, on the simulator at the load profile's load; checkpoints
 ``OUT/observations.jsonl`` (rerun the same command to resume); on a long load ranks the candidates on a screen of it
 first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton
 (embedded, or ``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
+``--client-cpu-us X`` tunes for a client costing ``X`` µs more host CPU per request than the profile's sender
+(:func:`serving_bench.sim.client.through_client`; perf_analyzer's, say: docs/tune.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -24,6 +27,7 @@ from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
 from serving_bench.serve.runners import cpu_cores
 from serving_bench.serving_config import ServingConfig
+from serving_bench.sim.client import through_client
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
@@ -72,6 +76,7 @@ class TuneOptions:
     restart: bool = False
     report: bool = True
     quiet: bool = False
+    client_cpu_us: float = 0.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +116,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="verify on an external Triton at this gRPC host:port instead of embedded")
     parser.add_argument("--out", default="results/tune", help="output folder (default results/tune)")
     parser.add_argument("--restart", action="store_true", help="discard an existing checkpoint instead of resuming")
+    parser.add_argument("--client-cpu-us", type=float, default=0.0,
+                        help="tune for a client costing this many µs more host CPU per request than the profile's "
+                             "sender (as simulate --client-cpu-us; verification still measures through ours)")
 
 
 def _screen_arg(text: str) -> str | float:
@@ -132,7 +140,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
         max_scale=args.max_scale, screen=args.screen, finalists=args.finalists, duration_s=args.duration,
-        verify_top=args.verify_top, url=args.url, restart=args.restart)
+        verify_top=args.verify_top, url=args.url, restart=args.restart, client_cpu_us=args.client_cpu_us)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
@@ -157,7 +165,9 @@ def run_tune(opts: TuneOptions) -> dict:
     out = Path(opts.out)
     load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
     slos = resolve_slos(opts.slos, load.base)
-    profile = adapters.load_profile(opts.profile)
+    if not math.isfinite(opts.client_cpu_us):
+        raise InputError("--client-cpu-us", None, f"expected a number of microseconds, got {opts.client_cpu_us}")
+    profile = through_client(adapters.load_profile(opts.profile), opts.client_cpu_us * 1e-6)
     if opts.gpus >= 1:
         profile = adapters.with_gpus(profile, opts.gpus)
     base = base_config(opts.repo, profile, load)
@@ -186,7 +196,8 @@ def run_tune(opts: TuneOptions) -> dict:
     search_ctx, fraction = screen_context(ctx, opts.screen)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(out / "observations.jsonl",
-                            search_header(search_ctx, choice, settings, file_id(opts.profile)))
+                            search_header(search_ctx, choice, settings, file_id(opts.profile) + (
+                                f"; client +{opts.client_cpu_us:g} us" if opts.client_cpu_us else "")))
     _log(opts, f"tune: {len(load.base)} requests over {load.duration_s:.1f} s ({ctx.offered_rps:,.1f} req/s), "
                f"{len(tuned)} models, {choice.space_points} configurations ({choice.name}: {choice.reason}), "
                f"{opts.executor} executor")
