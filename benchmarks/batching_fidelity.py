@@ -3,10 +3,11 @@ from one client to 32, against the embedded Triton (CPU), beside a baseline in t
 
 The concurrency sweep is what perf_analyzer and Model Analyzer users read first, and the tuner's picks live where
 it batches most. ``tiny_cnn_onnxruntime`` (max batch 32) is profiled as ``serving-bench profile`` does by default
-(the sharing law fitted to its own calibration runs: 2 instances, 2 and 4 clients); then each serving
+(the sharing law fitted to its own calibration runs: 2 instances, 2, 4 and 16 clients); then each serving
 configuration of :data:`CONFIGS` (instances, max batch size; threads per instance as the server gives them,
 cores // instances) is measured in closed loops of one-row requests at every count of :data:`CLIENTS` — twice,
-interleaved — and simulated from the profile. Every row but the two the law was fitted to is held out.
+interleaved — and simulated from the profile. Every row but those of the calibration's instances and clients is held
+out.
 
 Per row: the relative p50, p99 and throughput error of the simulation (median of the two measurements as the
 reference), of the baseline (the same profile with no interference, law ``none``), and the two measurements'
@@ -17,7 +18,7 @@ per request are printed beside the simulated batch. The last line: the worst and
 
 The measurements (profile and runs) are saved first (``batching_fidelity_data[_quick]_<date>_<host>.json.xz``);
 ``--data`` evaluates saved measurements again without a server (the law refitted in another form: ``--law``; on
-some of the calibration runs: ``--calibration-clients``). About 6 minutes, 3 with ``--quick``.
+some of the calibration runs: ``--calibration-clients``). About 5 minutes, 3 with ``--quick``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
-from serving_bench.sim.interference import FORMS, Observation, fit, with_law  # noqa: E402
+from serving_bench.sim.interference import FORMS, Observation, fit, serving_from_json, with_law  # noqa: E402
 from serving_bench.sim.target import SimTarget  # noqa: E402
 from serving_bench.tune.verify import write_tuned_repo  # noqa: E402
 
@@ -121,8 +122,6 @@ def evaluate(data: dict, law: str | None, clients: tuple[int, ...] = ()) -> dict
     """Simulate every saved run from the saved profile and from the baseline; print the rows and return them with
     the worst and mean errors. ``law`` or ``clients``: the profile's law refitted first (in the form ``law``, else its
     own) on its calibration runs (those of ``clients`` clients only, where given)."""
-    from serving_bench.sim.interference import serving_from_json
-
     profile = Profile.from_json(data["profile"], "saved profile")
     if law is not None or clients:
         law = law or DEFAULT_LAW

@@ -553,7 +553,9 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     # server-side service times: the sleep plus the python backend's own work, never less than the sleep
     assert 0.017 <= md.batches[1].quantile(0.01) and md.batches[1].median < 0.022
     assert 0.031 <= md.batches[8].quantile(0.01) and md.batches[8].median < 0.036
-    assert 0.0 < md.batch_gap_s < 0.002 and 0.0 <= md.per_request_s < 0.001
+    # the gap is a difference of two means over ~15 batches of 31 ms (one run of 0.5 s): a gap of 0.1-0.3 ms is
+    # within their noise, and the estimator clamps it at 0 (one fresh-clone gate of 2026-12-05 read 0)
+    assert 0.0 <= md.batch_gap_s < 0.002 and 0.0 <= md.per_request_s < 0.001
     assert md.idle is not None and md.idle.service_extra_s[0] == 0.0
     assert 0.0 < profile.overhead_for("sleep_python").median < 0.010
     s2 = md.colocation[0](2)

@@ -252,7 +252,7 @@ def handoff_split(points: Sequence[tuple[float, float] | None]) -> tuple[float, 
     different numbers of requests (:func:`handoff_point` of closed loops at several concurrencies on one instance
     with dynamic batching): ``o = c_r + c_b / n``; least squares of ``o`` on ``1 / n`` gives both (each at least 0).
     Loaded runs are the ones to fit: one request at a time the host idles between requests and its threads' polling
-    counts against each (docs/sim.md, "The host's CPU outside the runtime"). None where a run's server did not say,
+    counts against each (docs/sim.md, "Per request and per batch"). None where a run's server did not say,
     or where the runs batched alike (largest ``n`` within 10 % of the smallest)."""
     if len(points) < 2 or any(p is None for p in points):
         return None

@@ -330,6 +330,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             return before, session.batch_stats([m])[m], run
         return (m, "per_request"), measure
 
+    def split_run(m: str, c: int) -> Step:
+        def measure(session: Session) -> LoopRun:
+            with session.untraced():  # merged batch-1 requests: see Session.untraced (a trace has no CPU to split)
+                return session.run({m: (1, c)}, seconds)
+        return (m, "split", c), measure
+
     def split_levels(m: str) -> list[int]:
         """The concurrencies of the split runs beside the per-request one (``min(max_batch_size, 8)``)."""
         largest = configs[m].max_batch_size
@@ -374,7 +380,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                                                            max(seconds / 2, 0.5))))
         if config.HasField("dynamic_batching") and config.max_batch_size > 1:
             steps.append(per_request(m))
-            steps += [((m, "split", c), lambda s, m=m, c=c: s.run({m: (1, c)}, seconds)) for c in split_levels(m)]
+            steps += [split_run(m, c) for c in split_levels(m)]
     steps += [cold(m, r) for r in range(1, idle_rounds) for m in models]  # later rounds
     steps += [cold(e, r) for r in range(idle_rounds) for e in ensembles]
     for a, b in pair_list:
