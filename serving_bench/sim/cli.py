@@ -28,7 +28,6 @@ or, with neither, from the profile's models with one instance each on their firs
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from serving_bench.errors import InputError
@@ -38,7 +37,7 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.results import write_results
 from serving_bench.run.target import ClosedLoop
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim.client import through_client
+from serving_bench.sim.client import client_cpu_s, through_client
 from serving_bench.sim.target import SimTarget
 
 CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
@@ -125,9 +124,7 @@ def main(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
     schedule = build_schedule(LoadProfile.load(args.load_profile))
-    if not math.isfinite(args.client_cpu_us):
-        raise InputError("--client-cpu-us", None, f"expected a number of microseconds, got {args.client_cpu_us}")
-    profile = through_client(Profile.load(args.profile), args.client_cpu_us * 1e-6)
+    profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
     config = serving_config_for(args.config, args.repo, profile, schedule)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
     records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)

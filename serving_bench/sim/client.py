@@ -18,10 +18,19 @@ dynamic batching. A negative figure (a cheaper client) takes that much off the w
 from __future__ import annotations
 
 import dataclasses
+import math
 
+from serving_bench.errors import InputError
 from serving_bench.profiles.distributions import Dist
 from serving_bench.profiles.schema import Profile
 from serving_bench.sim.spec import handoff_share
+
+
+def client_cpu_s(client_cpu_us: float) -> float:
+    """``--client-cpu-us`` (``simulate``, ``tune``) in seconds; :class:`InputError` unless a finite number."""
+    if not math.isfinite(client_cpu_us):
+        raise InputError("--client-cpu-us", None, f"expected a number of microseconds, got {client_cpu_us}")
+    return client_cpu_us * 1e-6
 
 
 def through_client(profile: Profile, extra_cpu_s: float) -> Profile:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
 from serving_bench.serve.runners import cpu_cores
 from serving_bench.serving_config import ServingConfig
-from serving_bench.sim.client import through_client
+from serving_bench.sim.client import client_cpu_s, through_client
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
@@ -165,9 +164,7 @@ def run_tune(opts: TuneOptions) -> dict:
     out = Path(opts.out)
     load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
     slos = resolve_slos(opts.slos, load.base)
-    if not math.isfinite(opts.client_cpu_us):
-        raise InputError("--client-cpu-us", None, f"expected a number of microseconds, got {opts.client_cpu_us}")
-    profile = through_client(adapters.load_profile(opts.profile), opts.client_cpu_us * 1e-6)
+    profile = through_client(adapters.load_profile(opts.profile), client_cpu_s(opts.client_cpu_us))
     if opts.gpus >= 1:
         profile = adapters.with_gpus(profile, opts.gpus)
     base = base_config(opts.repo, profile, load)
