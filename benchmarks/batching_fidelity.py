@@ -69,9 +69,7 @@ def stage(title: str) -> None:
 def simulated(profile: Profile, config: ServingConfig, clients: int, seconds: float) -> dict:
     """p50, p99 (s, send to answer), throughput (req/s) and requests per executed batch of a simulated closed loop of
     ``clients`` one-row clients for ``seconds``, as :func:`measured` reads a real one."""
-    n = 400_000
-    schedule = Schedule(np.zeros(n), np.zeros(n, dtype=np.int32), (MODEL,), np.zeros(n, dtype=np.int32),
-                        np.ones(n, dtype=np.int32), {"duration_s": seconds})
+    schedule = Schedule.closed_loop({MODEL: 1}, 400_000, {"duration_s": seconds})
     out = summarize(SimTarget(profile, config, seed=1).run(schedule, ClosedLoop(clients, seconds)))
     return {"p50": out["overall"]["service_p50_s"], "p99": out["overall"]["service_p99_s"],
             "throughput": out["overall"]["throughput_ips"], "per_batch": out["models"][MODEL]["mean_exec_batch"]}

@@ -57,8 +57,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -324,10 +322,9 @@ def closed_loop_level(target, model: str, quick: bool) -> Callable[[int], tuple[
     simulator): three of perf_analyzer's windows after a warm-up of a tenth of that, summarized one way for both."""
     def level(c: int) -> tuple[float, float]:
         span = 3 * SPACE[quick]["measurement_s"]
-        warm, n = 0.1 * span, 400_000
-        schedule = Schedule(np.zeros(n), np.zeros(n, dtype=np.int32), (model,), np.zeros(n, dtype=np.int32),
-                            np.ones(n, dtype=np.int32), {"duration_s": warm + span, "warmup_s": warm,
-                                                         "cooldown_s": 0.0})
+        warm = 0.1 * span
+        schedule = Schedule.closed_loop({model: 1}, 400_000, {"duration_s": warm + span, "warmup_s": warm,
+                                                              "cooldown_s": 0.0})
         overall = summarize(target.run(schedule, ClosedLoop(c, warm + span)))["overall"]
         return overall["throughput_ips"], overall["service_p99_s"] * 1e3
     return level

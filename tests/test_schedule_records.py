@@ -37,6 +37,13 @@ def test_schedule_rejects_unsorted_arrivals():
         Schedule([0.2, 0.1], [0, 0], ("a",), [0, 0], [1, 1])
 
 
+def test_a_closed_loops_pool_holds_each_entrys_requests_in_order():
+    pool = Schedule.closed_loop({"b": 4, "a": 1}, 3, {"duration_s": 2.0})
+    assert pool.models == ("b", "a") and pool.duration_s == 2.0
+    assert pool.model.tolist() == [0, 0, 0, 1, 1, 1] and pool.batch.tolist() == [4, 4, 4, 1, 1, 1]
+    assert not pool.arrival_s.any() and not pool.sample.any()
+
+
 def test_records_accounting_and_latency_from_intended_time(tmp_path):
     schedule = _schedule()
     records = new_records(schedule, target="test")

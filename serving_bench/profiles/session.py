@@ -53,18 +53,13 @@ class Session:
     def run(self, loads: Mapping[str, tuple[int, int]], seconds: float) -> LoopRun:
         """Closed loop for ``seconds``: model -> (rows per request, concurrency), all models at once. A run that
         got fewer than 5 answers per model (a stalled shared machine) is repeated once, twice as long."""
-        names = tuple(loads)
-        per = 100_000
-        n = per * len(names)
-        model = np.repeat(np.arange(len(names), dtype=np.int32), per)
-        batch = np.repeat(np.array([loads[m][0] for m in names], dtype=np.int32), per)
+        rows = {m: loads[m][0] for m in loads}
         for attempt in (1, 2):
-            schedule = Schedule(np.zeros(n), model, names, np.zeros(n, dtype=np.int32), batch,
-                                {"duration_s": seconds * attempt})
-            mode = ClosedLoop(concurrency={m: loads[m][1] for m in names}, duration_s=seconds * attempt)
+            schedule = Schedule.closed_loop(rows, 100_000, {"duration_s": seconds * attempt})
+            mode = ClosedLoop(concurrency={m: loads[m][1] for m in loads}, duration_s=seconds * attempt)
             try:
                 return self._collect(TritonTarget(self.endpoints, mode=mode, source="profile measurement"), schedule,
-                                     {m: loads[m][0] for m in names})
+                                     rows)
             except InputError:
                 if attempt == 2:
                     raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -81,6 +82,17 @@ class Schedule:
         return cls(np.asarray(times_s, dtype=np.float64), np.zeros(n, dtype=np.int32), (model,),
                    np.zeros(n, dtype=np.int32), np.full(n, rows, dtype=np.int32),
                    {"duration_s": float(times_s[-1]) if n else 0.0})
+
+    @classmethod
+    def closed_loop(cls, rows: Mapping[str, int], per_model: int, meta: dict) -> "Schedule":
+        """The request pool of a closed loop (:class:`~serving_bench.run.target.ClosedLoop` sends the next of an
+        entry's requests when one of its answers comes back): ``per_model`` requests of ``rows[m]`` rows (sample 0)
+        to each entry ``m``, in ``rows``' order, all at time 0."""
+        names = tuple(rows)
+        n = per_model * len(names)
+        return cls(np.zeros(n), np.repeat(np.arange(len(names), dtype=np.int32), per_model), names,
+                   np.zeros(n, dtype=np.int32), np.repeat(np.array([rows[m] for m in names], dtype=np.int32),
+                                                          per_model), meta)
 
     def save(self, path: str | Path) -> Path:
         """Write ``.npz`` (arrays + JSON meta; loadable without pickle)."""

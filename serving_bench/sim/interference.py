@@ -145,14 +145,12 @@ def sim_seconds(obs: Observation, tail: bool = False) -> float:
 def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, seed: int = 0) -> Records:
     """The simulator's records of the observation's configuration: its closed loops for ``seconds`` (an open-loop
     run: its own schedule, ``seconds`` unused)."""
-    names = tuple(sorted(obs.clients))
     config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()),
                            tuple(obs.ensemble_deps.items()))
     if obs.rates:
         return SimTarget(profile, config, seed=seed).run(open_schedule(obs.rates, obs.seconds, obs.seed))
-    per = int(MAX_RATE_RPS * seconds) + 1
-    schedule = Schedule(np.zeros(per * len(names)), np.repeat(np.arange(len(names)), per), names,
-                        np.zeros(per * len(names)), np.full(per * len(names), obs.rows), {"duration_s": seconds})
+    schedule = Schedule.closed_loop({m: obs.rows for m in sorted(obs.clients)}, int(MAX_RATE_RPS * seconds) + 1,
+                                    {"duration_s": seconds})
     return SimTarget(profile, config, seed=seed).run(schedule, ClosedLoop(dict(obs.clients), seconds))
 
 
