@@ -3,7 +3,9 @@
 Per served entry: ``max_batch_size``, dynamic-batching ``max_queue_delay_us`` and ``preferred_batch_sizes``, queue
 policy (``max_queue_size``, ``queue_timeout_us``; 0 = unlimited / none), and instance placement as
 ``(device, count)`` pairs where ``device`` is ``"cpu"`` or ``"gpu0"``, ``"gpu1"``, ... Ensembles map to their member
-names. Frozen and hashable, so a search can use configs as keys.
+names. For the whole server: the runtime threads each instance gets (``threads_per_instance``; 0: the embedded
+server's default, :func:`default_threads` over all served instances). Frozen and hashable, so a search can use
+configs as keys.
 """
 
 from __future__ import annotations
@@ -52,15 +54,29 @@ class ModelServing:
         return dataclasses.replace(self, **changes)
 
 
+def default_threads(total_instances: int, cores: int) -> int:
+    """The embedded server's intra-op threads per instance, so that all instances together use at most the
+    ``cores``: ``cores // total_instances``, at least 1 (more instances than cores oversubscribe at one thread
+    each)."""
+    return max(1, cores // max(1, total_instances))
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """All served entries; ``ensembles`` maps an ensemble name to its member entry names (in step order), and
     ``ensemble_deps`` an ensemble to the steps each step needs (:func:`ensemble_deps`; an ensemble not listed is a
-    chain, each step needing the one before)."""
+    chain, each step needing the one before). ``threads_per_instance``: every instance's runtime threads (``serve
+    --threads-per-instance``); 0, the server's default (:meth:`instance_threads`)."""
 
     models: tuple[ModelServing, ...]
     ensembles: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     ensemble_deps: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = field(default=())
+    threads_per_instance: int = 0
+
+    def instance_threads(self, cores: int) -> int:
+        """The runtime threads of each instance on a host of ``cores`` cores: ``threads_per_instance``, or the
+        embedded server's default over all the served instances."""
+        return self.threads_per_instance or default_threads(sum(m.instance_count for m in self.models), cores)
 
     def __getitem__(self, name: str) -> ModelServing:
         for model in self.models:

@@ -49,6 +49,51 @@ def test_interpolation_between_measured_batch_sizes_is_comonotone_linear():
         md.service(256)
 
 
+def test_another_thread_count_runs_at_its_table_and_between_two_by_amdahls_law():
+    """Measured at 4 threads (1 row: 4 ms, 8 rows: 10 ms; 4 cores busy) and at 1 (10 and 40 ms; 1 core). At 2
+    threads Amdahl's law through the two points, t(T) = a + c / T: 1 row a = 2 ms, c = 8 ms, so 6 ms; 8 rows a = 0,
+    c = 40 ms, so 20 ms; the demand linear in T, 2 cores. Beyond the measured counts the nearest one's table; the
+    co-location curve (measured at 4) only at 4."""
+    from serving_bench.profiles.distributions import Curve
+    from serving_bench.profiles.schema import ModelOnDevice, ThreadTable
+
+    one = ThreadTable({1: Dist.constant(0.010), 8: Dist.constant(0.040)}, {1: 1.0, 8: 1.0})
+    md = ModelOnDevice("n/a", {1: Dist.constant(0.004), 8: Dist.constant(0.010)}, (Curve(1, (1.0, 2.0), (1.0, 1.5)),),
+                       threads=4, demand={1: 4.0, 8: 4.0}, other_threads={1: one})
+    assert md.for_threads(4) is md and md.for_threads(8) is md
+    at1 = md.for_threads(1)
+    assert at1.threads == 1 and at1.batches == one.batches and at1.demand == one.demand and at1.colocation == ()
+    at2 = md.for_threads(2)
+    assert at2.threads == 2 and at2.colocation == ()
+    assert at2.service(1).median == pytest.approx(0.006) and at2.service(8).median == pytest.approx(0.020)
+    assert at2.demand_at(1) == pytest.approx(2.0) and at2.demand_at(8) == pytest.approx(2.0)
+    assert ModelOnDevice("n/a", md.batches, threads=4).for_threads(1).threads == 4  # nothing else measured
+    curves_at_1 = dataclasses.replace(md, colocation_threads=1)
+    assert curves_at_1.for_threads(4).colocation == () and curves_at_1.for_threads(1).colocation == md.colocation
+
+
+def test_a_profiles_other_thread_counts_round_trip_and_are_checked():
+    profile = import_h200_eager()
+    data = profile.to_json()
+    md = data["models"]["resnet50_fp16"]["devices"]["gpu0"]
+    md["other_threads"] = {"2": {"batches": {"1": {"samples_s": [0.004, 0.005]}}, "demand": {"1": 0.5}}}
+    again = Profile.from_json(data, "p.json")
+    table = again.models["resnet50_fp16"].devices["gpu0"].other_threads[2]
+    assert table.batches[1] == Dist.from_samples([0.004, 0.005]) and table.demand == {1: 0.5}
+    assert again.to_json()["models"]["resnet50_fp16"]["devices"]["gpu0"]["other_threads"]["2"]["demand"] == {"1": 0.5}
+    assert Profile.from_json(again.to_json(), "q.json").to_json() == again.to_json()
+    md["other_threads"] = {str(md["threads"]): md["other_threads"]["2"]}
+    with pytest.raises(InputError, match=r"p.json: models.resnet50_fp16.devices.gpu0.other_threads.1: expected a "
+                                         r"thread count >= 1 other than threads \(1\)"):
+        Profile.from_json(data, "p.json")
+    md["other_threads"], md["colocation_threads"] = {"2": md["other_threads"]["1"]}, -1
+    with pytest.raises(InputError, match=r"gpu0.colocation_threads: expected a thread count >= 1 \(or 0: threads\)"):
+        Profile.from_json(data, "p.json")
+    md["other_threads"], md["colocation_threads"] = {"2": {"batches": {}}}, 2
+    with pytest.raises(InputError, match=r"gpu0.other_threads.2.batches: expected an object batch size"):
+        Profile.from_json(data, "p.json")
+
+
 def test_csv_import_samples_and_quantiles(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("batch_size,latency_ms\n1,2.0\n1,4.0\n8,10\n")
@@ -543,6 +588,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.load.native import choose_sender
     from serving_bench.profiles.measure import measure_profile
+    from serving_bench.serve.runners import default_threads
     from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"
@@ -562,6 +608,12 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert 1.5 < s2 <= 2.0  # sleeping instances share the CPUs almost perfectly
     # a lone model's law is fitted to three throughputs: its 2 instances with 2 clients, with 4, and batching with 16
     assert sorted(c["clients"]["sleep_python"] for c in profile.calibration) == [2, 4, 16]
+    # threads per instance: one instance gets every core, and its batches are measured at one thread too; the
+    # co-located servers' instances (calibration: 2, curves: 2) split the cores as a served configuration would
+    assert md.threads == default_threads(1)
+    assert md.threads == 1 or md.other_threads[1].batches.keys() == md.batches.keys()
+    assert {c["threads"] for c in profile.calibration} == {default_threads(2)}
+    assert (md.colocation_threads or md.threads) == default_threads(2)
     load = tmp_path / "load.yaml"
     load.write_text("name: v\nduration: 12s\nwarmup: 1s\nseed: 2\nmodels:\n  sleep_python: {rate: 55}\n")
     rows = run_validation(load, repo, tmp_path / "p.json", tmp_path / "val")

@@ -596,6 +596,23 @@ def test_padded_batches_run_at_the_next_captured_size():
     assert profile.models["sleep_python"].devices["cpu"].executed_size(9) == 9  # beyond the captured: unpadded
 
 
+def test_each_instance_runs_at_the_threads_the_config_gives_it():
+    """On a 2-core host a profile measured at 2 threads per instance (5 ms a request) and at 1 (8 ms): one instance
+    gets both cores, so 5 ms; two instances one core each, so 8 ms; two instances told 2 threads each, 5 ms."""
+    from serving_bench.profiles.schema import ThreadTable
+
+    profile = sleep_profile(sizes=(1,), base=0.005, per=0.0)
+    md = profile.models["sleep_python"].devices["cpu"]
+    md = dataclasses.replace(md, threads=2, other_threads={1: ThreadTable({1: Dist.constant(0.008)})})
+    profile = dataclasses.replace(profile, models={"sleep_python": dataclasses.replace(
+        profile.models["sleep_python"], devices={"cpu": md})})
+    alone = Schedule.at_times([0.0], "sleep_python")
+    for instances, threads, expected in ((1, 0, 0.005), (2, 0, 0.008), (2, 2, 0.005)):
+        config = dataclasses.replace(one(instances=(("cpu", instances),)), threads_per_instance=threads)
+        done = SimTarget(profile, config).run(alone).table["done_s"].to_numpy()
+        assert done == pytest.approx([expected]), (instances, threads)
+
+
 def test_mean_batch_is_per_execution():
     """Two executions, one of 1 item and one of 3 (three requests): 2 items per execution, not the 2.5 a
     request-weighted mean would give."""

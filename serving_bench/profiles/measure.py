@@ -15,6 +15,10 @@ and the client's own jitter on a busy machine must not leak into service times:
   overhead (their spread includes client jitter).
 * **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows; a batch's
   **service time** is what occupies Triton's instance (logged duration + the hop).
+* **At one thread** (``other_threads``): where the instances run several runtime threads (``threads`` > 1, the
+  host's cores, embedded server), the same solo runs once more on a server of one thread per instance: the service
+  time and demand of every batch size when the host's cores are split over more instances than one per model (the
+  simulator takes each served configuration's count: ``ModelOnDevice.for_threads``).
 * **Dispatch and overhead** (per request, not occupying the instance), from the ``b = 1`` run, each request matched
   to the batch that served it. *Dispatch*: from the send to the batch's start (client, network, Triton's threads:
   the batcher's and the instance's wake-ups), less half the hop and less the queue delay the simulator itself
@@ -97,8 +101,12 @@ The estimators (pure functions over the runs, the executed batches and the stati
 kill) is started again and the phase resumes at that step, at most :data:`MAX_RESTARTS` times per phase; each restart
 is logged and noted in the profile. An external server (``url``) is not restarted.
 
-Threads per instance are fixed for every server of a measurement (``threads``; default what the served
-configuration gets: cores // all configured instances of the measured models) and recorded in the profile.
+Threads per instance (``threads``) are what the served configuration gets by default (cores // all configured
+instances of the measured models) and recorded in the profile. Given, every server of the measurement has them. By
+default, on the host's cores, the co-located servers' instances share the cores as a served configuration of as
+many instances would (cores // its instances): the law is fitted, and the curves measured, where the tuner's
+configurations run, not on more runtime threads than cores. Each calibration run records its count, the curves
+theirs (``colocation_threads``).
 """
 
 from __future__ import annotations
@@ -120,7 +128,7 @@ from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, col
                                               ensemble_extra, gpu_demand, handoff_point, handoff_split, lone_wait_s,
                                               per_request_cost, per_request_cpu, phase_drift, pickup_s, quiet_wait,
                                               service_and_overhead, thin)
-from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile
+from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile, ThreadTable
 from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
@@ -233,6 +241,7 @@ class _ModelResult:
     handoff_cpu_s: float = 0.0
     pickup_s: float = 0.0
     drift: dict | None = None
+    other_threads: dict[int, ThreadTable] = field(default_factory=dict)
 
 
 def _device_of(config) -> str:
@@ -253,7 +262,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     override curves S(k) (k > 1 measured; none by default); ``colocation_batches``: batch sizes of the curves
     (default 1 and the largest measured); ``pairs``: measure pair curves; ``rounds``: interleaved rounds per
     co-located point; ``idle_rounds``: rounds of the cold-start runs; ``threads``:
-    threads per instance (embedded server); ``trace``: server-side times from
+    threads per instance (embedded server; None: as served, module docstring); ``trace``: server-side times from
     Triton's request trace instead of the runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU
     instances with CUDA graphs (``all`` or sizes, as ``serve --cuda-graphs``). Entries whose runtime pads batches
     (CUDA graphs, TVM's tuned buckets) are measured at their padded sizes by default, and the profile records them
@@ -268,9 +277,12 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     models = list(dict.fromkeys([m for m in models if m not in ensembles] + [m for e in ensembles.values() for m in e]))
     configs = {m: named[m] if m in named else read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models}
     cores = cpu_cores()
+    given = threads is not None
     if threads is None:
         threads = default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
     results = {m: _ModelResult(_device_of(c), c) for m, c in configs.items()}
+    # the co-located servers' instances share the host's cores as served (else `threads` everywhere)
+    spread = not given and not url and all(r.device == HOST_DEVICE for r in results.values())
     if law == GPU_LAW and any(r.device == HOST_DEVICE for r in results.values()):
         raise InputError("--law", law, "the serial law is for models on a GPU; these run on the host's cores")
     sizes, padded = {}, {}
@@ -290,15 +302,16 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         notes.append(f"external server {url}: no server-side batch times, so service samples are client latency - "
                      "mean overhead and the gap between batches is not measured")
 
-    def sessions(instances: int) -> Callable[[], ContextManager[Session]]:
-        return lambda: open_session(repo, models, instances, threads, trace, cuda_graphs, notes, log, url, ensembles)
+    def sessions(instances: int, per_instance: int = threads) -> Callable[[], ContextManager[Session]]:
+        return lambda: open_session(repo, models, instances, per_instance, trace, cuda_graphs, notes, log, url,
+                                    ensembles)
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
 
     gpu_busy: dict[tuple[str, int], float | None] = {}  # (model, batch) -> NVML's busy share of its solo run
 
-    def solo(m: str, b: int) -> Step:
+    def solo(m: str, b: int, phase: str = "solo") -> Step:
         def measure(session: Session) -> LoopRun:
             device = results[m].device
             if device == HOST_DEVICE:
@@ -309,7 +322,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 gpu_busy[(m, b)] = None if busy.share is None else gpu_demand(busy.share, run, m, seconds)
             log(f"{m}: batch {b}: {len(run.latency[m])} requests, server compute {run.compute_s(m) * 1e3:.3f} ms")
             return run
-        return (m, "solo", b), measure
+        return (m, phase, b), measure
 
     def cold(name: str, r: int) -> Step:
         """Round ``r`` of the cold-start runs of a model or an ensemble: one-row requests, each a random quiet time
@@ -471,7 +484,26 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 f"+{_us(e.overhead_extra_s)} (p90 +{_us(e.overhead_extra_p90_s)}) after {_us(e.overhead_gap_s)} since "
                 "the previous request")
 
+    # -- phase 1b: the solo batches at one runtime thread per instance ---------------------------------------------
+    single = [m for m in models if results[m].device == HOST_DEVICE] if threads > 1 and not url else []
+    if single:
+        run_steps([solo(m, b, "solo at 1 thread") for m in single for b in sizes[m]], runs, sessions(1, 1), log,
+                  notes, "one thread per instance")
+    for m in single:
+        r, batches, demand = results[m], {}, {}
+        for b in sizes[m]:
+            run = runs[(m, "solo at 1 thread", b)]
+            batches[b] = thin(service_and_overhead(run, m, lone_wait_s(configs[m], b), None)[0])
+            batch_demand = demands(run, m)[0]
+            if batch_demand is not None:
+                demand[b] = batch_demand
+            log(f"{m}: batch {b} at 1 thread: service mean {batches[b].mean * 1e3:.3f} ms ("
+                f"{batches[b].mean / r.batches[b].mean:.2f} x at {threads})" +
+                (f", {batch_demand:.2f} cores" if batch_demand is not None else ""))
+        r.other_threads[1] = ThreadTable(batches, demand)
+
     # -- phase 2: co-location curves -------------------------------------------------------------------------------
+    curve_threads = threads
     if ks:
         kmax = max(ks)
         available = ({m: model_serving_from_config(configs[m]).instance_count for m in models} if url
@@ -503,7 +535,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             cb = sorted({b for b in (colocation_batches or (1, sizes[m][-1])) if b <= sizes[m][-1]})
             curve_steps += [curve(m, b, usable) for b in cb] if usable else []
         curves: dict = {}
-        run_steps(curve_steps, curves, sessions(kmax), log, notes, "co-location", restarts)
+        curve_threads = default_threads(kmax * len(models)) if spread else threads
+        run_steps(curve_steps, curves, sessions(kmax, curve_threads), log, notes, "co-location", restarts)
         for (m, _), measured in curves.items():
             if measured is not None:
                 results[m].curves.append(measured)
@@ -514,6 +547,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if calibrated:
         device = results[models[0]].device
         serving = {m: calibration_serving(configs[m], device, calibrate, sizes[m][-1]) for m in models}
+        per_instance = default_threads(calibrate * len(models)) if spread else threads
 
         def observe(clients: dict[str, int]) -> Step:
             def measure(session: Session) -> Observation:
@@ -526,7 +560,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                         tails[m].append(float(np.percentile(run.latency[m], 99)))
                 obs = Observation(device, {m: serving[m] for m in clients}, clients,
                                   {m: float(np.median(v)) for m, v in rates.items()},
-                                  measured_p99={m: float(np.median(v)) for m, v in tails.items()})
+                                  measured_p99={m: float(np.median(v)) for m, v in tails.items()},
+                                  threads=per_instance)
                 log(f"co-located: {obs.label()}: " + ", ".join(f"{m} {r:.1f} req/s"
                                                                for m, r in obs.measured_rps.items()))
                 return obs
@@ -541,7 +576,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
                 quiet_runs[rate] = run
                 obs = Observation(device, serving, {}, {m: len(run.latency[m]) / QUIET_SECONDS for m in models},
                                   measured_p99={m: float(np.percentile(run.latency[m], 99)) for m in models},
-                                  rates=rates, seconds=QUIET_SECONDS)
+                                  rates=rates, seconds=QUIET_SECONDS, threads=per_instance)
                 log(f"open loop: {obs.label()}: p99 " + ", ".join(f"{m} {v * 1e3:.2f} ms"
                                                                   for m, v in obs.measured_p99.items()))
                 return obs
@@ -560,7 +595,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         if quiet_waits:  # and beside its occasional batches, as on the one-instance server
             steps += [observe_quiet(rate) for rate in QUIET_RATES_RPS]
         done: dict = {}
-        run_steps(steps, done, sessions(calibrate), log, notes, "calibration", restarts)
+        run_steps(steps, done, sessions(calibrate, per_instance), log, notes, "calibration", restarts)
         observations = list(done.values())
         if quiet_waits:
             one = [runs[("quiet", 1, rate)] for rate in QUIET_RATES_RPS]
@@ -591,7 +626,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r = results[m]
         md = ModelOnDevice(_mode_of(r.config, padded[m]), r.batches,
                            tuple(sorted(r.curves, key=lambda c: c.batch)), threads, r.per_request_s, None, r.gap_s,
-                           r.idle, tuple(padded[m]), r.demand, r.hop_s, r.handoff_cpu_s, r.pickup_s)
+                           r.idle, tuple(padded[m]), r.demand, r.hop_s, r.handoff_cpu_s, r.pickup_s, r.other_threads,
+                           curve_threads if r.curves else 0)
         profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
                                    r.dispatch, r.request_demand, r.drift)
     hosted = any(r.request_demand is not None for r in results.values())
@@ -630,21 +666,22 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     if ensembles:
         graphs = {e: (members, ensemble_deps(named[e])) for e, members in ensembles.items()}
         profile = dataclasses.replace(profile, ensembles=ensembles_alone(profile, graphs, runs, log, {
-            m: calibration_serving(configs[m], results[m].device, 1, sizes[m][-1]) for m in models}))
+            m: calibration_serving(configs[m], results[m].device, 1, sizes[m][-1]) for m in models}, threads))
     if out_path is not None:
         profile.save(out_path)
     return profile
 
 
 def ensembles_alone(profile: Profile, graphs: Mapping[str, tuple[list[str], tuple]], runs: Mapping,
-                    log: Callable[[str], None], serving: Mapping[str, ModelServing]) -> dict[str, EnsembleExtra]:
+                    log: Callable[[str], None], serving: Mapping[str, ModelServing],
+                    threads: int) -> dict[str, EnsembleExtra]:
     """Each ensemble's time beyond its members' path (:func:`~serving_bench.profiles.estimators.ensemble_extra`):
     its runs alone at random quiet times (``runs[(e, "cold", round)]``) against the same requests simulated with
-    ``profile`` on one instance per member (``serving``: how phase 1 served them); ``graphs``: per ensemble its
-    members in step order and each step's needs (``export.repository.ensemble_deps``)."""
+    ``profile`` on one instance per member (``serving`` and ``threads`` per instance: how phase 1 served them);
+    ``graphs``: per ensemble its members in step order and each step's needs (``export.repository.ensemble_deps``)."""
     out = {}
     for e, (members, deps) in graphs.items():
-        config = ServingConfig(tuple(serving[m] for m in members), ((e, tuple(members)),), ((e, deps),))
+        config = ServingConfig(tuple(serving[m] for m in members), ((e, tuple(members)),), ((e, deps),), threads)
         since, measured, simulated = [], [], []
         for key in sorted((k for k in runs if k[:2] == (e, "cold")), key=lambda k: k[2]):
             run = runs[key]

@@ -27,6 +27,8 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
              "hop_s": 0.0002,                       # optional: Triton's compute time outside the runtime (mean)
              "handoff_cpu_s": 0.0005,               # optional: host CPU per batch outside the runtime
              "pickup_s": 0.00005,                   # optional: an idle instance taking up a payload
+             "other_threads": {"2": {"batches": {...}, "demand": {...}}},  # optional: solo batches at 2 threads
+             "colocation_threads": 2,               # optional: the curves' threads per instance (default threads)
              "idle": {"service": {"idle_s": [...], "extra_s": [...], "memory": 0.125},  # cold starts (IdleEffect)
                       "overhead": {"gap_s": [...], "extra_s": [...]}},
              "batches": {"1": {"samples_s": [...]}, "8": {"quantiles": {"q": [0, .5, .9, 1], "s": [...]}}},
@@ -62,6 +64,14 @@ size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of t
 size's time; a batch larger than all of them runs unpadded (the CUDA-graph runner runs it eagerly). The profile
 must hold the service time of every size a batch runs at.
 
+**Threads per instance** (``threads``; ``other_threads``, optional): the runtime threads each instance had when its
+batches were measured, and the solo batches (and demands) measured at other counts. An instance of another count
+runs at that count's table; between two measured counts ``lo < t < hi`` each batch size's quantile function is
+linear in ``1 / t`` (Amdahl's law: a serial part, and a part split over the threads),
+``Q_t(u) = Q_lo(u) + w (Q_hi(u) - Q_lo(u))`` with ``w = (1/lo - 1/t) / (1/lo - 1/hi)``, and its demand linear in
+``t``; outside the measured counts the nearest one's table (never extrapolated). The co-location curves apply only
+at the count they were measured at (``colocation_threads``, default ``threads``; :meth:`ModelOnDevice.for_threads`).
+
 **Batch sizes between measured ones** (the documented rule): the service time of batch ``b`` with measured neighbours
 ``lo < b < hi`` is the comonotone linear interpolation of their quantile functions,
 ``Q_b(u) = Q_lo(u) + (b - lo) / (hi - lo) * (Q_hi(u) - Q_lo(u))``. Batch sizes below the smallest or above the largest
@@ -72,7 +82,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -165,6 +175,20 @@ def _batch_key(key: Any, source: str, where: str) -> int:
     return int(key)
 
 
+def _batches_and_demand(data: Any, source: str, where: str) -> tuple[dict[int, Dist], dict[int, float]]:
+    """``batches`` (batch size -> distribution, at least one) and ``demand`` (batch size -> cores, optional) of a
+    model's measurements on a device (or of one of its ``other_threads``)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("batches"), Mapping) or not data["batches"]:
+        raise InputError(source, f"{where}.batches", "expected an object batch size -> distribution")
+    batches = {_batch_key(k, source, f"{where}.batches.{k}"): parse_dist(dist, source, f"{where}.batches.{k}")
+               for k, dist in data["batches"].items()}
+    demand = data.get("demand") or {}
+    if not isinstance(demand, Mapping):
+        raise InputError(source, f"{where}.demand", "expected an object batch size -> cores")
+    return batches, {_batch_key(k, source, f"{where}.demand.{k}"): number(v, source, f"{where}.demand.{k}")
+                     for k, v in demand.items()}
+
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -193,8 +217,30 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class ThreadTable:
+    """An entry's solo batches at another count of runtime threads per instance than its ``threads``: the service
+    time and (optional) demand per measured batch size, as :class:`ModelOnDevice` holds them."""
+
+    batches: Mapping[int, Dist]
+    demand: Mapping[int, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out: dict = {"batches": {str(b): self.batches[b].to_json() for b in sorted(self.batches)}}
+        if self.demand:
+            out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
+        return out
+
+
+def _mix(a: Dist, b: Dist, w: float) -> Dist:
+    """The comonotone mix of two distributions: ``Q(u) = Q_a(u) + w (Q_b(u) - Q_a(u))`` (``w`` in [0, 1])."""
+    qs = sorted(set(a.q) | set(b.q))
+    return Dist(tuple(qs), tuple(a.quantile(u) + w * (b.quantile(u) - a.quantile(u)) for u in qs))
+
+
+@dataclass(frozen=True)
 class ModelOnDevice:
-    """One entry measured on one device: service-time distribution per measured batch size and sharing curves."""
+    """One entry measured on one device: service-time distribution per measured batch size and sharing curves, at
+    ``threads`` runtime threads per instance (``other_threads``: the solo batches at other counts)."""
 
     execution_mode: str
     batches: Mapping[int, Dist]
@@ -209,6 +255,8 @@ class ModelOnDevice:
     hop_s: float = 0.0
     handoff_cpu_s: float = 0.0  # host CPU per batch outside the runtime (0: not measured, the hop's demand rule)
     pickup_s: float = 0.0  # an idle instance taking up a payload (0: at once)
+    other_threads: Mapping[int, ThreadTable] = field(default_factory=dict)
+    colocation_threads: int = 0  # the threads per instance the curves were measured at (0: ``threads``)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -238,30 +286,50 @@ class ModelOnDevice:
         if batch not in interpolated:
             hi = sizes[bisect.bisect_left(sizes, batch)]
             lo = sizes[bisect.bisect_left(sizes, batch) - 1]
-            a, b = self.batches[lo], self.batches[hi]
-            qs = sorted(set(a.q) | set(b.q))
-            w = (batch - lo) / (hi - lo)
-            interpolated[batch] = Dist(tuple(qs), tuple(a.quantile(u) + w * (b.quantile(u) - a.quantile(u))
-                                                        for u in qs))
+            interpolated[batch] = _mix(self.batches[lo], self.batches[hi], (batch - lo) / (hi - lo))
         return interpolated[batch]
+
+    def for_threads(self, threads: int) -> "ModelOnDevice":
+        """The entry as an instance of ``threads`` runtime threads runs it (the thread-count rule in the module
+        docstring); itself where that is its own count and its curves' too."""
+        tables = {self.threads: ThreadTable(self.batches, self.demand), **self.other_threads}
+        counts = sorted(tables)
+        if threads in tables or not counts[0] < threads < counts[-1]:
+            threads = min(counts, key=lambda c: (abs(c - threads), c))
+            batches, demand = tables[threads].batches, tables[threads].demand
+        else:
+            hi = counts[bisect.bisect_left(counts, threads)]
+            lo = counts[bisect.bisect_left(counts, threads) - 1]
+            a, b = tables[lo], tables[hi]
+            w = (1 / lo - 1 / threads) / (1 / lo - 1 / hi)  # linear in 1 / threads: Amdahl's law
+            batches = {n: _mix(a.batches[n], b.batches[n], w) for n in sorted(set(a.batches) & set(b.batches))}
+            v = (threads - lo) / (hi - lo)
+            demand = {n: a.demand[n] + v * (b.demand[n] - a.demand[n]) for n in sorted(set(a.demand) & set(b.demand))}
+        colocation = self.colocation if threads == (self.colocation_threads or self.threads) else ()
+        if threads == self.threads and colocation == self.colocation:
+            return self
+        return replace(self, batches=batches, demand=demand, threads=threads, colocation=colocation,
+                       colocation_threads=0, other_threads={})
 
     def to_json(self) -> dict:
         out = {"execution_mode": self.execution_mode, "threads": self.threads, "memory_bytes": self.memory_bytes,
                "per_request_s": self.per_request_s, "batch_gap_s": self.batch_gap_s,
-               "batches": {str(b): self.batches[b].to_json() for b in self.batch_sizes},
+               **ThreadTable(self.batches, self.demand).to_json(),
                "colocation": [c.to_json() for c in self.colocation]}
         if self.idle is not None:
             out["idle"] = self.idle.to_json()
         if self.padded_sizes:
             out["padded_sizes"] = list(self.padded_sizes)
-        if self.demand:
-            out["demand"] = {str(b): self.demand[b] for b in sorted(self.demand)}
         if self.hop_s:
             out["hop_s"] = self.hop_s
         if self.handoff_cpu_s:
             out["handoff_cpu_s"] = self.handoff_cpu_s
         if self.pickup_s:
             out["pickup_s"] = self.pickup_s
+        if self.colocation_threads and self.colocation_threads != self.threads:
+            out["colocation_threads"] = self.colocation_threads
+        if self.other_threads:
+            out["other_threads"] = {str(t): self.other_threads[t].to_json() for t in sorted(self.other_threads)}
         return out
 
 
@@ -419,13 +487,7 @@ class Profile:
                 dwhere = f"{where}.devices.{dev}"
                 if dev not in devices:
                     raise InputError(source, dwhere, f"device {dev!r} is not listed under devices")
-                if not isinstance(md, Mapping) or not isinstance(md.get("batches"), Mapping) or not md["batches"]:
-                    raise InputError(source, f"{dwhere}.batches", "expected an object batch size -> distribution")
-                batches = {}
-                for key, dist in md["batches"].items():
-                    if not str(key).isdigit() or int(key) < 1:
-                        raise InputError(source, f"{dwhere}.batches.{key}", "expected batch sizes >= 1 as keys")
-                    batches[int(key)] = parse_dist(dist, source, f"{dwhere}.batches.{key}")
+                batches, demand = _batches_and_demand(md, source, dwhere)
                 mode = md.get("execution_mode", "n/a")
                 if mode not in EXECUTION_MODES:
                     raise InputError(source, f"{dwhere}.execution_mode", f"expected one of {', '.join(EXECUTION_MODES)}")
@@ -440,15 +502,23 @@ class Profile:
                 memory = md.get("memory_bytes")
                 if memory is not None and (not isinstance(memory, int) or memory < 0):
                     raise InputError(source, f"{dwhere}.memory_bytes", "expected bytes >= 0 or null")
-                demand = md.get("demand") or {}
-                if not isinstance(demand, Mapping):
-                    raise InputError(source, f"{dwhere}.demand", "expected an object batch size -> cores")
-                demand = {int(_batch_key(k, source, f"{dwhere}.demand.{k}")):
-                          number(v, source, f"{dwhere}.demand.{k}") for k, v in demand.items()}
                 padded = md.get("padded_sizes") or []
                 if not isinstance(padded, list) or any(not isinstance(b, int) or isinstance(b, bool) or b < 1
                                                        for b in padded) or any(b <= a for a, b in zip(padded, padded[1:])):
                     raise InputError(source, f"{dwhere}.padded_sizes", "expected strictly increasing batch sizes >= 1")
+                other = md.get("other_threads") or {}
+                if not isinstance(other, Mapping):
+                    raise InputError(source, f"{dwhere}.other_threads", "expected an object thread count -> batches")
+                other_threads = {}
+                for key, table in other.items():
+                    twhere = f"{dwhere}.other_threads.{key}"
+                    if not str(key).isdigit() or int(key) < 1 or int(key) == threads:
+                        raise InputError(source, twhere, f"expected a thread count >= 1 other than threads ({threads})")
+                    other_threads[int(key)] = ThreadTable(*_batches_and_demand(table, source, twhere))
+                curve_threads = md.get("colocation_threads", 0)
+                if isinstance(curve_threads, bool) or not isinstance(curve_threads, int) or curve_threads < 0:
+                    raise InputError(source, f"{dwhere}.colocation_threads",
+                                     "expected a thread count >= 1 (or 0: threads)")
                 per_device[dev] = ModelOnDevice(mode, batches, curves, threads,
                                                 number(md.get("per_request_s", 0.0), source, f"{dwhere}.per_request_s"),
                                                 memory,
@@ -458,7 +528,8 @@ class Profile:
                                                 number(md.get("hop_s", 0.0), source, f"{dwhere}.hop_s"),
                                                 number(md.get("handoff_cpu_s", 0.0), source,
                                                        f"{dwhere}.handoff_cpu_s"),
-                                                number(md.get("pickup_s", 0.0), source, f"{dwhere}.pickup_s"))
+                                                number(md.get("pickup_s", 0.0), source, f"{dwhere}.pickup_s"),
+                                                other_threads, curve_threads)
             overhead = parse_dist(m["overhead"], source, f"{where}.overhead") if m.get("overhead") is not None else None
             dispatch = parse_dist(m["dispatch"], source, f"{where}.dispatch") if m.get("dispatch") is not None else None
             request_demand = m.get("request_demand")

@@ -49,7 +49,8 @@ class Observation:
     the ensembles its clients call (members in step order, and each step's needs as ``ServingConfig.ensemble_deps``
     gives them; without those, a chain). An *open-loop* run has ``rates`` instead of clients: one-row requests at
     Poisson times of those rates (req/s) for ``seconds``, drawn by :func:`open_schedule` from ``seed``; only its p99s
-    (from the intended times) are compared."""
+    (from the intended times) are compared. ``threads``: the runtime threads each instance had (0: the server's
+    default, ``ServingConfig.instance_threads``)."""
 
     device: str
     serving: Mapping[str, ModelServing]
@@ -62,6 +63,7 @@ class Observation:
     rates: Mapping[str, float] = dataclasses.field(default_factory=dict)  # an open-loop run's req/s per model
     seconds: float = 0.0  # an open-loop run's length
     seed: int = 0  # an open-loop run's arrivals
+    threads: int = 0  # runtime threads per instance (0: the server's default)
 
     @property
     def instances(self) -> dict[str, int]:
@@ -83,6 +85,8 @@ class Observation:
             out["ensemble_deps"] = {e: [list(d) for d in deps] for e, deps in self.ensemble_deps.items()}
         if self.rates:
             out.update(rates=dict(self.rates), seconds=self.seconds, seed=self.seed)
+        if self.threads:
+            out["threads"] = self.threads
         return out
 
     @classmethod
@@ -92,7 +96,8 @@ class Observation:
                    int(data.get("rows", 1)), {e: tuple(m) for e, m in (data.get("ensembles") or {}).items()},
                    dict(data.get("measured_p99") or {}),
                    {e: tuple(tuple(d) for d in deps) for e, deps in (data.get("ensemble_deps") or {}).items()},
-                   dict(data.get("rates") or {}), float(data.get("seconds", 0.0)), int(data.get("seed", 0)))
+                   dict(data.get("rates") or {}), float(data.get("seconds", 0.0)), int(data.get("seed", 0)),
+                   int(data.get("threads", 0)))
 
     def label(self) -> str:
         if self.rates:
@@ -146,7 +151,7 @@ def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, s
     """The simulator's records of the observation's configuration: its closed loops for ``seconds`` (an open-loop
     run: its own schedule, ``seconds`` unused)."""
     config = ServingConfig(tuple(obs.serving.values()), tuple(obs.ensembles.items()),
-                           tuple(obs.ensemble_deps.items()))
+                           tuple(obs.ensemble_deps.items()), obs.threads)
     if obs.rates:
         return SimTarget(profile, config, seed=seed).run(open_schedule(obs.rates, obs.seconds, obs.seed))
     schedule = Schedule.closed_loop({m: obs.rows for m in sorted(obs.clients)}, int(MAX_RATE_RPS * seconds) + 1,

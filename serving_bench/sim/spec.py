@@ -5,7 +5,9 @@ model it lacks, more instances than a device allows -> :class:`InputError` namin
 returns a :class:`SimSpec`: for every served model its Triton batching knobs in seconds, its instances (device per
 instance), a service-time table per executed batch size (quantile grid, solo seconds), and per device the sharing
 rule of :mod:`serving_bench.sim.device`: its law and the :class:`~serving_bench.sim.device.Kind` of every
-execution (model, batch size) it can run.
+execution (model, batch size) it can run. On a CPU device each model runs at the runtime threads the config gives
+its instances (``ServingConfig.instance_threads``; the profile's table for that count:
+:meth:`~serving_bench.profiles.schema.ModelOnDevice.for_threads`).
 
 Where the profile names a ``request_device`` (the host's cores) and a model's ``request_demand``, that model's
 requests' ways in (dispatch) and out (return) are work on those cores too (:mod:`serving_bench.sim.workload`), of
@@ -288,6 +290,12 @@ def needed_batch_sizes(model: ModelServing) -> range:
 def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str, tuple] | None = None) -> SimSpec:
     """Resolve and check ``profile`` against ``config`` (see the module docstring)."""
     src = profile.path or "profile"
+
+    def served(name: str, device: str) -> ModelOnDevice:
+        """``name``'s measurements on ``device`` at the runtime threads the config gives its instances there."""
+        md, info = profile.on_device(name, device), profile.devices[device]
+        return md.for_threads(config.instance_threads(info.cores or 1)) if info.kind == "cpu" else md
+
     models: list[ModelSpec] = []
     per_device_count: dict[str, int] = {}
     per_device_memory: dict[str, int] = {}
@@ -297,7 +305,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
         for device, count in ms.instances:
             if count < 1:
                 raise InputError(src, f"{ms.name}.instances", f"instance count must be >= 1, got {count}")
-            md = profile.on_device(ms.name, device)
+            md = served(ms.name, device)
             devices += [device] * count
             per_device_count[device] = per_device_count.get(device, 0) + count
             if md.memory_bytes:
@@ -317,7 +325,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
                          preferred, ms.max_queue_size if dynamic else 0, ms.queue_timeout_us * 1e-6 if dynamic else 0.0,
                          tuple(devices))
         for device in sorted(set(devices)):
-            md = profile.on_device(ms.name, device)
+            md = served(ms.name, device)
             table = np.full((max(ms.max_batch_size, 1) + 1, GRID_POINTS), np.nan)
             for b in needed_batch_sizes(ms):
                 runs_at = md.executed_size(b)  # padded to a captured size, where the runtime has them
@@ -364,7 +372,7 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
         for m in models:
             if device not in m.tables:
                 continue
-            md = profile.on_device(m.name, device)
+            md = served(m.name, device)
             handoff = profile.models[m.name].request_demand
             psi = handoff_share(profile.devices[host]) if host is not None else 1.0
             if handoff is not None and host is not None:

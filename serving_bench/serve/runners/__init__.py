@@ -24,6 +24,7 @@ from typing import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving_bench import serving_config
 from serving_bench.errors import InputError
 from serving_bench.export.frameworks import PLATFORM_ARTIFACTS, PLATFORM_TO_FRAMEWORK, get_framework
 from serving_bench.export.frameworks import native_platform as _native_platform
@@ -50,10 +51,9 @@ def cpu_cores() -> int:
 
 
 def default_threads(total_instances: int, cores: int | None = None) -> int:
-    """Intra-op threads per instance so that all instances together use at most the cores: ``cores // instances``,
-    at least 1 (more instances than cores oversubscribe at one thread each)."""
-    cores = cores or cpu_cores()
-    return max(1, cores // max(1, total_instances))
+    """Intra-op threads per instance on this host (``cores``: :func:`cpu_cores`):
+    :func:`serving_bench.serving_config.default_threads`."""
+    return serving_config.default_threads(total_instances, cores or cpu_cores())
 
 
 def check_servable(src: Path, config: ModelConfig) -> None:
