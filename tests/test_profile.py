@@ -94,6 +94,19 @@ def test_a_profiles_other_thread_counts_round_trip_and_are_checked():
         Profile.from_json(data, "p.json")
 
 
+def test_the_simulators_grid_keeps_the_mean_of_its_last_cell():
+    """Samples 1, 1, 1, 1, 9 on a grid of 3 points (probabilities 0, 0.5, 1): Q is 1 up to 0.75, then rises to 9,
+    so its mean over (0.5, 1) is (0.25 * 1 + 0.25 * 5) / 0.5 = 3, and the last point is 2 * 3 - 1 = 5, not 9 (drawn
+    linearly from 1 to 9, the one high sample would weigh half the draws); the grid's mean is the distribution's, 2.
+    A quantile function linear over the last cell keeps its end."""
+    d = Dist.from_samples([1, 1, 1, 1, 9])
+    assert d.mean_between(0.5, 1.0) == pytest.approx(3.0) and d.grid(3) == pytest.approx([1.0, 1.0, 5.0])
+    grid = d.grid(3)
+    assert (grid[0] + grid[1]) / 4 + (grid[1] + grid[2]) / 4 == pytest.approx(d.mean) == pytest.approx(2.0)
+    assert Dist((0.0, 0.5, 1.0), (1.0, 2.0, 4.0)).grid(5) == pytest.approx([1.0, 1.5, 2.0, 3.0, 4.0])
+    assert Dist.constant(2.0).grid(4) == [2.0] * 4
+
+
 def test_csv_import_samples_and_quantiles(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("batch_size,latency_ms\n1,2.0\n1,4.0\n8,10\n")

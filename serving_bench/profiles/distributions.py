@@ -48,12 +48,29 @@ class Dist:
         return s[i] + w * (s[i + 1] - s[i])
 
     def grid(self, points: int) -> list[float]:
-        """Q at ``points`` evenly spaced probabilities 0..1 (what the simulator samples from; a new list each call,
-        computed once per ``points``)."""
+        """Q at ``points`` evenly spaced probabilities 0..1 (what the simulator samples from, linear between them; a
+        new list each call, computed once per ``points``) — but for the last point, set so that the last cell keeps
+        the distribution's mean over its probabilities: a single high sample (a stall) among 2,000 weighs 1/2,000 of
+        the draws, not its share of the cell (with 257 points, 1/256) drawn up to it."""
         cache = self.__dict__.setdefault("_grids", {})  # a frozen value's derived data, not a field
         if points not in cache:
-            cache[points] = tuple(self.quantile(i / (points - 1)) for i in range(points))
+            values = [self.quantile(i / (points - 1)) for i in range(points)]
+            top = 1.0 - 1.0 / (points - 1)
+            values[-1] = max(2.0 * self.mean_between(top, 1.0) - values[-2], values[-2])
+            cache[points] = tuple(values)
         return list(cache[points])
+
+    def mean_between(self, lo: float, hi: float) -> float:
+        """The mean of the distribution between probabilities ``lo < hi`` (its quantile function's average there)."""
+        area, a = 0.0, lo
+        for i in range(max(bisect.bisect_right(self.q, lo) - 1, 0), len(self.q) - 1):
+            b = min(self.q[i + 1], hi)
+            if b > a:
+                area += (b - a) * (self.quantile(a) + self.quantile(b)) / 2
+            if b >= hi:
+                break
+            a = max(a, b)
+        return area / (hi - lo)
 
     @cached_property  # a frozen value: computed once (simulations of one profile ask it again and again)
     def mean(self) -> float:

@@ -291,7 +291,14 @@ class ModelOnDevice:
 
     def for_threads(self, threads: int) -> "ModelOnDevice":
         """The entry as an instance of ``threads`` runtime threads runs it (the thread-count rule in the module
-        docstring); itself where that is its own count and its curves' too."""
+        docstring); itself where that is its own count and its curves' too. Derived once per count (the tuner asks
+        for every configuration it simulates)."""
+        derived = self.__dict__.setdefault("_for_threads", {})  # derived data of a frozen value, not a field
+        if threads not in derived:
+            derived[threads] = self._at_threads(threads)
+        return derived[threads]
+
+    def _at_threads(self, threads: int) -> "ModelOnDevice":
         tables = {self.threads: ThreadTable(self.batches, self.demand), **self.other_threads}
         counts = sorted(tables)
         if threads in tables or not counts[0] < threads < counts[-1]:
