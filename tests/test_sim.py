@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -596,16 +597,21 @@ def test_padded_batches_run_at_the_next_captured_size():
     assert profile.models["sleep_python"].devices["cpu"].executed_size(9) == 9  # beyond the captured: unpadded
 
 
-def test_each_instance_runs_at_the_threads_the_config_gives_it():
-    """On a 2-core host a profile measured at 2 threads per instance (5 ms a request) and at 1 (8 ms): one instance
-    gets both cores, so 5 ms; two instances one core each, so 8 ms; two instances told 2 threads each, 5 ms."""
+def _two_thread_profile() -> Profile:
+    """A 2-core host's profile measured at 2 threads per instance (5 ms a request) and at 1 (8 ms)."""
     from serving_bench.profiles.schema import ThreadTable
 
     profile = sleep_profile(sizes=(1,), base=0.005, per=0.0)
     md = profile.models["sleep_python"].devices["cpu"]
     md = dataclasses.replace(md, threads=2, other_threads={1: ThreadTable({1: Dist.constant(0.008)})})
-    profile = dataclasses.replace(profile, models={"sleep_python": dataclasses.replace(
+    return dataclasses.replace(profile, models={"sleep_python": dataclasses.replace(
         profile.models["sleep_python"], devices={"cpu": md})})
+
+
+def test_each_instance_runs_at_the_threads_the_config_gives_it():
+    """With :func:`_two_thread_profile`: one instance gets both cores, so 5 ms; two instances one core each, so
+    8 ms; two instances told 2 threads each, 5 ms."""
+    profile = _two_thread_profile()
     alone = Schedule.at_times([0.0], "sleep_python")
     for instances, threads, expected in ((1, 0, 0.005), (2, 0, 0.008), (2, 2, 0.005)):
         config = dataclasses.replace(one(instances=(("cpu", instances),)), threads_per_instance=threads)
@@ -1241,29 +1247,45 @@ def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
                 "--concurrency", "0"]) == 2
 
 
+def _simulate_sleep(tmp_path, profile: Profile, instances: int, *args: str) -> tuple[int, dict | None, Path]:
+    """``serving-bench simulate`` of 2 s of one-row sleep_python requests on ``instances`` instances (max batch 1)
+    from ``profile``, with ``args``: its exit status, its summary of sleep_python (None where it wrote none) and its
+    output folder."""
+    from serving_bench.cli import main as cli
+
+    profile.save(tmp_path / "p.json")
+    (tmp_path / "l.yaml").write_text("name: c\nduration: 2s\nseed: 1\nmodels:\n  sleep_python: {rate: 1000}\n")
+    (tmp_path / "serving.yaml").write_text(
+        f"models:\n  sleep_python: {{max_batch_size: 1, instances: [[cpu, {instances}]]}}\n")
+    out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
+    code = cli(["simulate", str(tmp_path / "l.yaml"), "--profile", str(tmp_path / "p.json"), "--config",
+                str(tmp_path / "serving.yaml"), "--out", str(out), *args])
+    summary = out / "summary.json"
+    return code, json.loads(summary.read_text())["models"]["sleep_python"] if summary.exists() else None, out
+
+
 def test_simulate_command_through_another_client(tmp_path):
     """``simulate --client-cpu-us 2000``: the hosted profile above through a client costing 2 ms more host CPU per
     request, four clients on four instances and two cores: 20 ms and 200 answers per second instead of 16 ms and 250
     (worked above)."""
-    from serving_bench.cli import main as cli
-
-    profile = tmp_path / "p.json"
-    _hosted_profile().save(profile)
-    load = tmp_path / "l.yaml"
-    load.write_text("name: c\nduration: 2s\nseed: 1\nmodels:\n  sleep_python: {rate: 1000}\n")
-    config = tmp_path / "serving.yaml"
-    config.write_text("models:\n  sleep_python: {max_batch_size: 1, instances: [[cpu, 4]]}\n")
-    answered = {}
-    for us in ("0", "2000"):
-        out = tmp_path / f"out{us}"
-        assert cli(["simulate", str(load), "--profile", str(profile), "--config", str(config), "--out", str(out),
-                    "--concurrency", "4", "--client-cpu-us", us]) == 0
-        answered[us] = json.loads((out / "summary.json").read_text())["models"]["sleep_python"]
+    answered = {us: _simulate_sleep(tmp_path, _hosted_profile(), 4, "--concurrency", "4", "--client-cpu-us", us)[1]
+                for us in ("0", "2000")}
     assert answered["0"]["p50_s"] == pytest.approx(0.016) and answered["2000"]["p50_s"] == pytest.approx(0.020)
     assert answered["0"]["throughput_rps"] == pytest.approx(250, abs=5)
     assert answered["2000"]["throughput_rps"] == pytest.approx(200, abs=5)
-    assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
-                "--client-cpu-us", "nan"]) == 2 and not (tmp_path / "bad").exists()
+    code, _, out = _simulate_sleep(tmp_path, _hosted_profile(), 4, "--client-cpu-us", "nan")
+    assert code == 2 and not out.exists()
+
+
+def test_simulate_command_takes_the_threads_per_instance_the_server_would(tmp_path):
+    """``simulate --threads-per-instance N`` as ``serve --threads-per-instance N``: two instances of
+    :func:`_two_thread_profile`, one client: 8 ms by default (one thread each on 2 cores), 5 ms told 2 threads;
+    0 threads is a one-line input error, nothing written."""
+    for args, expected in (((), 0.008), (("--threads-per-instance", "2"), 0.005)):
+        summary = _simulate_sleep(tmp_path, _two_thread_profile(), 2, "--concurrency", "1", *args)[1]
+        assert summary["p50_s"] == pytest.approx(expected)
+    code, _, out = _simulate_sleep(tmp_path, _two_thread_profile(), 2, "--threads-per-instance", "0")
+    assert code == 2 and not out.exists()
 
 
 # -- the host's speed drifts (sim/drift.py) -----------------------------------------------------------------------

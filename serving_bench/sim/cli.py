@@ -1,5 +1,5 @@
 """``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR
-[--concurrency N] [--client-cpu-us X]``.
+[--concurrency N] [--client-cpu-us X] [--threads-per-instance N]``.
 
 Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
 through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
@@ -11,6 +11,9 @@ ensemble, each sending its next request when the previous one is answered, for t
 ``--client-cpu-us X`` simulates a client that costs ``X`` µs more host CPU per request than the sender the profile
 was measured through (:func:`serving_bench.sim.client.through_client`; perf_analyzer over serving-bench's native
 sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that client would measure.
+``--threads-per-instance N`` simulates a server whose every instance runs ``N`` runtime threads (``serve
+--threads-per-instance N``); by default what the embedded server gives them, cores // all served instances
+(the profile's table for that count: docs/sim.md, "Threads per instance").
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
 or, with neither, from the profile's models with one instance each on their first device and no batching.
@@ -28,6 +31,7 @@ or, with neither, from the profile's models with one instance each on their firs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from serving_bench.errors import InputError
@@ -58,6 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-cpu-us", type=float, default=0.0,
                         help="host CPU per request of the client to simulate beyond the profile's sender's, in µs "
                              "(e.g. perf_analyzer's: docs/tune.md)")
+    parser.add_argument("--threads-per-instance", type=int,
+                        help="runtime threads of every instance, as serve --threads-per-instance (default: the "
+                             "server's, cores // all served instances)")
 
 
 def load_serving_yaml(path: str | Path):
@@ -126,6 +133,10 @@ def main(args: argparse.Namespace) -> int:
     schedule = build_schedule(LoadProfile.load(args.load_profile))
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
     config = serving_config_for(args.config, args.repo, profile, schedule)
+    if args.threads_per_instance is not None:
+        if args.threads_per_instance < 1:
+            raise InputError("--threads-per-instance", str(args.threads_per_instance), "expected an integer >= 1")
+        config = dataclasses.replace(config, threads_per_instance=args.threads_per_instance)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
     records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
     summary = write_results(Path(args.out), records, schedule)
