@@ -85,3 +85,11 @@ def test_the_diagnostic_scripts_refuse_bad_arguments_in_one_line(script, argv, s
     with pytest.raises(SystemExit) as stop:
         module.main()
     assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_speed_windows_lag1_autocorrelation_by_hand():
+    """Alternating windows 1, 2, 1, 2: deviations -0.5, 0.5, -0.5, 0.5; three neighbour products of -0.25 over a sum
+    of squares of 1: -0.75. A steady climb 1, 2, 3, 4: (0.75 - 0.25 + 0.75) / 5 = 0.25."""
+    script = _load("repro_speed_windows")
+    assert script.lag1(np.array([1.0, 2.0, 1.0, 2.0])) == pytest.approx(-0.75)
+    assert script.lag1(np.array([1.0, 2.0, 3.0, 4.0])) == pytest.approx(0.25)
