@@ -28,6 +28,13 @@ class InputError(Exception):
         return ": ".join(parts + [text])
 
 
+def require_count(option: str, value: int | None, minimum: int = 1) -> None:
+    """An :class:`InputError` naming the command-line ``option`` where its ``value`` (None: not given) is below
+    ``minimum``."""
+    if value is not None and value < minimum:
+        raise InputError(option, str(value), f"expected an integer >= {minimum}")
+
+
 class ServerError(RuntimeError):
     """The Triton server failed to start, died, or refused a model; the message names its log file, and
     ``log_path`` is that file where the server was ours (None otherwise)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.export.config import entry_config
 from serving_bench.export.ensemble import ENSEMBLE_FRAMEWORK, EnsembleSpec, write_ensemble
 from serving_bench.export.frameworks import ExportOptions, Framework, get_framework, gpu_available
@@ -65,12 +65,9 @@ def plan(models: Sequence[str], frameworks: Sequence[str], repo: Path, opts: Exp
         raise InputError("--models", None, "expected at least one model name (or an --ensemble of existing entries)")
     if opts.precision not in PRECISIONS:
         raise InputError("--precision", opts.precision, f"expected one of {', '.join(PRECISIONS)}")
-    if opts.max_batch_size < 1:
-        raise InputError("--max-batch-size", str(opts.max_batch_size), "expected an integer >= 1")
-    if opts.instances < 1:
-        raise InputError("--instances", str(opts.instances), "expected an integer >= 1")
-    if opts.tvm_tune_trials < 0:
-        raise InputError("--tvm-tune-trials", str(opts.tvm_tune_trials), "expected an integer >= 0")
+    require_count("--max-batch-size", opts.max_batch_size)
+    require_count("--instances", opts.instances)
+    require_count("--tvm-tune-trials", opts.tvm_tune_trials, minimum=0)
     bad = [b for b in opts.tvm_buckets if not 1 <= b <= opts.max_batch_size]
     if bad:
         raise InputError("--tvm-buckets", str(bad[0]), f"expected batch sizes in 1..{opts.max_batch_size}")

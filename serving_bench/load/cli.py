@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.files import atomic_write_json
 from serving_bench.interrupts import RunInterrupted, deferred_interrupts
 from serving_bench.load import scenarios
@@ -114,10 +114,8 @@ def main(args) -> int:
         raise InputError("--out", None, f"{out} exists and is not empty; choose another folder or pass --overwrite")
     if args.url and args.instances:
         raise InputError("--instances", None, "only for the embedded server; it cannot change a server at --url")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
-    if args.max_in_flight is not None and args.max_in_flight < 1:
-        raise InputError("--max-in-flight", None, f"expected an integer >= 1, got {args.max_in_flight}")
+    require_count("--concurrency", args.concurrency)
+    require_count("--max-in-flight", args.max_in_flight)
     timeout_s = seconds(args.timeout, Where("--timeout"), allow_zero=False)
     instances = _instances(args.instances)
     try:

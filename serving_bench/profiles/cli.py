@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.profiles import importers
 from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
 from serving_bench.sim.device import GPU_LAW
@@ -76,8 +76,7 @@ def main(args: argparse.Namespace) -> int:
             raise InputError("--models", None, "expected the comma-separated entries to measure")
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         sizes = _ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None
-        if args.threads is not None and args.threads < 1:
-            raise InputError("--threads", str(args.threads), "expected an integer >= 1")
+        require_count("--threads", args.threads)
         profile = measure_profile(args.repo, models, None, batch_sizes=sizes,
                                   colocation=_ints(args.colocation, "--colocation") if args.colocation else (),
                                   calibrate=args.calibrate, law=args.law,

@@ -121,7 +121,7 @@ from typing import Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, ensemble_members, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, EnsembleExtra, IdleEffect
 from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
@@ -269,8 +269,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     (``padded_sizes``)."""
     log = log or (lambda _msg: None)
     repo = Path(repo)
-    if rounds < 1:
-        raise InputError("--rounds", str(rounds), "expected an integer >= 1")
+    require_count("--rounds", rounds)
     named = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in models}
     # an ensemble is simulated from its members (measured too, named or not) and measured alone for its own time
     ensembles = {m: ensemble_members(c) for m, c in named.items() if c.platform == "ensemble"}

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.export.check import check_repo
 from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, ModelConfig, entry_dir, read_config,
                                              resolve_models, write_config)
@@ -77,11 +77,10 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
                 config.instance_group.add()
             for group in config.instance_group:
                 group.count = count
+    require_count("--threads-per-instance", threads_per_instance)
     if threads_per_instance is None:
         total = sum(_instance_count(c) for c in configs.values() if c.platform != "ensemble")
         threads_per_instance = default_threads(total)
-    elif threads_per_instance < 1:
-        raise InputError("--threads-per-instance", str(threads_per_instance), "expected an integer >= 1")
     dest.mkdir(parents=True)
     for name, config in configs.items():
         out = dest / name

@@ -34,7 +34,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.files import read_yaml
 from serving_bench.load.profile import LoadProfile, build_schedule
 from serving_bench.profiles.schema import Profile
@@ -128,14 +128,12 @@ def serving_config_for(args_config: str | None, args_repo: str | None, profile, 
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.concurrency is not None and args.concurrency < 1:
-        raise InputError("--concurrency", None, f"expected an integer >= 1, got {args.concurrency}")
+    require_count("--concurrency", args.concurrency)
+    require_count("--threads-per-instance", args.threads_per_instance)
     schedule = build_schedule(LoadProfile.load(args.load_profile))
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
     config = serving_config_for(args.config, args.repo, profile, schedule)
     if args.threads_per_instance is not None:
-        if args.threads_per_instance < 1:
-            raise InputError("--threads-per-instance", str(args.threads_per_instance), "expected an integer >= 1")
         config = dataclasses.replace(config, threads_per_instance=args.threads_per_instance)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
     records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)

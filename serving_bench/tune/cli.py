@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
 from serving_bench.serve.runners import cpu_cores
@@ -188,8 +188,7 @@ def run_tune(opts: TuneOptions) -> dict:
                               max_evals=opts.max_evals,
                               budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
     choice = choose_generator(opts.generator, space)
-    if opts.finalists < 1:
-        raise InputError("--finalists", opts.finalists, "expected at least 1")
+    require_count("--finalists", opts.finalists)
     search_ctx, fraction = screen_context(ctx, opts.screen)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(out / "observations.jsonl",
