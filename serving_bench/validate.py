@@ -12,9 +12,10 @@ client is never late, so a large value there is measured latency the simulator c
 percentile carries its distribution-free 95 % interval (``measured_low``, ``measured_high``; an end None where too
 few requests bound it): a simulated value inside it is as close as the replay itself can tell.
 
-``--replay DIR`` reuses a replay of the same schedule instead of running the server (the per-batch statistics are
-then unknown: executions x mean compute time per request is used, which weights each batch by its size, an upward
-bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual results folders, one writer:
+``--threads-per-instance N`` serves and simulates every instance with ``N`` runtime threads (default: the embedded
+server's, cores // all served instances). ``--replay DIR`` reuses a replay of the same schedule instead of running
+the server (the per-batch statistics are then unknown: executions x mean compute time per request is used, which
+weights each batch by its size, an upward bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual results folders, one writer:
 :mod:`serving_bench.run.results`) and ``DIR/validation.json`` / ``validation.csv``.
 
 It sits above both targets (``load.driver.TritonTarget`` and ``sim.target.SimTarget``): the simulator knows nothing
@@ -29,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, require_count
 from serving_bench.files import atomic_write, atomic_write_json
 from serving_bench.load.driver import TritonTarget
 from serving_bench.load.profile import LoadProfile, build_schedule
@@ -66,6 +68,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay", help="results folder of an earlier replay of the same schedule (skip the server)")
     parser.add_argument("--url", help="an external Triton (gRPC host:port) serving the repository")
     parser.add_argument("--seed", type=int, default=0, help="simulator seed")
+    parser.add_argument("--threads-per-instance", type=int,
+                        help="runtime threads of every instance, served and simulated (default: the embedded "
+                             "server's, cores // all served instances)")
 
 
 def _measured_utilisation(records: Records, config, duration: float) -> dict[str, float | None]:
@@ -152,20 +157,26 @@ def sender_note(profile: Profile, real: Records) -> str | None:
 
 
 def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *, url: str | None = None,
-                   seed: int = 0, note: Callable[[str], None] | None = None) -> list[dict]:
+                   seed: int = 0, threads_per_instance: int | None = None,
+                   note: Callable[[str], None] | None = None) -> list[dict]:
     """Run (or reuse) the replay and the simulation of one schedule; write results; return the error rows. What
-    the comparison should be read with (:func:`sender_note`) goes to ``validation.json``'s ``notes`` and ``note``."""
+    the comparison should be read with (:func:`sender_note`) goes to ``validation.json``'s ``notes`` and ``note``.
+    ``threads_per_instance`` (None: the embedded server's default) is served and simulated alike."""
+    require_count("--threads-per-instance", threads_per_instance)
     schedule = build_schedule(LoadProfile.load(load_profile) if not isinstance(load_profile, LoadProfile)
                               else load_profile)
     profile = Profile.load(profile_path)
     config = ServingConfig.from_repo(repo, list(schedule.models))
+    if threads_per_instance is not None:
+        config = dataclasses.replace(config, threads_per_instance=threads_per_instance)
     target = SimTarget(profile, config, seed=seed)  # checks first; the config carries its ensembles' step graphs
     if replay_dir is not None:
         real = load_records(replay_dir)
         if len(real) != len(schedule):
             raise InputError(replay_dir, "records", f"{len(real)} requests, but the schedule has {len(schedule)}")
     else:
-        with connect(repo, url=url, models=list(schedule.models)) as server:
+        with connect(repo, url=url, models=list(schedule.models),
+                     threads_per_instance=threads_per_instance) as server:
             real = replay_with_busy_time(server, schedule)
     notes = [n for n in (sender_note(profile, real),) if n]
     if note is not None:
@@ -216,7 +227,7 @@ def format_table(rows: list[dict]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     rows = run_validation(args.load_profile, args.repo, args.profile, args.out, replay_dir=args.replay,
-                          url=args.url, seed=args.seed, note=lambda line: print(f"note: {line}", file=sys.stderr))
+                          url=args.url, seed=args.seed, threads_per_instance=args.threads_per_instance, note=lambda line: print(f"note: {line}", file=sys.stderr))
     print(format_table(rows))
     print(f"wrote {args.out}/validation.json, validation.csv, sim/" + ("" if args.replay else ", real/"))
     return 0
