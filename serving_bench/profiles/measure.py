@@ -502,9 +502,9 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         r.other_threads[1] = ThreadTable(batches, demand)
 
     # -- phase 2: co-location curves -------------------------------------------------------------------------------
-    curve_threads = threads
+    kmax = max(ks, default=1)
+    curve_threads = default_threads(kmax * len(models)) if spread and ks else threads
     if ks:
-        kmax = max(ks)
         available = ({m: model_serving_from_config(configs[m]).instance_count for m in models} if url
                      else {m: kmax for m in models})
 
@@ -534,7 +534,6 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
             cb = sorted({b for b in (colocation_batches or (1, sizes[m][-1])) if b <= sizes[m][-1]})
             curve_steps += [curve(m, b, usable) for b in cb] if usable else []
         curves: dict = {}
-        curve_threads = default_threads(kmax * len(models)) if spread else threads
         run_steps(curve_steps, curves, sessions(kmax, curve_threads), log, notes, "co-location", restarts)
         for (m, _), measured in curves.items():
             if measured is not None:
