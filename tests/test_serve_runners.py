@@ -40,6 +40,29 @@ def test_view_links_package_sets_threads_and_keeps_configs(tmp_path):
     assert read_config(repo / "sleep_b" / "config.pbtxt").instance_group[0].count == 1  # repository untouched
 
 
+def test_default_threads_count_every_instance_triton_starts(tmp_path, monkeypatch):
+    """A KIND_GPU group of count 2 over GPUs 0 and 1 starts four instances (Triton starts ``count`` on each listed
+    GPU), so with a one-instance entry beside it a 16-core host gives each 16 // 5 = 3 threads, not 16 // 3 = 5. The
+    view is only written, never served: the host's core count and torch's GPU check are set to a 16-core GPU host's."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from serving_bench.export.repository import write_config
+
+    repo = tmp_path / "repo"
+    write_sleep_entry(repo, "sleep_a", base_ms=1, per_item_ms=0, instances=1)
+    gpu = write_sleep_entry(repo, "sleep_gpu", base_ms=1, per_item_ms=0, instances=1)
+    config = read_config(gpu / "config.pbtxt")
+    del config.instance_group[:]
+    config.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_GPU, gpus=[0, 1])
+    write_config(config, gpu / "config.pbtxt")
+    monkeypatch.setattr("serving_bench.serve.runners.cpu_cores", lambda: 16)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    build_runtime_repo(repo, tmp_path / "view", validate=False)
+    for name in ("sleep_a", "sleep_gpu"):
+        assert read_config(tmp_path / "view" / name / "config.pbtxt").parameters[
+            "threads_per_instance"].string_value == "3"
+
+
 def test_runner_shadowed_by_an_extension_module_is_renamed(tmp_path):
     """The stub imports ``model``: a ``model.so`` beside ``model.py`` (TVM's library) would win, so the view links
     the runner under another name and points ``default_model_filename`` at it."""

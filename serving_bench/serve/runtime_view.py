@@ -16,9 +16,10 @@ from typing import Mapping, Sequence
 
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.check import check_repo
-from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, ModelConfig, entry_dir, read_config,
+from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, entry_dir, read_config,
                                              resolve_models, write_config)
 from serving_bench.serve.runners import check_servable, default_threads, runtime_entry
+from serving_bench.serving_config import model_serving_from_config
 
 
 def check_served_entries(repo: Path, names: Sequence[str]) -> None:
@@ -38,10 +39,6 @@ def check_served_entries(repo: Path, names: Sequence[str]) -> None:
         first = mine[0]
         more = f" ({len(mine) - 1} more: run serving-bench check-repo {repo})" if len(mine) > 1 else ""
         raise InputError(first.source, first.field, first.expected + more)
-
-
-def _instance_count(config: ModelConfig) -> int:
-    return sum(max(1, g.count) for g in config.instance_group) or 1
 
 
 def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[str] | None = None,
@@ -79,7 +76,8 @@ def build_runtime_repo(repo: str | Path, dest: str | Path, *, models: Sequence[s
                 group.count = count
     require_count("--threads-per-instance", threads_per_instance)
     if threads_per_instance is None:
-        total = sum(_instance_count(c) for c in configs.values() if c.platform != "ensemble")
+        total = sum(model_serving_from_config(c, name).instance_count for name, c in configs.items()
+                    if c.platform != "ensemble")
         threads_per_instance = default_threads(total)
     dest.mkdir(parents=True)
     for name, config in configs.items():
