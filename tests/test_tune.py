@@ -264,3 +264,28 @@ def test_worker_processes_end_with_a_killed_tune(inputs, tmp_path, how):
         time.sleep(0.2)
         alive = [pid for pid in spawned if running(pid)]
     assert not alive, f"workers {alive} outlived their tune"
+
+
+def test_threads_per_instance_are_simulated_and_recommended(tmp_path, capsys):
+    """``tune --threads-per-instance N`` runs every candidate's instances at N threads. The profile (2 cores) serves
+    a request in 5 ms at 2 threads per instance and 8 ms at 1; one instance gets both cores by default, so a p50 of
+    6.5 ms is met; told 1 thread it is not; told 2 it is, and the recommendation says how to serve it. 0 threads is
+    a one-line input error, nothing written."""
+    from tune_fixtures import profile_json
+
+    profile = profile_json({"m": (5.0, 0.0, 1)})
+    profile["models"]["m"]["devices"]["cpu"].update(threads=2, other_threads={"1": {"batches": {"1": {
+        "constant_s": 0.008}}}})
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    load = write_load(tmp_path / "l.yaml", {"m": 20}, {})
+    argv = ["tune", str(load), "--profile", str(tmp_path / "p.json"), "--slo", "m=p50:6.5ms", "--instances", "1", "--max-batch-sizes", "1",
+            "--queue-delays-us", "0", "--verify-top", "0"]
+    assert cli_main([*argv, "--out", str(tmp_path / "default")]) == 0
+    assert cli_main([*argv, "--threads-per-instance", "1", "--out", str(tmp_path / "one")]) == 1
+    assert cli_main([*argv, "--threads-per-instance", "2", "--out", str(tmp_path / "two")]) == 0
+    doc = json.loads((tmp_path / "two" / "tune.json").read_text())
+    assert doc["threads_per_instance"] == 2 and doc["satisfiable"]
+    assert "2 runtime threads per instance (serve --threads-per-instance 2)" in doc["recommendation"][0]
+    capsys.readouterr()
+    assert cli_main([*argv, "--threads-per-instance", "0", "--out", str(tmp_path / "zero")]) == 2
+    assert not (tmp_path / "zero").exists()

@@ -6,12 +6,15 @@ models share which GPU, on the simulator at the load profile's load; checkpoints
 first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton
 (embedded, or ``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
 ``--client-cpu-us X`` tunes for a client costing ``X`` µs more host CPU per request than the profile's sender
-(:func:`serving_bench.sim.client.through_client`; perf_analyzer's, say: docs/tune.md).
+(:func:`serving_bench.sim.client.through_client`; perf_analyzer's, say: docs/tune.md). ``--threads-per-instance N``
+simulates and verifies every candidate with ``N`` runtime threads per instance (default: the embedded server's,
+cores // all served instances, which changes with each candidate's instance counts).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -76,6 +79,7 @@ class TuneOptions:
     report: bool = True
     quiet: bool = False
     client_cpu_us: float = 0.0
+    threads_per_instance: int | None = None  # None: the embedded server's default for each candidate
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +122,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-cpu-us", type=float, default=0.0,
                         help="tune for a client costing this many µs more host CPU per request than the profile's "
                              "sender (as simulate --client-cpu-us; verification still measures through ours)")
+    parser.add_argument("--threads-per-instance", type=int,
+                        help="runtime threads of every instance, simulated and verified (default: the embedded "
+                             "server's, cores // all served instances of each candidate)")
 
 
 def _screen_arg(text: str) -> str | float:
@@ -139,7 +146,8 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
         max_scale=args.max_scale, screen=args.screen, finalists=args.finalists, duration_s=args.duration,
-        verify_top=args.verify_top, url=args.url, restart=args.restart, client_cpu_us=args.client_cpu_us)
+        verify_top=args.verify_top, url=args.url, restart=args.restart, client_cpu_us=args.client_cpu_us,
+        threads_per_instance=args.threads_per_instance)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
@@ -162,12 +170,15 @@ def run_tune(opts: TuneOptions) -> dict:
     """The whole tune; returns what it writes to ``OUT/tune.json``."""
     t0 = time.perf_counter()
     out = Path(opts.out)
+    require_count("--threads-per-instance", opts.threads_per_instance)
     load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
     slos = resolve_slos(opts.slos, load.base)
     profile = through_client(adapters.load_profile(opts.profile), client_cpu_s(opts.client_cpu_us))
     if opts.gpus >= 1:
         profile = adapters.with_gpus(profile, opts.gpus)
     base = base_config(opts.repo, profile, load)
+    if opts.threads_per_instance is not None:
+        base = dataclasses.replace(base, threads_per_instance=opts.threads_per_instance)
     tuned = list(opts.models) or list(base.names)
     for m in tuned:
         if m not in base.names:
@@ -246,6 +257,7 @@ def run_tune(opts: TuneOptions) -> dict:
         "load": {"file": str(opts.load), "requests": len(load.base), "duration_s": load.duration_s,
                  "offered_rps": ctx.offered_rps, "models": list(load.base.models)},
         "profile": str(opts.profile), "hardware": hardware, "objective": opts.objective,
+        "threads_per_instance": opts.threads_per_instance,
         "slos": slos, "satisfiable": result.satisfiable,
         "search": {"generator": choice.name, "reason": choice.reason, "space_points": choice.space_points,
                    "evaluated": searched.evaluated, "resumed": searched.resumed, "stopped": searched.stopped,

@@ -42,7 +42,10 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
     models = "; ".join(describe_model(m) for m in config.models)
     if r["feasible"]:
         bound = "at least " if r["capacity_capped"] else "up to "
-        lines.append(f"Deploy: {models}.")
+        threads = (f", {config.threads_per_instance} runtime thread{'s' if config.threads_per_instance != 1 else ''} "
+                   f"per instance (serve --threads-per-instance {config.threads_per_instance})"
+                   if config.threads_per_instance else "")
+        lines.append(f"Deploy: {models}{threads}.")
         gpus = f" on {r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}" if r["gpus"] else ""
         lines.append(f"On the simulator ({hardware}) this meets every SLO ({_slo_text(slos)}){gpus} at the load "
                      f"profile's {offered_rps:,.1f} req/s and {bound}{r['capacity_scale']:.2f}× that load "

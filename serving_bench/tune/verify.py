@@ -85,7 +85,8 @@ def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *
             config.apply_to_repo(copy)
         restarts: list[str] = []
         while True:
-            with connect(copy, url=url, models=served) as server:
+            with connect(copy, url=url, models=served,
+                         threads_per_instance=config.threads_per_instance or None) as server:
                 if url:
                     apply_to_server(url, config)
                 records = adapters.replay(server, schedule, progress)
