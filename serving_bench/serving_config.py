@@ -100,6 +100,12 @@ class ServingConfig:
             deps = tuple(() if i == 0 else (i - 1,) for i in range(len(self.ensemble_map[ensemble])))
         return deps
 
+    def with_threads(self, threads_per_instance: int | None) -> "ServingConfig":
+        """A copy whose every instance runs ``threads_per_instance`` runtime threads; itself for None (as it is)."""
+        if threads_per_instance is None:
+            return self
+        return dataclasses.replace(self, threads_per_instance=threads_per_instance)
+
     def with_model(self, model: ModelServing) -> "ServingConfig":
         """A copy with ``model`` replacing the entry of the same name."""
         return dataclasses.replace(self, models=tuple(model if m.name == model.name else m for m in self.models))

@@ -15,8 +15,9 @@ few requests bound it): a simulated value inside it is as close as the replay it
 ``--threads-per-instance N`` serves and simulates every instance with ``N`` runtime threads (default: the embedded
 server's, cores // all served instances). ``--replay DIR`` reuses a replay of the same schedule instead of running
 the server (the per-batch statistics are then unknown: executions x mean compute time per request is used, which
-weights each batch by its size, an upward bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the usual results folders, one writer:
-:mod:`serving_bench.run.results`) and ``DIR/validation.json`` / ``validation.csv``.
+weights each batch by its size, an upward bias when batch sizes vary). Writes ``DIR/real/``, ``DIR/sim/`` (the
+usual results folders, one writer: :mod:`serving_bench.run.results`) and ``DIR/validation.json`` /
+``validation.csv``.
 
 It sits above both targets (``load.driver.TritonTarget`` and ``sim.target.SimTarget``): the simulator knows nothing
 of real servers.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Callable, Mapping
@@ -166,9 +166,7 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
     schedule = build_schedule(LoadProfile.load(load_profile) if not isinstance(load_profile, LoadProfile)
                               else load_profile)
     profile = Profile.load(profile_path)
-    config = ServingConfig.from_repo(repo, list(schedule.models))
-    if threads_per_instance is not None:
-        config = dataclasses.replace(config, threads_per_instance=threads_per_instance)
+    config = ServingConfig.from_repo(repo, list(schedule.models)).with_threads(threads_per_instance)
     target = SimTarget(profile, config, seed=seed)  # checks first; the config carries its ensembles' step graphs
     if replay_dir is not None:
         real = load_records(replay_dir)

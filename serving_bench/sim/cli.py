@@ -31,7 +31,6 @@ or, with neither, from the profile's models with one instance each on their firs
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 from serving_bench.errors import InputError, require_count
@@ -132,9 +131,7 @@ def main(args: argparse.Namespace) -> int:
     require_count("--threads-per-instance", args.threads_per_instance)
     schedule = build_schedule(LoadProfile.load(args.load_profile))
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
-    config = serving_config_for(args.config, args.repo, profile, schedule)
-    if args.threads_per_instance is not None:
-        config = dataclasses.replace(config, threads_per_instance=args.threads_per_instance)
+    config = serving_config_for(args.config, args.repo, profile, schedule).with_threads(args.threads_per_instance)
     target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
     records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
     summary = write_results(Path(args.out), records, schedule)

@@ -14,7 +14,6 @@ cores // all served instances, which changes with each candidate's instance coun
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -176,9 +175,7 @@ def run_tune(opts: TuneOptions) -> dict:
     profile = through_client(adapters.load_profile(opts.profile), client_cpu_s(opts.client_cpu_us))
     if opts.gpus >= 1:
         profile = adapters.with_gpus(profile, opts.gpus)
-    base = base_config(opts.repo, profile, load)
-    if opts.threads_per_instance is not None:
-        base = dataclasses.replace(base, threads_per_instance=opts.threads_per_instance)
+    base = base_config(opts.repo, profile, load).with_threads(opts.threads_per_instance)
     tuned = list(opts.models) or list(base.names)
     for m in tuned:
         if m not in base.names:
