@@ -741,9 +741,8 @@ def test_a_client_costing_more_cpu_per_request_takes_the_hosts_cores():
     demand (1 x 2 + 2) / (1 + 3) = 1, so a request is 10 ms of work on a core; four closed-loop chains on two cores:
     20 ms each, 2 / 10 ms = 200 requests per second (250 through the profile's own sender). By hand, the demand
     keeps the simulated CPU per request: 0.5 x 2 ms + 1 ms over 3 ms = 2/3; with the law's psi = 0.5, which scales
-    the request demands, (0.5 x 1 x 2 ms + 1 ms) / (0.5 x 3 ms) = 4/3; with a law of efficiency eta = 0.5 the
-    client's CPU, measured under load, enters in the law's solo units: (1 x 2 ms + 0.5 x 1 ms) / 3 ms = 5/6; a
-    cheaper client (-0.5 ms) shortens the way out and keeps a demand of 1."""
+    the request demands, (0.5 x 1 x 2 ms + 1 ms) / (0.5 x 3 ms) = 4/3; a cheaper client (-0.5 ms) shortens the way
+    out and keeps a demand of 1."""
     from serving_bench.sim.client import through_client
 
     config = one(max_batch_size=1, instances=(("cpu", 4),))
@@ -758,9 +757,6 @@ def test_a_client_costing_more_cpu_per_request_takes_the_hosts_cores():
     data["devices"]["cpu"]["law"] = {"name": "pool", "psi": 0.5}
     assert through_client(Profile.from_json(data, "p.json"), 0.001).models["sleep_python"].request_demand == \
         pytest.approx(4 / 3)
-    data["devices"]["cpu"]["law"] = {"name": "pool_eff", "eta": 0.5}
-    assert through_client(Profile.from_json(data, "p.json"), 0.001).models["sleep_python"].request_demand == \
-        pytest.approx(2.5 / 3)
     data = _hosted_profile(0.5).to_json()  # an idle instance takes 0.5 ms of the way in to take up the payload:
     data["models"]["sleep_python"]["devices"]["cpu"]["pickup_s"] = 0.0005  # (0.5 x 1.5 ms + 1 ms) / 2.5 ms
     assert through_client(Profile.from_json(data, "p.json"), 0.001).models["sleep_python"].request_demand == \

@@ -10,9 +10,7 @@ sender's 39 µs took 23 % off a 2-core host's closed-loop throughput).
 ``through_client(profile, extra_cpu_s)`` is the profile as that client would have measured it: every model's way out
 grows by ``extra_cpu_s`` seconds spent on the host's cores at full demand (a client's work between an answer and the
 next request, one thread's worth), so a request's way in and out keeps the simulated host CPU it had plus
-``extra_cpu_s`` busy — in the law's units: a client's CPU per request is measured under load (it falls with the
-load), so it already holds what sharing the cores costs it, which the law's ``eta`` puts on the profile's solo
-demands; it enters as ``eta * extra_cpu_s`` (the pool law's ``eta`` is 1). The demand is re-weighted over the way it was measured on (``profiles.measure``: the way in
+``extra_cpu_s`` busy. The demand is re-weighted over the way it was measured on (``profiles.measure``: the way in
 less an idle instance's take-up, ``pickup_s``, plus the way out), which is what the simulator keeps busy under
 dynamic batching. A negative figure (a cheaper client) takes that much off the way out, no quantile below 0.
 """
@@ -25,7 +23,7 @@ import math
 from serving_bench.errors import InputError
 from serving_bench.profiles.distributions import Dist
 from serving_bench.profiles.schema import Profile
-from serving_bench.sim.spec import device_law, handoff_share
+from serving_bench.sim.spec import handoff_share
 
 
 def client_cpu_s(client_cpu_us: float) -> float:
@@ -43,7 +41,6 @@ def through_client(profile: Profile, extra_cpu_s: float) -> Profile:
         return profile
     host = profile.devices.get(profile.request_device) if profile.request_device is not None else None
     psi = handoff_share(host) if host is not None else 1.0  # the simulator scales request demands by psi
-    eta = device_law(host).eta if host is not None else 1.0  # the measured CPU in the law's (solo) units
     models = {}
     for name, model in profile.models.items():
         way_out = profile.overhead_for(name)
@@ -52,7 +49,7 @@ def through_client(profile: Profile, extra_cpu_s: float) -> Profile:
         if demand is not None and host is not None:
             pickup_s = max((md.pickup_s for md in model.devices.values()), default=0.0)
             way_in = max(model.dispatch.mean - pickup_s, 0.0) if model.dispatch is not None else 0.0
-            cpu_s = psi * demand * (way_in + way_out.mean) + eta * extra_cpu_s  # simulated host CPU per request
+            cpu_s = psi * demand * (way_in + way_out.mean) + extra_cpu_s  # simulated host CPU per request
             demand = max(cpu_s, 0.0) / (psi * (way_in + longer.mean)) if way_in + longer.mean > 0 else demand
         models[name] = dataclasses.replace(model, overhead=longer, request_demand=demand)
     return dataclasses.replace(profile, models=models)
