@@ -225,7 +225,8 @@ def format_table(rows: list[dict]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     rows = run_validation(args.load_profile, args.repo, args.profile, args.out, replay_dir=args.replay,
-                          url=args.url, seed=args.seed, threads_per_instance=args.threads_per_instance, note=lambda line: print(f"note: {line}", file=sys.stderr))
+                          url=args.url, seed=args.seed, threads_per_instance=args.threads_per_instance,
+                          note=lambda line: print(f"note: {line}", file=sys.stderr))
     print(format_table(rows))
     print(f"wrote {args.out}/validation.json, validation.csv, sim/" + ("" if args.replay else ", real/"))
     return 0

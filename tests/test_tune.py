@@ -278,8 +278,8 @@ def test_threads_per_instance_are_simulated_and_recommended(tmp_path, capsys):
         "constant_s": 0.008}}}})
     (tmp_path / "p.json").write_text(json.dumps(profile))
     load = write_load(tmp_path / "l.yaml", {"m": 20}, {})
-    argv = ["tune", str(load), "--profile", str(tmp_path / "p.json"), "--slo", "m=p50:6.5ms", "--instances", "1", "--max-batch-sizes", "1",
-            "--queue-delays-us", "0", "--verify-top", "0"]
+    argv = ["tune", str(load), "--profile", str(tmp_path / "p.json"), "--slo", "m=p50:6.5ms", "--instances", "1",
+            "--max-batch-sizes", "1", "--queue-delays-us", "0", "--verify-top", "0"]
     assert cli_main([*argv, "--out", str(tmp_path / "default")]) == 0
     assert cli_main([*argv, "--threads-per-instance", "1", "--out", str(tmp_path / "one")]) == 1
     assert cli_main([*argv, "--threads-per-instance", "2", "--out", str(tmp_path / "two")]) == 0
