@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
 """Where the simulator's error grows with the load: the benchmark's open-loop replays, measured and simulated.
 
-Replays ``benchmarks/colocation_fidelity.py``'s open-loop schedules (every entry together at a share of its measured
-co-located capacity, from a saved ``--data`` file) on a new embedded tritonserver whose runners log their batches,
-and simulates the same schedules with that file's solo profile and the law the benchmark fits on its all-together
-run (the wait as measured). Per load it prints the host's CPU (the server, its stubs and the client, in cores) beside
-the simulator's (the CPU its jobs received, in the law's units and divided by ``eta``: real cores), and per model
-the latency quantiles measured and simulated; at the highest load also each phase's quantiles as measured (way in:
-send to the batch's start; runtime: the logged batch; way out: batch end to answer — each request matched to the
-first batch that starts after its send, which is its own only while the model rarely queues: not resnet50's). A model whose simulated CPU
-agrees while its latency spreads less than measured is missing a mechanism of the tail, not of the mean.
+Runs ``benchmarks/colocation_fidelity.py``'s all-together closed loop (one client per entry) and replays its
+open-loop schedules (every entry together at a share of its measured co-located capacity, from a saved ``--data``
+file) on a new embedded tritonserver whose runners log their batches, and simulates the replays with that file's solo
+profile and the law the benchmark fits on its all-together run (the wait as measured). Per load it prints the host's
+CPU (the server, its stubs and the client, in cores) beside the simulator's (the CPU its jobs received, in the law's
+units and divided by ``eta``: real cores), and per model the latency quantiles measured and simulated; at the
+highest load also each phase's quantiles, measured and simulated (way in: send to the batch's start; batch: the
+runner's logged batch, the simulator's execution with Triton's hop to the runner; way out: batch end to answer —
+each request matched to the first batch that starts after its send, which is its own only while the model rarely
+queues: not resnet50's). A model whose simulated CPU agrees while its latency spreads less than measured is missing
+a mechanism of the tail, not of the mean.
+
+For the closed loop and each load it also prints what the kernel's scheduler gave each process of the server
+(``/proc/PID/task/*/schedstat``: time on a core and time runnable but waiting for one, summed over its threads, in
+cores; a stub is named by its model) and, per logged batch, the runner's CPU, the rows and the times the process was
+put on a core: a runner whose CPU per row grows with the load is slowed by the host (caches, memory, preemptions),
+one whose wait grows while its CPU per row does not, by the scheduler alone.
 
     .venv/bin/python scripts/load_phases.py --data benchmarks/results/colocation_fidelity_data_<date>.json.xz
         [--repo DIR (exported there when missing)] [--loads 0.3,0.6,0.9]
@@ -37,6 +45,7 @@ from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.serve.execution_log import Executions  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.sim.interference import fit, with_law  # noqa: E402
@@ -45,24 +54,82 @@ from serving_bench.sim.target import SimTarget  # noqa: E402
 QUANTILES = (10, 50, 90, 99)
 
 
-def simulated_cpu_s(target: SimTarget, schedule) -> tuple[object, float]:
-    """The simulated run and the CPU its jobs received (solo-demand seconds: the sum over running jobs of demand x
-    rate, integrated), the Python engine's device instrumented for the one run."""
-    from serving_bench.sim import device
+def simulated(target: SimTarget, schedule) -> tuple[object, float, dict[str, Executions]]:
+    """The simulated run, the CPU its jobs received (solo-demand seconds: the sum over running jobs of demand x
+    rate, integrated) and each model's executed batches (start and end, seconds from the run's start; no CPU, rows
+    or instances), the Python engine's device and server instrumented for the one run."""
+    from serving_bench.sim import core, device
 
     received = [0.0]
-    advance = device.Device._advance
+    batches: list[tuple[int, float, float]] = []
+    names: list[str] = []
+    advance, pop_finished, init = device.Device._advance, device.Device.pop_finished, core.Server.__init__
 
     def counting(self, now: float) -> None:
         if now > self.last and self.jobs:
             received[0] += sum(r.kind.demand * r.heap.n * r.rate for r in self.active) * (now - self.last)
         advance(self, now)
 
-    device.Device._advance = counting
+    def logging(self, now: float) -> list:
+        done = pop_finished(self, now)
+        batches.extend((job.model, job.start, now) for job in done if job.kind.batch > 0)
+        return done
+
+    def naming(self, spec, *args, **kwargs) -> None:
+        names[:] = [m.name for m in spec.models]
+        init(self, spec, *args, **kwargs)
+
+    device.Device._advance, device.Device.pop_finished, core.Server.__init__ = counting, logging, naming
     try:
-        return target.run(schedule), received[0]
+        records = target.run(schedule)
     finally:
-        device.Device._advance = advance
+        device.Device._advance, device.Device.pop_finished, core.Server.__init__ = advance, pop_finished, init
+    table = np.array(sorted(batches, key=lambda b: b[1])).reshape(-1, 3)
+    executions = {}
+    for m, name in enumerate(names):
+        mine = table[table[:, 0] == m]
+        n = len(mine)
+        executions[name] = Executions(mine[:, 1], mine[:, 2], np.zeros(n), np.ones(n, np.int32),
+                                      np.ones(n, np.int32), np.zeros(n, np.int32))
+    return records, received[0], executions
+
+
+def schedstats(pid: int) -> dict[str, tuple[float, float, int]]:
+    """Per process of the server's group (the server, and each stub named by its model): seconds on a core, seconds
+    runnable but waiting for one and the times it was put on a core, summed over its threads so far (ended threads
+    are not counted)."""
+    import psutil
+
+    out = {}
+    server = psutil.Process(pid)
+    for p in [server, *server.children(recursive=True)]:
+        cmd = p.cmdline()
+        name = "tritonserver" if p.pid == pid else next(
+            (Path(a).parts[-3] for a in cmd if a.endswith(".py") and Path(a).parent.name == "1"), p.name())
+        run = wait = 0.0
+        slices = 0
+        for task in Path(f"/proc/{p.pid}/task").iterdir():
+            try:
+                fields = (task / "schedstat").read_text().split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            run, wait, slices = run + int(fields[0]) * 1e-9, wait + int(fields[1]) * 1e-9, slices + int(fields[2])
+        out[name] = (run, wait, slices)
+    return out
+
+
+def print_scheduler(before: dict, after: dict, executions: dict, seconds: float) -> None:
+    """The table of :func:`schedstats` between two snapshots ``seconds`` apart, with the runners' logged batches."""
+    print("  scheduler, per process (cores): on a core | waiting for one | wait / run | batches | per batch (ms): the "
+          "process on a core, the runner's CPU, the batch; rows, slices per batch")
+    for name, now in sorted(after.items()):
+        run_s, wait_s, slices = (a - b for a, b in zip(now, before.get(name, (0, 0, 0))))
+        batches = len(executions[name]) if name in executions else 0
+        ex = executions.get(name)
+        per_batch = (f"{run_s / batches * 1e3:8.3f} {ex.cpu_s.mean() * 1e3:8.3f} {ex.duration_s.mean() * 1e3:8.3f} "
+                     f"{ex.rows.mean():5.2f} {slices / batches:7.1f}" if batches else "")
+        print(f"  {name:36s} {run_s / seconds:6.3f} | {wait_s / seconds:6.3f} | {wait_s / max(run_s, 1e-9):5.2f} | "
+              f"{batches:6d} | {per_batch}")
 
 
 def quantiles_ms(values: np.ndarray) -> str:
@@ -91,12 +158,24 @@ def main() -> int:
     config = bench.serving_config({m: bench.serving_from_json(s) for m, s in data["serving"].items()}, bench.STREAMS)
     with TritonServer(args.repo, models=list(bench.STREAMS), execution_log=True) as server:
         session = Session(server.endpoints, server)
+        before = schedstats(server.pid)
+        run = session.run({m: (1, 1) for m in bench.STREAMS}, data["replay_s"])
+        after = schedstats(server.pid)
+        seconds = run.window[1] - run.window[0]
+        print(f"\n== all together, closed loop (one client each): host CPU measured {run.cpu_s / seconds:.2f} cores")
+        print("  throughput (req/s), now | saved: " + ", ".join(
+            f"{m} {len(run.latency[m]) / seconds:.1f} | {data['cases']['all together']['real'][m]['throughput']:.1f}"
+            for m in bench.STREAMS))
+        print_scheduler(before, after, {m: e.window(*run.window) for m, e in server.executions().items()}, seconds)
         for load in loads:
             schedule = bench.poisson_schedule(data["capacity"], load, data["replay_s"], int(load * 10))
+            before = schedstats(server.pid)
             run = session.replay(schedule)
+            after = schedstats(server.pid)
             executions = {m: e.window(*run.window) for m, e in server.executions().items()}
             seconds = run.window[1] - run.window[0]
-            records, cpu_s = simulated_cpu_s(SimTarget(with_law(profile, "cpu", law), config, seed=0), schedule)
+            records, cpu_s, simulated_batches = simulated(SimTarget(with_law(profile, "cpu", law), config, seed=0),
+                                                          schedule)
             table = records.table[records.table["status"].astype(str) == "ok"]
             print(f"\n== load {load}: host CPU measured {run.cpu_s / seconds:.2f} cores, simulated "
                   f"{cpu_s / records.info.sim.duration_s / law.get('eta', 1.0):.2f}")
@@ -105,16 +184,22 @@ def main() -> int:
                 mine = table[table["model"].astype(str) == m]
                 print(f"  {m:36s} {quantiles_ms(run.latency[m])} | "
                       f"{quantiles_ms((mine['done_s'] - mine['intended_s']).to_numpy())}")
+            print_scheduler(before, after, executions, seconds)
             if load != max(loads):
                 continue
-            print(f"  measured phases (ms) at p{'/'.join(map(str, QUANTILES))}: way in | runtime | way out")
+            print(f"  phases (ms) at p{'/'.join(map(str, QUANTILES))}: way in | batch | way out; measured, then "
+                  "simulated")
             for m in bench.STREAMS:
                 if m not in executions:  # an ensemble: its members' batches are not its own
                     continue
-                start, end = first_batch(executions[m], run.sent[m])
-                ok = end <= run.done[m]
-                print(f"  {m:36s} {quantiles_ms((start - run.sent[m])[ok])} | {quantiles_ms((end - start)[ok])} | "
-                      f"{quantiles_ms((run.done[m] - end)[ok])}")
+                mine = table[table["model"].astype(str) == m]
+                for label, batches, sent, done in (
+                        ("measured", executions[m], run.sent[m], run.done[m]),
+                        ("simulated", simulated_batches[m], mine["sent_s"].to_numpy(), mine["done_s"].to_numpy())):
+                    start, end = first_batch(batches, sent)
+                    ok = end <= done
+                    print(f"  {m + ' ' + label:36s} {quantiles_ms((start - sent)[ok])} | "
+                          f"{quantiles_ms((end - start)[ok])} | {quantiles_ms((done - end)[ok])}")
     return 0
 
 

@@ -1,11 +1,17 @@
 """The diagnostic scripts: how ``scripts/wait_decomposition.py`` splits a request into phases on the runners' batch
-logs and what ``scripts/wait_by_instances.py`` expects, worked by hand, and their bad arguments (their measurements
-on the real server are quoted in docs/sim.md and ``benchmarks/results/``)."""
+logs, what ``scripts/wait_by_instances.py`` expects and what ``scripts/load_phases.py`` reads from the kernel and
+the simulator, worked by hand, and their bad arguments (their measurements on the real server are quoted in
+docs/sim.md and ``benchmarks/results/``)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -77,6 +83,7 @@ def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
     ("load_phases", ["--data", str(Path(__file__)), "--loads", "0.5"], "--data / --loads"),
     ("demo_tails", ["--replay", "/nonexistent/replay"], "--replay / --profile / --repo"),
     ("wait_length_check", ["--demo", "/nonexistent"], "/nonexistent/profile.json: a demo's profile expected"),
+    ("repro_preemption_cost", ["--model", "/nonexistent/model.onnx"], "--model: /nonexistent/model.onnx is not a"),
 ])
 def test_the_diagnostic_scripts_refuse_bad_arguments_in_one_line(script, argv, says, capsys, monkeypatch):
     monkeypatch.setenv("SERVING_BENCH_SIM_PURE", "")  # load_phases sets it for itself: restored after the test
@@ -93,3 +100,47 @@ def test_speed_windows_lag1_autocorrelation_by_hand():
     script = _load("repro_speed_windows")
     assert script.lag1(np.array([1.0, 2.0, 1.0, 2.0])) == pytest.approx(-0.75)
     assert script.lag1(np.array([1.0, 2.0, 3.0, 4.0])) == pytest.approx(0.25)
+
+
+def test_load_phases_reads_each_process_time_on_a_core_from_the_kernel(tmp_path, monkeypatch):
+    """A process standing for the server (sleeping) with a child that runs ``m/1/model.py`` as a stub would: the
+    child is named by its model and had at least the 0.3 s it computed on a core; the sleeping parent almost none."""
+    monkeypatch.setenv("SERVING_BENCH_SIM_PURE", "")  # load_phases sets it for itself: restored after the test
+    script = _load("load_phases")
+    runner = tmp_path / "m" / "1" / "model.py"
+    runner.parent.mkdir(parents=True)
+    runner.write_text("import time\nt = time.thread_time()\nwhile time.thread_time() - t < 0.3:\n    pass\n"
+                      "time.sleep(30)\n")
+    server = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\n"
+                               f"subprocess.Popen([sys.executable, {str(runner)!r}])\ntime.sleep(30)\n"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            seen = script.schedstats(server.pid)
+            if seen.get("m", (0.0,))[0] >= 0.3:
+                break
+            time.sleep(0.1)
+        assert set(seen) == {"tritonserver", "m"}
+        assert seen["m"][0] >= 0.3 and seen["m"][2] >= 1
+        assert seen["tritonserver"][0] < 0.3
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def test_load_phases_logs_the_simulated_batches_by_hand():
+    """Three one-row requests 100 ms apart to the sleep model (5 + 1 ms a batch, one instance, nothing else
+    measured): three batches of 6 ms that start at the sends, and 18 ms of one core (the CPU its jobs received). In
+    a process of its own, where the script loads the Python engine it instruments."""
+    code = (f"import sys\nsys.path[:0] = [{str(SCRIPTS)!r}, {str(Path(__file__).parent)!r}]\n"
+            "import json\nimport load_phases\nimport numpy as np\nfrom test_sim import one, sleep_profile\n"
+            "from serving_bench.run.schedule import Schedule\nfrom serving_bench.sim.target import SimTarget\n"
+            "schedule = Schedule(np.array([0.0, 0.1, 0.2]), np.zeros(3, int), ('sleep_python',), np.zeros(3), "
+            "np.ones(3), {'duration_s': 0.2})\n"
+            "_, cpu_s, batches = load_phases.simulated(SimTarget(sleep_profile(), one()), schedule)\n"
+            "b = batches['sleep_python']\nprint(json.dumps([b.start_s.tolist(), b.end_s.tolist(), cpu_s]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    start, end, cpu_s = json.loads(out)
+    assert start == pytest.approx([0.0, 0.1, 0.2]) and end == pytest.approx([0.006, 0.106, 0.206])
+    assert cpu_s == pytest.approx(0.018)
