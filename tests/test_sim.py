@@ -598,14 +598,10 @@ def test_padded_batches_run_at_the_next_captured_size():
 
 
 def _two_thread_profile() -> Profile:
-    """A 2-core host's profile measured at 2 threads per instance (5 ms a request) and at 1 (8 ms)."""
-    from serving_bench.profiles.schema import ThreadTable
+    """The sleep model on a 2-core host, measured at 2 threads per instance (5 ms a request) and at 1 (8 ms)."""
+    from tune_fixtures import two_thread_profile_json
 
-    profile = sleep_profile(sizes=(1,), base=0.005, per=0.0)
-    md = profile.models["sleep_python"].devices["cpu"]
-    md = dataclasses.replace(md, threads=2, other_threads={1: ThreadTable({1: Dist.constant(0.008)})})
-    return dataclasses.replace(profile, models={"sleep_python": dataclasses.replace(
-        profile.models["sleep_python"], devices={"cpu": md})})
+    return Profile.from_json(two_thread_profile_json("sleep_python"), "test_profile.json")
 
 
 def test_each_instance_runs_at_the_threads_the_config_gives_it():

@@ -271,12 +271,9 @@ def test_threads_per_instance_are_simulated_and_recommended(tmp_path, capsys):
     a request in 5 ms at 2 threads per instance and 8 ms at 1; one instance gets both cores by default, so a p50 of
     6.5 ms is met; told 1 thread it is not; told 2 it is, and the recommendation says how to serve it. 0 threads is
     a one-line input error, nothing written."""
-    from tune_fixtures import profile_json
+    from tune_fixtures import two_thread_profile_json
 
-    profile = profile_json({"m": (5.0, 0.0, 1)})
-    profile["models"]["m"]["devices"]["cpu"].update(threads=2, other_threads={"1": {"batches": {"1": {
-        "constant_s": 0.008}}}})
-    (tmp_path / "p.json").write_text(json.dumps(profile))
+    (tmp_path / "p.json").write_text(json.dumps(two_thread_profile_json("m")))
     load = write_load(tmp_path / "l.yaml", {"m": 20}, {})
     argv = ["tune", str(load), "--profile", str(tmp_path / "p.json"), "--slo", "m=p50:6.5ms", "--instances", "1",
             "--max-batch-sizes", "1", "--queue-delays-us", "0", "--verify-top", "0"]

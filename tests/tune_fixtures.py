@@ -25,6 +25,14 @@ def profile_json(models: dict, *, device: str = "cpu", kind: str = "cpu", cores:
             "overhead": {"constant_s": 0.0}, "models": entries}
 
 
+def two_thread_profile_json(name: str) -> dict:
+    """A 2-core host's profile of one entry measured at 2 threads per instance (5 ms a request) and at 1 (8 ms)."""
+    profile = profile_json({name: (5.0, 0.0, 1)})
+    profile["models"][name]["devices"]["cpu"].update(threads=2, other_threads={"1": {"batches": {"1": {
+        "constant_s": 0.008}}}})
+    return profile
+
+
 def write_profile(path: Path, models: dict, **kwargs) -> Path:
     path.write_text(json.dumps(profile_json(models, **kwargs)))
     return path
