@@ -301,9 +301,11 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
         notes.append(f"external server {url}: no server-side batch times, so service samples are client latency - "
                      "mean overhead and the gap between batches is not measured")
 
-    def sessions(instances: int, per_instance: int = threads) -> Callable[[], ContextManager[Session]]:
-        return lambda: open_session(repo, models, instances, per_instance, trace, cuda_graphs, notes, log, url,
-                                    ensembles)
+    def sessions(instances: int, per_instance: int = threads,
+                 only: Sequence[str] | None = None) -> Callable[[], ContextManager[Session]]:
+        """New sessions with ``instances`` of every model (of ``only`` where given, and then no ensemble)."""
+        return lambda: open_session(repo, models if only is None else only, instances, per_instance, trace,
+                                    cuda_graphs, notes, log, url, ensembles if only is None else ())
 
     # -- phase 1: one instance per model ---------------------------------------------------------------------------
     runs: dict = {}
@@ -486,8 +488,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     # -- phase 1b: the solo batches at one runtime thread per instance ---------------------------------------------
     single = [m for m in models if results[m].device == HOST_DEVICE] if threads > 1 and not url else []
     if single:
-        run_steps([solo(m, b, "solo at 1 thread") for m in single for b in sizes[m]], runs, sessions(1, 1), log,
-                  notes, "one thread per instance")
+        run_steps([solo(m, b, "solo at 1 thread") for m in single for b in sizes[m]], runs, sessions(1, 1, single),
+                  log, notes, "one thread per instance")
     for m in single:
         r, batches, demand = results[m], {}, {}
         for b in sizes[m]:
