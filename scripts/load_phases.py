@@ -95,20 +95,22 @@ def simulated(target: SimTarget, schedule) -> tuple[object, float, dict[str, Exe
 
 
 def schedstats(pid: int) -> dict[str, tuple[float, float, int]]:
-    """Per process of the server's group (the server, and each stub named by its model): seconds on a core, seconds
-    runnable but waiting for one and the times it was put on a core, summed over its threads so far (ended threads
-    are not counted)."""
+    """Per process of the server's group (the server, and the stubs named by their model, a model's instances
+    together): seconds on a core, seconds runnable but waiting for one and the times it was put on a core, summed
+    over its threads so far (threads and processes that ended are not counted)."""
     import psutil
 
-    out = {}
+    out: dict[str, tuple[float, float, int]] = {}
     server = psutil.Process(pid)
     for p in [server, *server.children(recursive=True)]:
-        cmd = p.cmdline()
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:  # the process ended meanwhile
+            continue
         name = "tritonserver" if p.pid == pid else next(
             (Path(a).parts[-3] for a in cmd if a.endswith(".py") and Path(a).parent.name == "1"), p.name())
-        run = wait = 0.0
-        slices = 0
-        for task in Path(f"/proc/{p.pid}/task").iterdir():
+        run, wait, slices = out.get(name, (0.0, 0.0, 0))
+        for task in Path(f"/proc/{p.pid}/task").glob("*"):
             try:
                 fields = (task / "schedstat").read_text().split()
             except OSError:  # the thread ended meanwhile
@@ -124,8 +126,8 @@ def print_scheduler(before: dict, after: dict, executions: dict, seconds: float)
           "process on a core, the runner's CPU, the batch; rows, slices per batch")
     for name, now in sorted(after.items()):
         run_s, wait_s, slices = (a - b for a, b in zip(now, before.get(name, (0, 0, 0))))
-        batches = len(executions[name]) if name in executions else 0
         ex = executions.get(name)
+        batches = len(ex) if ex is not None else 0
         per_batch = (f"{run_s / batches * 1e3:8.3f} {ex.cpu_s.mean() * 1e3:8.3f} {ex.duration_s.mean() * 1e3:8.3f} "
                      f"{ex.rows.mean():5.2f} {slices / batches:7.1f}" if batches else "")
         print(f"  {name:36s} {run_s / seconds:6.3f} | {wait_s / seconds:6.3f} | {wait_s / max(run_s, 1e-9):5.2f} | "
