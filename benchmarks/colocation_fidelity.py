@@ -17,7 +17,9 @@ server:
     of the set replayed stands over what the pairs imply; the pairs' law, held out against it in (b), gave the
     replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/sim.md); the one at 0.9 is
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
-    printed beside the model's errors; with the wait for a core behind resnet50's occasional batches measured in
+    printed beside the model's errors; the host's CPU during "all together" and each replay (server, stubs and
+    client, cores on average; since 2026-12-05) says how full each ran the host; with the wait for a core behind
+    resnet50's occasional batches measured in
 (d) two open loops of all entries, resnet50 at a tenth of a core and the others at 15 and 150 req/s, as ``profile``
     measures it (``profiles.estimators.quiet_wait``; older saved data have none: the wait is then fitted on "all
     together" as the rest of the law).
@@ -258,24 +260,25 @@ def measure(quick: bool) -> dict:
         serving = {m: calibration_serving(configs[m], "cpu", 1, largest[m]) for m in served}
         cases = {}
         with TritonServer(repo, models=list(STREAMS)) as server:
-            session = Session(server.endpoints)
+            session = Session(server.endpoints, server)
             groups = [(s,) for s in STREAMS] + [(a, b) for i, a in enumerate(STREAMS) for b in STREAMS[i + 1:]]
             for group in groups + [STREAMS]:
                 clients = {m: 1 for m in group}
                 real = closed_run(session, clients, seconds)
                 cases["all together" if group == STREAMS else " + ".join(group)] = \
-                    {"obs": observation(serving, clients, real).to_json(), "real": real}
+                    {"obs": observation(serving, clients, real).to_json(), "real": real,
+                     "host_cores": cores(session.runs[-1].cpu_s, session.runs[-1].window)}
             capacity = {m: cases["all together"]["real"][m]["throughput"] for m in STREAMS}
-            print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()))
+            print("  co-located capacity: " + ", ".join(f"{m} {r:.0f} req/s" for m, r in capacity.items()) +
+                  host_cpu_note(cases["all together"]))
 
             stage("(c) open-loop replays of all entries together")
             replays = {}
             for load in LOADS:
-                replays[str(load)] = {"seed": int(load * 10), "real": replay_figures(
-                    server, poisson_schedule(capacity, load, replay_s, int(load * 10)))}
+                replays[str(load)] = replay_measured(session, server, capacity, load, replay_s)
+                print(f"  load {load}" + host_cpu_note(replays[str(load)]))
             print(f"  load {REPEATED_LOAD} once more: the measurement's own repeatability")
-            repeat = {"load": str(REPEATED_LOAD), "real": replay_figures(
-                server, poisson_schedule(capacity, REPEATED_LOAD, replay_s, int(REPEATED_LOAD * 10)))}
+            repeat = {"load": str(REPEATED_LOAD), **replay_measured(session, server, capacity, REPEATED_LOAD, replay_s)}
 
         stage(f"(d) the wait behind {LONGEST}'s occasional batches (open loops, the others at "
               f"{' and '.join(f'{r:g}' for r in QUIET_RATES_RPS)} req/s)")
@@ -296,6 +299,32 @@ def measure(quick: bool) -> dict:
             "replays": replays, "repeat": repeat, "seconds": seconds, "replay_s": replay_s, "sender": sender_note,
             "quiet_wait": waits.law() if waits is not None else None,
             "quiet_wait_one_length_s": waits.slice_one_s if waits is not None else None}
+
+
+def cores(cpu_s: float | None, window: tuple[float, float]) -> float | None:
+    """Host CPU seconds over the ``perf_counter`` window they were read in: cores busy on average (None where not
+    read)."""
+    return None if cpu_s is None else cpu_s / (window[1] - window[0])
+
+
+def host_cpu_note(measured: dict) -> str:
+    """``"; the host's CPU 1.91 cores"`` for a run that read it (saved since 2026-12-05), else ``""``."""
+    host = measured.get("host_cores")
+    return "" if host is None else f"; the host's CPU {host:.2f} cores"
+
+
+def replay_measured(session: Session, server: TritonServer, capacity: dict[str, float], load: float,
+                    seconds: float) -> dict:
+    """The Poisson replay at ``load`` of ``capacity`` (its seed ``load x 10``) on the real server: its figures
+    (:func:`replay_figures`) and the host CPU it cost (``host_cores``: server, stubs and client, cores on average
+    over the replay)."""
+    seed = int(load * 10)
+    schedule = poisson_schedule(capacity, load, seconds, seed)
+    before, start = session.cpu_seconds(), time.perf_counter()
+    real = replay_figures(server, schedule)
+    after, end = session.cpu_seconds(), time.perf_counter()
+    return {"seed": seed, "real": real,
+            "host_cores": cores(None if before is None or after is None else after - before, (start, end))}
 
 
 def replay_figures(server: TritonServer, schedule: Schedule) -> dict[str, dict]:
@@ -385,6 +414,11 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     print(f"  (c)  simulated with {law} fitted on (b)'s all-together run" +
           (" and the wait measured in (d)" if data.get("quiet_wait") else "") + ": " +
           ", ".join(f"{k} {v:.4g}" for k, v in fitted["c"][law].items() if k != "name"))
+    host = {"all together": data["cases"]["all together"].get("host_cores"),
+            **{f"load {load}": replay.get("host_cores") for load, replay in data["replays"].items()}}
+    if any(busy is not None for busy in host.values()):  # read since 2026-12-05
+        print("  (c)  the host's CPU measured (cores): " +
+              ", ".join(f"{run} {busy:.2f}" for run, busy in host.items() if busy is not None))
     for load, replay in data["replays"].items():
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
         runs = {side: SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule)

@@ -799,6 +799,22 @@ def test_a_runs_cpu_counts_the_sender_processes_that_ended(tmp_path):
         assert session.cpu_seconds() - before >= 0.28
 
 
+def test_a_session_on_a_server_without_execution_logs_reads_the_runs_cpu_and_no_batches(tmp_path):
+    """A benchmark's server need not log its batches to tell what a run cost the host: the run carries its CPU
+    (server, stubs and client: a closed loop of 1 ms sleeps costs the client and the server's threads something)
+    and no executions."""
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.profiles.session import Session
+    from serving_bench.serve.server import TritonServer
+
+    repo = tmp_path / "repo"
+    write_sleep_entry(repo, "sleep_python", base_ms=1.0, per_item_ms=0.0, max_batch_size=1)
+    with TritonServer(repo) as server:
+        run = Session(server.endpoints, server).run({"sleep_python": (1, 1)}, 0.5)
+    assert run.executions is None
+    assert run.cpu_s is not None and 0.0 < run.cpu_s < 2 * (run.window[1] - run.window[0])
+
+
 def test_an_ensembles_own_time_is_its_measured_excess_over_its_members_simulated_path():
     from serving_bench.profiles.estimators import COLD_MINIMUM, ensemble_extra
 

@@ -39,9 +39,10 @@ def trace_args(trace_file: Path) -> tuple[str, ...]:
 
 
 class Session:
-    """A server under measurement: ``endpoints``; ``server``: the embedded :class:`TritonServer` when its runners log
-    executed batches (each run then carries its batches), else None; ``traced``: the server traces requests (its
-    batches are attached to the runs by :meth:`attach_trace` once the trace file is complete)."""
+    """A server under measurement: ``endpoints``; ``server``: the embedded :class:`TritonServer` (each run then
+    carries the host CPU it cost and, where the server's runners log executed batches, its batches), else None;
+    ``traced``: the server traces requests (its batches are attached to the runs by :meth:`attach_trace` once the
+    trace file is complete)."""
 
     def __init__(self, endpoints, server: TritonServer | None = None, traced: bool = False):
         self.endpoints = endpoints
@@ -100,7 +101,7 @@ class Session:
             sent[m] = t0 + rows["sent_s"].to_numpy()
             done[m] = t0 + rows["done_s"].to_numpy()
         executions = None
-        if self.server is not None:
+        if self.server is not None and self.server.execution_log_dir is not None:
             executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
         run = LoopRun(latency, dict(records.info.server_stats), (start, end), sent, done, executions,
                       cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None,
