@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the real perf_analyzer 2.50 (the C++ binary shipped inside the tritonclient==2.50.0 wheel) into the venv.
-# Idempotent: does nothing when `perf_analyzer --version` already works. Needs root for apt (libb64-0d) and PyPI access.
+# Idempotent: does nothing when `perf_analyzer --version` already works. Needs PyPI access, and Debian's libb64-0d
+# (installed by scripts/install_system_packages.sh where it can; exit 1 naming the command where it cannot).
 # Newer tritonclient wheels need glibc >= 2.38; 2.50.0 runs on Debian 12's 2.36.
 set -euo pipefail
 VENV="${VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv}"
@@ -11,11 +12,7 @@ works() { "$PY" -m serving_bench.peers.perf_analyzer --check >/dev/null 2>&1; }
 if works; then echo "perf_analyzer already installed: $("$PY" -m serving_bench.peers.perf_analyzer --check)"; exit 0; fi
 
 if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libb64.so.0d'; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libb64-0d
-  else
-    echo "libb64-0d is missing: run as root or 'sudo apt-get install libb64-0d'" >&2; exit 1
-  fi
+  "$(dirname "$0")/install_system_packages.sh" --strict perf_analyzer || exit 1  # it says what to run
 fi
 # the wheel's data/bin/perf_analyzer lands in the venv's bin; the CUDA runtime library comes from PyPI (no GPU needed)
 "$PY" -m pip install --quiet "tritonclient[grpc,http]==2.50.0"

@@ -1,5 +1,5 @@
-"""The diagnostic scripts: how ``scripts/wait_decomposition.py`` splits a request into phases on the runners' batch
-logs, what ``scripts/wait_by_instances.py`` expects and what ``scripts/load_phases.py`` reads from the kernel and
+"""The diagnostic scripts: how ``scripts/diagnostics/wait_decomposition.py`` splits a request into phases on the runners' batch
+logs, what ``scripts/diagnostics/wait_by_instances.py`` expects and what ``scripts/diagnostics/load_phases.py`` reads from the kernel and
 the simulator, worked by hand, and their bad arguments (their measurements on the real server are quoted in
 docs/sim.md and ``benchmarks/results/``)."""
 
@@ -21,11 +21,11 @@ import pytest
 from serving_bench.serve.execution_log import Executions
 from serving_bench.serving_config import ModelServing, ServingConfig
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "diagnostics"
 
 
 def _load(name: str):
-    """The script ``scripts/<name>.py`` as a module."""
+    """The script ``scripts/diagnostics/<name>.py`` as a module."""
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -66,7 +66,7 @@ def test_phases_of_a_direct_request_and_of_an_ensemble_by_hand():
 
 
 def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
-    """``scripts/wait_by_instances.py``: p 0.4 at 12 instances in all and 0.1 at 6, a wait up to 4 ms (3 in 4 of
+    """``scripts/diagnostics/wait_by_instances.py``: p 0.4 at 12 instances in all and 0.1 at 6, a wait up to 4 ms (3 in 4 of
     them over 1 ms), quiet time 2 ms. Two requests sent after 2 ms of quiet and one after none: at 9 instances
     p = 0.25, so 2 x 0.25 x 0.75 x (1 - 1/e) = 0.237 expected waits; at 24, flat at 0.4: 0.379."""
     script = _load("wait_by_instances")

@@ -1,4 +1,4 @@
-"""``scripts/repro_trace_crash.py``: its reading of a dead server's log (against the real bundled binary's symbols),
+"""``scripts/diagnostics/repro_trace_crash.py``: its reading of a dead server's log (against the real bundled binary's symbols),
 and one bounded untraced try end to end on the real server (exit 0, "not reproduced", nothing left behind)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "repro_trace_crash.py"
+SCRIPT = ROOT / "scripts" / "diagnostics" / "repro_trace_crash.py"
 
 # The end of a server log from a traced run of the script (2026-12-01): Triton's own dump after SIGSEGV.
 DEAD_LOG = """\

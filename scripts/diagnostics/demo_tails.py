@@ -8,7 +8,7 @@ simulated, the latter also with the profile's wait for a core at one chance for 
 calibration's, what profiles did before 2026-12-04) where the profile measured it at two. A simulated tail that
 matches beside the long model but not away from it has the waits' chance right and misses another tail.
 
-    .venv/bin/python scripts/demo_tails.py [--replay results/demo/replay] [--profile results/demo/profile.json]
+    .venv/bin/python scripts/diagnostics/demo_tails.py [--replay results/demo/replay] [--profile results/demo/profile.json]
         [--repo model_repo] [--long resnet50_onnxruntime] [--over 3]
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.profiles.schema import WAIT_BY_INSTANCES, Profile  # noqa: E402
@@ -30,7 +30,7 @@ from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.target import SimTarget  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def beside(table, long: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -15,7 +15,7 @@ attributes to batching is the host being busy: threads that find work waiting ar
 (432 and 582 req/s against 850-1,000; its CPU per request doubles too): a slow mode of this VM that a first server
 start after an export sometimes meets, not understood. See docs/sim.md, "Fidelity and what is noise".
 
-    .venv/bin/python scripts/repro_busy_host_cpu.py [--seconds 3]
+    .venv/bin/python scripts/diagnostics/repro_busy_host_cpu.py [--seconds 3]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir  # noqa: E402

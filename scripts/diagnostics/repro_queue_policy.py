@@ -13,11 +13,11 @@ latency from the intended time, the sender's lateness, the longest gap between t
 defect: the policy entry answers far below capacity with its instance idle most of the time, and answers come in
 bursts separated by ~0.5 s, the dynamic batcher's own timer (docs/serve.md, "Queue policies under overload").
 
-    .venv/bin/python scripts/repro_queue_policy.py                          # 0.65 load, batch-8 requests, queue 16
-    .venv/bin/python scripts/repro_queue_policy.py --load 4 --timeout 150ms # 4x overload with a client deadline
-    .venv/bin/python scripts/repro_queue_policy.py --load 4 --timeout 150ms --max-in-flight 4   # the workaround
-    .venv/bin/python scripts/repro_queue_policy.py --queue-size 0 --queue-timeout-us 10000000   # timeout-only policy
-    .venv/bin/python scripts/repro_queue_policy.py --client perf_analyzer --queue-size 100000   # never full
+    .venv/bin/python scripts/diagnostics/repro_queue_policy.py                          # 0.65 load, batch-8 requests, queue 16
+    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --load 4 --timeout 150ms # 4x overload with a client deadline
+    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --load 4 --timeout 150ms --max-in-flight 4   # the workaround
+    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --queue-size 0 --queue-timeout-us 10000000   # timeout-only policy
+    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --client perf_analyzer --queue-size 100000   # never full
 
 Bad arguments: one line ``--option: expected ...`` and exit 2. Times on the command line: ``150ms``, ``5s``.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from serving_bench.errors import InputError  # noqa: E402

@@ -4,7 +4,7 @@ law's ``wait_s_quiet``, ``wait_gap_s``, ``wait_gap_quiet_s``: docs/sim.md, "So t
 quiet") and with the busier rate's length alone, three seeds each; prints each p50 / p99 row's error per seed and,
 per variant, the mean |error| of the seeds' mean and the rows within 15 %.
 
-    .venv/bin/python scripts/wait_length_check.py [--demo results/demo] [--repo model_repo]
+    .venv/bin/python scripts/diagnostics/wait_length_check.py [--demo results/demo] [--repo model_repo]
         [--load load_profiles/demo.yaml]
 """
 
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.schema import WAIT_BY_QUIET  # noqa: E402
 from serving_bench.validate import run_validation  # noqa: E402

@@ -8,7 +8,7 @@ generator sent more than 1 ms late. A window where the sender itself ran late is
 simulated client is never late, and at a demo's load the sender has a core to itself): a measured tail there that
 the simulation lacks is the machine's, not the server model's.
 
-    .venv/bin/python scripts/validation_windows.py [--real results/demo/replay] [--sim results/demo/validate/sim]
+    .venv/bin/python scripts/diagnostics/validation_windows.py [--real results/demo/replay] [--sim results/demo/validate/sim]
         [--window-s 3]
 
 What it showed for the demo on the 2-core VM (2026-12-02, docs/sim.md, "Host stalls set the demo's p99"): one
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.run.records import load_records  # noqa: E402
 

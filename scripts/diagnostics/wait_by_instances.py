@@ -9,7 +9,7 @@ and the simulator's chance follows the host's instances in all between those two
 requests waited > 1 ms in another repetition at every count — beside the law measured at 2 alone, what the profile
 did before (2026-12-04).
 
-    .venv/bin/python scripts/wait_by_instances.py [--repo model_repo] [--models a,b,...] [--repeats 2]
+    .venv/bin/python scripts/diagnostics/wait_by_instances.py [--repo model_repo] [--models a,b,...] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.estimators import WAITED_S, LoopRun, beside_long, quiet_wait  # noqa: E402
 from serving_bench.profiles.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
@@ -29,7 +29,7 @@ from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import WAIT_S_RANGE, open_schedule  # noqa: E402
 from serving_bench.sim.spec import wait_chance  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_MODELS = ("tiny_cnn_onnxruntime", "tiny_mlp_torchscript", "tiny_cnn_tvm", "resnet50_onnxruntime",
                "tiny_ensemble")  # the demo's entries (load_profiles/demo.yaml)
 COUNTS = (1, 2, 3, 4)  # instances per model

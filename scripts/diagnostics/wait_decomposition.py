@@ -19,7 +19,7 @@ made of", and ``benchmarks/results/wait_decomposition_2026-12-04_vm.txt``): the 
 1 ms, up to 7.8 ms) and so did the ensemble's hand-offs to its members and its combiner (9-22 %, up to 5.5 ms); the
 executions and the ways out hardly did (0-7 %).
 
-    .venv/bin/python scripts/wait_decomposition.py [--repo model_repo] [--schedule PATH] [--quiet-runs]
+    .venv/bin/python scripts/diagnostics/wait_decomposition.py [--repo model_repo] [--schedule PATH] [--quiet-runs]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.estimators import WAITED_S  # noqa: E402
 from serving_bench.profiles.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
@@ -41,7 +41,7 @@ from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import open_schedule  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def first_batch(batches: Executions, after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

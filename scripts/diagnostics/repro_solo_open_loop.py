@@ -12,7 +12,7 @@ sender, ONNX Runtime's spinning off): every rate predicted too fast, p50 by 14-3
 starts measured at random quiet times (2026-12-03, quiet VM): p50 -11 / -0 / +4 / -3 / -4 %, p99 -14 / +19 / -16 /
 -19 / -8 % at 30 / 100 / 300 / 600 / 900 req/s (docs/sim.md, "Cold starts under irregular arrivals").
 
-    .venv/bin/python scripts/repro_solo_open_loop.py [--seconds 6]
+    .venv/bin/python scripts/diagnostics/repro_solo_open_loop.py [--seconds 6]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402

@@ -14,7 +14,7 @@ what is noise"): 30 windows of 2 s, the solo means varied by 4.0-5.7 % (CV), wit
 and a correlation of 0.25 between the two entries; the co-located means by 5.3 % and 12.8 %, lag-1 0.43 and 0.14,
 drifting down by about 10 % over the 6 minutes.
 
-    .venv/bin/python scripts/repro_speed_windows.py [--repo model_repo] [--minutes 6] [--window 2] [--every 12]
+    .venv/bin/python scripts/diagnostics/repro_speed_windows.py [--repo model_repo] [--minutes 6] [--window 2] [--every 12]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.session import open_session  # noqa: E402
 

@@ -14,7 +14,7 @@ correlate by 0.42-0.68; independent draws put the sum's p99 15-21 % low; two req
 0.57 0.5 ms apart, 0.24 at 5 ms, 0.16 at 10-20 ms and nothing from 50 ms on in a quiet run, and still 0.15 at
 100 ms in a run the hypervisor disturbed (4.9 % steal).
 
-    .venv/bin/python scripts/repro_host_drift.py [--seconds 10]
+    .venv/bin/python scripts/diagnostics/repro_host_drift.py [--seconds 10]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.profiles.estimators import phase_drift, service_and_overhead  # noqa: E402

@@ -19,7 +19,7 @@ cores; a stub is named by its model) and, per logged batch, the runner's CPU, th
 put on a core: a runner whose CPU per row grows with the load is slowed by the host (caches, memory, preemptions),
 one whose wait grows while its CPU per row does not, by the scheduler alone.
 
-    .venv/bin/python scripts/load_phases.py --data benchmarks/results/colocation_fidelity_data_<date>.json.xz
+    .venv/bin/python scripts/diagnostics/load_phases.py --data benchmarks/results/colocation_fidelity_data_<date>.json.xz
         [--repo DIR (exported there when missing)] [--loads 0.3,0.6,0.9]
 """
 
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 os.environ["SERVING_BENCH_SIM_PURE"] = "1"  # the Python engine, whose device this script instruments
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling wait_decomposition
 
 import colocation_fidelity as bench  # noqa: E402
 from wait_decomposition import first_batch  # noqa: E402

@@ -13,7 +13,7 @@ within -12 … +6 %, their p99s within -16 … -5 %, but their p90s 31-42 % too 
 measured, the way in's p90 is twice its p50 and the way out's three times, and the slowest 1 % spent 3.4-4.6 ms on
 the way in (solo p99 0.25-0.49 ms) and 1.8-2.4 ms on the way out (docs/sim.md, "Crowded closed loops").
 
-    .venv/bin/python scripts/repro_crowded_closed_loop.py --profile results/demo/profile.json --repo model_repo
+    .venv/bin/python scripts/diagnostics/repro_crowded_closed_loop.py --profile results/demo/profile.json --repo model_repo
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.profiles.session import open_session  # noqa: E402
