@@ -5,7 +5,7 @@
 #   scripts/install_system_packages.sh [--strict] [GROUP ...]      # default: every group
 #
 # Groups (what each is for, and what happens without it):
-#   sender         g++ pkg-config libgrpc++-dev   the native sender; without it the Python sender (~4x slower)
+#   sender         g++ pkg-config libgrpc++-dev   the native sender; without it the Python sender (a fifth of its rate)
 #   browser        chromium chromium-driver       the report's headless-browser test; without it that test is skipped
 #   perf_analyzer  libb64-0d                      perf_analyzer 2.50 (scripts/install_perf_analyzer.sh)
 #
