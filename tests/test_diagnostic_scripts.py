@@ -1,7 +1,7 @@
-"""The diagnostic scripts: how ``scripts/diagnostics/wait_decomposition.py`` splits a request into phases on the runners' batch
-logs, what ``scripts/diagnostics/wait_by_instances.py`` expects and what ``scripts/diagnostics/load_phases.py`` reads from the kernel and
-the simulator, worked by hand, and their bad arguments (their measurements on the real server are quoted in
-docs/sim.md and ``benchmarks/results/``)."""
+"""The diagnostic scripts: how ``scripts/diagnostics/wait_decomposition.py`` splits a request into phases on the
+runners' batch logs, what ``scripts/diagnostics/wait_by_instances.py`` expects and what
+``scripts/diagnostics/load_phases.py`` reads from the kernel and the simulator, worked by hand, and their bad arguments
+(their measurements on the real server are quoted in docs/notes/ and ``benchmarks/results/``)."""
 
 from __future__ import annotations
 
@@ -66,9 +66,9 @@ def test_phases_of_a_direct_request_and_of_an_ensemble_by_hand():
 
 
 def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
-    """``scripts/diagnostics/wait_by_instances.py``: p 0.4 at 12 instances in all and 0.1 at 6, a wait up to 4 ms (3 in 4 of
-    them over 1 ms), quiet time 2 ms. Two requests sent after 2 ms of quiet and one after none: at 9 instances
-    p = 0.25, so 2 x 0.25 x 0.75 x (1 - 1/e) = 0.237 expected waits; at 24, flat at 0.4: 0.379."""
+    """``scripts/diagnostics/wait_by_instances.py``: p 0.4 at 12 instances in all and 0.1 at 6, a wait up to 4 ms (3 in
+    4 of them over 1 ms), quiet time 2 ms. Two requests sent after 2 ms of quiet and one after none: at 9 instances p =
+    0.25, so 2 x 0.25 x 0.75 x (1 - 1/e) = 0.237 expected waits; at 24, flat at 0.4: 0.379."""
     script = _load("wait_by_instances")
     law = {"wait_p": 0.4, "wait_s": 0.004, "wait_quiet_s": 0.002, "wait_instances": 12, "wait_p_fewer": 0.1,
            "wait_instances_fewer": 6}

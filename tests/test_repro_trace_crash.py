@@ -1,5 +1,5 @@
-"""``scripts/diagnostics/repro_trace_crash.py``: its reading of a dead server's log (against the real bundled binary's symbols),
-and one bounded untraced try end to end on the real server (exit 0, "not reproduced", nothing left behind)."""
+"""``scripts/diagnostics/repro_trace_crash.py``: its reading of a dead server's log (against the real bundled binary's
+symbols), and one bounded untraced try end to end on the real server (exit 0, "not reproduced", nothing left behind)."""
 
 from __future__ import annotations
 

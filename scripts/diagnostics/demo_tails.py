@@ -8,8 +8,8 @@ simulated, the latter also with the profile's wait for a core at one chance for 
 calibration's, what profiles did before 2026-12-04) where the profile measured it at two. A simulated tail that
 matches beside the long model but not away from it has the waits' chance right and misses another tail.
 
-    .venv/bin/python scripts/diagnostics/demo_tails.py [--replay results/demo/replay] [--profile results/demo/profile.json]
-        [--repo model_repo] [--long resnet50_onnxruntime] [--over 3]
+    .venv/bin/python scripts/diagnostics/demo_tails.py [--replay results/demo/replay]
+        [--profile results/demo/profile.json] [--repo model_repo] [--long resnet50_onnxruntime] [--over 3]
 """
 
 from __future__ import annotations

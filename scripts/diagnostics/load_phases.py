@@ -19,7 +19,8 @@ cores; a stub is named by its model) and, per logged batch, the runner's CPU, th
 put on a core: a runner whose CPU per row grows with the load is slowed by the host (caches, memory, preemptions),
 one whose wait grows while its CPU per row does not, by the scheduler alone.
 
-    .venv/bin/python scripts/diagnostics/load_phases.py --data benchmarks/results/colocation_fidelity_data_<date>.json.xz
+    .venv/bin/python scripts/diagnostics/load_phases.py \
+        --data benchmarks/results/colocation_fidelity_data_<date>.json.xz
         [--repo DIR (exported there when missing)] [--loads 0.3,0.6,0.9]
 """
 

@@ -11,9 +11,10 @@ each phase, the phases of the slowest 1 %, and the simulated latency's p50 / p90
 What it showed on the 2-core VM (2026-12-04, the demo's profile of that day's gate): the tiny models' p50s simulated
 within -12 … +6 %, their p99s within -16 … -5 %, but their p90s 31-42 % too short (1.64-2.58 ms against 2.84-3.73 ms):
 measured, the way in's p90 is twice its p50 and the way out's three times, and the slowest 1 % spent 3.4-4.6 ms on
-the way in (solo p99 0.25-0.49 ms) and 1.8-2.4 ms on the way out (docs/sim.md, "Crowded closed loops").
+the way in (solo p99 0.25-0.49 ms) and 1.8-2.4 ms on the way out (docs/notes/sim-history.md, "Crowded closed loops").
 
-    .venv/bin/python scripts/diagnostics/repro_crowded_closed_loop.py --profile results/demo/profile.json --repo model_repo
+    .venv/bin/python scripts/diagnostics/repro_crowded_closed_loop.py --profile results/demo/profile.json \
+        --repo model_repo
 """
 
 from __future__ import annotations

@@ -8,10 +8,11 @@ preemptions, little CPU). The CPU per inference rising with the times it was put
 ``/proc/thread-self/schedstat``) is the price of a preemption (caches refilled); rising beside the busy loop on
 core 1, the price of a neighbour. Each figure is the median of ``--runs`` inferences, every case twice.
 
-    .venv/bin/python scripts/diagnostics/repro_preemption_cost.py --model REPO/resnet50_onnxruntime/1/model.onnx [--runs 20]
+    .venv/bin/python scripts/diagnostics/repro_preemption_cost.py --model REPO/resnet50_onnxruntime/1/model.onnx \
+        [--runs 20]
 
-(``benchmarks/colocation_fidelity.py`` and ``scripts/diagnostics/load_phases.py`` export that repository; a host of at least
-2 cores.)
+(``benchmarks/colocation_fidelity.py`` and ``scripts/diagnostics/load_phases.py`` export that repository; a host of at
+least 2 cores.)
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def main() -> int:
     feed = {first.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
     for _ in range(5):
         session.run(None, feed)
-    print(f"# scripts/diagnostics/repro_preemption_cost.py --model {args.model.name}, {time.strftime('%Y-%m-%d %H:%M UTC')}, "
-          f"median of {args.runs} inferences")
+    print(f"# scripts/diagnostics/repro_preemption_cost.py --model {args.model.name}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC')}, median of {args.runs} inferences")
     print(f"{'beside':40s} {'CPU ms':>8s} {'wall ms':>8s} {'slices':>7s}")
     for _ in range(2):
         for label, code in BESIDE:

@@ -13,11 +13,13 @@ latency from the intended time, the sender's lateness, the longest gap between t
 defect: the policy entry answers far below capacity with its instance idle most of the time, and answers come in
 bursts separated by ~0.5 s, the dynamic batcher's own timer (docs/serve.md, "Queue policies under overload").
 
-    .venv/bin/python scripts/diagnostics/repro_queue_policy.py                          # 0.65 load, batch-8 requests, queue 16
-    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --load 4 --timeout 150ms # 4x overload with a client deadline
-    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --load 4 --timeout 150ms --max-in-flight 4   # the workaround
-    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --queue-size 0 --queue-timeout-us 10000000   # timeout-only policy
-    .venv/bin/python scripts/diagnostics/repro_queue_policy.py --client perf_analyzer --queue-size 100000   # never full
+    .venv/bin/python scripts/diagnostics/repro_queue_policy.py [options]
+
+    (no options)                                   0.65 load, batch-8 requests, queue 16
+    --load 4 --timeout 150ms                       4x overload with a client deadline
+    --load 4 --timeout 150ms --max-in-flight 4     the workaround
+    --queue-size 0 --queue-timeout-us 10000000     a timeout-only policy
+    --client perf_analyzer --queue-size 100000     perf_analyzer as the client, a queue never full
 
 Bad arguments: one line ``--option: expected ...`` and exit 2. Times on the command line: ``150ms``, ``5s``.
 """

@@ -1,10 +1,11 @@
 """Reproduce the bundled tritonserver 2.51 dying under request tracing (``make demo``'s stage 3, issue 11).
 
-    .venv/bin/python scripts/diagnostics/repro_trace_crash.py                       # 3 tries traced, then 3 untraced
-    .venv/bin/python scripts/diagnostics/repro_trace_crash.py --pattern merged      # faster: usually dies within a minute
-    .venv/bin/python scripts/diagnostics/repro_trace_crash.py --tries 2 --untraced-tries 0 --pattern merged --gdb   # stacks
+    .venv/bin/python scripts/diagnostics/repro_trace_crash.py  # 3 tries traced, then 3 untraced
+    .venv/bin/python scripts/diagnostics/repro_trace_crash.py --pattern merged  # faster: usually dies within a minute
+    .venv/bin/python scripts/diagnostics/repro_trace_crash.py --tries 2 --untraced-tries 0 --pattern merged \
+        --gdb  # with gdb's stacks
 
-Root cause and figures: docs/serve.md, "Request tracing in the bundled tritonserver 2.51".
+Root cause and figures: docs/notes/serve-history.md, "Request tracing in the bundled tritonserver 2.51".
 
 What it runs, each piece the team's own (nothing here is a copy of ``profile``):
 

@@ -8,11 +8,11 @@ generator sent more than 1 ms late. A window where the sender itself ran late is
 simulated client is never late, and at a demo's load the sender has a core to itself): a measured tail there that
 the simulation lacks is the machine's, not the server model's.
 
-    .venv/bin/python scripts/diagnostics/validation_windows.py [--real results/demo/replay] [--sim results/demo/validate/sim]
-        [--window-s 3]
+    .venv/bin/python scripts/diagnostics/validation_windows.py [--real results/demo/replay]
+        [--sim results/demo/validate/sim] [--window-s 3]
 
-What it showed for the demo on the 2-core VM (2026-12-02, docs/sim.md, "Host stalls set the demo's p99"): one
-half-second at 5.2-5.8 s in which requests were sent up to 12.5 ms late held most of each tiny model's measured
+What it showed for the demo on the 2-core VM (2026-12-02, docs/notes/sim-history.md, "Host stalls set the demo's p99"):
+one half-second at 5.2-5.8 s in which requests were sent up to 12.5 ms late held most of each tiny model's measured
 requests above its simulated p99; outside it the p99s agreed within a few percent.
 """
 

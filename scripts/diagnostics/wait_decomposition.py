@@ -14,9 +14,9 @@ A phase that starts while a batch of ``--long`` runs is compared with the median
 one: the share that took more than 1 ms longer (``P(+1ms)``), the mean, p90 and largest excess (ms). A member also
 requested directly is matched to its first batch after the phase starts (roughly right at low rates).
 
-What it showed on the 2-core VM (2026-12-04, the demo's replay; docs/sim.md, "What the tail beside a long batch is
-made of", and ``benchmarks/results/wait_decomposition_2026-12-04_vm.txt``): the ways in waited (13-26 % more than
-1 ms, up to 7.8 ms) and so did the ensemble's hand-offs to its members and its combiner (9-22 %, up to 5.5 ms); the
+What it showed on the 2-core VM (2026-12-04, the demo's replay; docs/notes/sim-history.md, "What the tail beside a long
+batch is made of", and ``benchmarks/results/wait_decomposition_2026-12-04_vm.txt``): the ways in waited (13-26 % more
+than 1 ms, up to 7.8 ms) and so did the ensemble's hand-offs to its members and its combiner (9-22 %, up to 5.5 ms); the
 executions and the ways out hardly did (0-7 %).
 
     .venv/bin/python scripts/diagnostics/wait_decomposition.py [--repo model_repo] [--schedule PATH] [--quiet-runs]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""A demo's replay simulated with its profile twice: the wait for a core with its length by the host's quiet (the
-law's ``wait_s_quiet``, ``wait_gap_s``, ``wait_gap_quiet_s``: docs/sim.md, "So the length follows the host's
-quiet") and with the busier rate's length alone, three seeds each; prints each p50 / p99 row's error per seed and,
-per variant, the mean |error| of the seeds' mean and the rows within 15 %.
+"""A demo's replay simulated with its profile twice: the wait for a core with its length by the host's quiet (the law's
+``wait_s_quiet``, ``wait_gap_s``, ``wait_gap_quiet_s``: docs/notes/sim-history.md, "So the length follows the host's
+quiet") and with the busier rate's length alone, three seeds each; prints each p50 / p99 row's error per seed and, per
+variant, the mean |error| of the seeds' mean and the rows within 15 %.
 
     .venv/bin/python scripts/diagnostics/wait_length_check.py [--demo results/demo] [--repo model_repo]
         [--load load_profiles/demo.yaml]
