@@ -240,10 +240,10 @@ def capacity_section(data: dict) -> str:
         return ""
     seconds = ", ".join(sorted({f'{r["duration_s"]:.1f} s' for v in tune["verification"]
                               for r in v.get("replays") or []}))
-    note = (f'<p class="note">Each verified candidate replayed on real Triton at 1×, at its predicted capacity and one '
-            f'ladder rung above ({seconds} a replay); a capacity at the top of the search (top) only there. The load '
-            f'is grown by {escape(growth)} ({escape(tune.get("growth_meaning", ""))}). '
-            'Measured capacity: between the highest replay that met every SLO and the lowest that missed one.</p>')
+    note = (f'<p class="note">Each verified candidate replayed on real Triton at 1×, at its predicted capacity and '
+            f'one ladder rung above ({seconds} a replay); a capacity at the top of the search (top) only there. The '
+            f'load is grown by {escape(growth)} ({escape(tune.get("growth_meaning", ""))}). Measured capacity: '
+            'between the highest replay that met every SLO and the lowest that missed one.</p>')
     table = _table(["rank", "predicted capacity (× load)", "replays", "measured capacity (× load)",
                     "SLOs held at the predicted capacity", "as predicted"], rows, "capacity-table")
     return f'<section id="capacity-verification"><h2>Capacity verified on Triton</h2>{note}{table}</section>'
@@ -303,7 +303,8 @@ def render(data: dict, title: str = "serving-bench report") -> str:
     """The whole page."""
     payload = json.dumps(data, sort_keys=True, allow_nan=False).replace("</", "<\\/")
     parts = [recommendation_section(data), capacity_section(data), plan_section(data), cdf_section(data),
-             curves_section(data), telemetry_section(data), heatmap_section(data), validation_section(data), top_section(data)]
+             curves_section(data), telemetry_section(data), heatmap_section(data), validation_section(data),
+             top_section(data)]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
             "script-src 'unsafe-inline'; img-src data:\">"

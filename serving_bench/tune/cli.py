@@ -152,9 +152,9 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
         executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
-        max_scale=args.max_scale, growth=args.growth, screen=args.screen, finalists=args.finalists, duration_s=args.duration,
-        verify_top=args.verify_top, url=args.url, restart=args.restart, client_cpu_us=args.client_cpu_us,
-        threads_per_instance=args.threads_per_instance)
+        max_scale=args.max_scale, growth=args.growth, screen=args.screen, finalists=args.finalists,
+        duration_s=args.duration, verify_top=args.verify_top, url=args.url, restart=args.restart,
+        client_cpu_us=args.client_cpu_us, threads_per_instance=args.threads_per_instance)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
