@@ -53,7 +53,7 @@ def capacity_check_text(check: dict) -> str:
         bracket = f"between {scale_text(met, growth)} and {failed:.2f}×"
     at = f"the predicted capacity {scale_text(capacity, growth)}" + (" (the top of the search)" if check["capped"]
                                                                        else "")
-    held = "held at" if check["held_at_capacity"] else "missed at"
+    held = "held at" if check["held_at_capacity"] else "were missed at"
     how = "as predicted" if check["agrees"] else ("below the prediction" if not check["held_at_capacity"] else
                                                    "above the prediction")
     return f"the SLOs {held} {at}; measured capacity {bracket}, {how}"
