@@ -96,6 +96,36 @@ def test_every_process_is_seeded_and_meets_its_expected_rate(spec):
     assert abs(len(a) - expected) < 5 * np.sqrt(expected) + 2 + (0.15 * expected if process.name == "mmpp" else 0)
 
 
+@pytest.mark.parametrize("spec", [
+    {"process": "constant", "rate": 50, "phase_s": 0.3},
+    {"process": "poisson", "rate": 50},
+    {"process": "gamma", "rate": 50, "cv": 2},
+    {"process": "mmpp", "rates": [10, 90], "switching": [[0, 1], [1, 0]]},
+    {"process": "step", "rates": [10, 50, 90], "step_s": "20s"},
+    {"process": "ramp", "start_rate": 10, "end_rate": 90, "ramp_s": 40},
+    {"process": "diurnal", "mean_rate": 50, "amplitude": 0.8, "period_s": 30},
+    {"process": "diurnal", "rates": [10, 90, 50], "minute_s": "2s"},
+])
+def test_a_scaled_process_sends_more_with_the_same_timing(spec):
+    """``scaled(3)``: three times the expected rate; a process whose rate changes over time changes it at the same
+    times (counts per part of the run tripled); gamma keeps its cv."""
+    process = arrival_from_mapping(spec, W)
+    fast = process.scaled(3.0)
+    duration = 60.0
+    assert fast.expected_rate(duration) == pytest.approx(3 * process.expected_rate(duration))
+    slow_t = process.times(duration, np.random.default_rng(4))
+    fast_t = fast.times(duration, np.random.default_rng(5))
+    edges = np.linspace(0, duration, 5)
+    slow_n, fast_n = np.histogram(slow_t, edges)[0], np.histogram(fast_t, edges)[0]
+    # per quarter of the run, two independent draws: fast - 3 slow has sd 2 sqrt(3 n) for Poisson counts (3 sd
+    # allowed), twice that for gamma gaps of cv 2; an MMPP's hidden chain differs between the draws too (30 % more)
+    slack = 6 * np.sqrt(3 * slow_n + 1) * (2 if spec["process"] in ("gamma", "mmpp") else 1)
+    assert np.all(np.abs(fast_n - 3 * slow_n) < slack + (0.3 * 3 * slow_n if spec["process"] == "mmpp" else 0))
+    if spec["process"] == "gamma":
+        gaps = np.diff(fast_t)
+        assert fast.cv == 2 and abs(gaps.std() / gaps.mean() - 2) < 0.2
+
+
 def test_step_and_ramp_follow_their_rates():
     step = arrival_from_mapping({"process": "step", "rates": [10, 200], "step_s": "50s"}, W)
     t = step.times(100.0, np.random.default_rng(0))

@@ -125,3 +125,64 @@ def test_profile_that_is_not_yaml_or_not_a_mapping(tmp_path):
         LoadProfile.load(tmp_path / "list.yaml")
     with pytest.raises(InputError, match=r"nope.yaml: cannot read the profile"):
         LoadProfile.load(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.name for p in PROFILES])
+def test_a_scaled_profile_sends_every_stream_faster(path):
+    """``LoadProfile.scaled(f)``: every arrival process (shared, per model, traces) sends f times as much over the
+    same run; the mix of models stays."""
+    profile = LoadProfile.load(path)
+    base, fast = build_schedule(profile), build_schedule(profile.scaled(2.5))
+    assert fast.duration_s == base.duration_s and fast.arrival_s.max() < base.duration_s
+    assert 2.5 * 0.85 < len(fast) / len(base) < 2.5 * 1.15
+    for name in base.models:
+        share, faster = np.mean(base.model_names() == name), np.mean(fast.model_names() == name)
+        assert abs(faster - share) < 0.05 + 0.2 * share, name
+    assert profile.scaled(1.0) == profile
+    with pytest.raises(ValueError):
+        profile.scaled(0.0)
+
+
+def _window_dispersion(times: np.ndarray, duration_s: float, window_s: float) -> float:
+    """Variance over mean of the arrival counts in consecutive windows (1 for Poisson)."""
+    counts = np.histogram(times, bins=np.arange(0.0, duration_s + 1e-9, window_s))[0]
+    return float(counts.var() / counts.mean())
+
+
+def _gap_cv(times: np.ndarray) -> float:
+    gaps = np.diff(times)
+    return float(gaps.std() / gaps.mean())
+
+
+@pytest.mark.parametrize("process", ["poisson", "gamma"])
+def test_superposed_and_scaled_growth(tmp_path, process):
+    """8x a load of 10 req/s over 600 s, by both growth rules. Poisson: both give Poisson at 80 req/s (same rate,
+    exponential gaps, counts' dispersion 1, the gaps indistinguishable by a two-sample KS test). Gamma gaps of cv 2:
+    ``scale`` keeps cv 2, and its counts in windows of w are the base's in windows of 8 w (the same users, sped up);
+    ``superpose`` (8 independent copies) keeps the base's dispersion in windows of w, and its gaps grow closer to
+    exponential. At w = one mean gap of the grown load, the dispersion was 2.0 (superpose) against 2.8 (scale) over
+    five seeds, each within 0.1 of the base's figure it should equal; the gaps' cv 1.57-1.60 against 1.98-2.03."""
+    from scipy import stats
+
+    from serving_bench.tune.load import load_from_file
+
+    arrival = {"process": "gamma", "rate": 10, "cv": 2} if process == "gamma" else {"process": "poisson", "rate": 10}
+    path = tmp_path / "load.yaml"
+    path.write_text(yaml.safe_dump({"duration": "600s", "seed": 5, "models": {"a": {"arrival": arrival}}}))
+    superposed, scaled = (load_from_file(path, growth=g) for g in ("superpose", "scale"))
+    base, wide, fast = superposed.base.arrival_s, superposed.at(8).arrival_s, scaled.at(8).arrival_s
+    assert np.array_equal(scaled.at(8).arrival_s, fast) and scaled.at(8).meta["growth"] == "scale"
+    window = 1 / 80
+    rate_sd = np.sqrt((4 if process == "gamma" else 1) * 80 / 600)  # counts of a renewal process: variance cv² n
+    for times in (wide, fast):
+        assert abs(len(times) / 600 - 80) < 4 * rate_sd
+    ks = stats.ks_2samp(np.diff(wide), np.diff(fast)).pvalue
+    if process == "poisson":
+        for times in (wide, fast):
+            assert abs(_gap_cv(times) - 1) < 0.05 and abs(_window_dispersion(times, 600, window) - 1) < 0.1
+        assert ks > 1e-3
+        return
+    assert abs(_gap_cv(fast) - 2) < 0.15 and _gap_cv(wide) < 1.75 and ks < 1e-6
+    assert _window_dispersion(wide, 600, window) == pytest.approx(_window_dispersion(base, 600, window), abs=0.25)
+    assert _window_dispersion(fast, 600, window) == pytest.approx(_window_dispersion(base, 600, 8 * window), abs=0.3)
+    assert _window_dispersion(fast, 600, window) > _window_dispersion(wide, 600, window) + 0.5

@@ -77,12 +77,27 @@ def test_a_screened_plan_needs_the_same_devices(plan, tmp_path):
     assert pick(screened) == pick(doc)
 
 
+def test_a_plan_names_its_growth_rule_and_scale_agrees_for_poisson(plan, tmp_path, capsys):
+    """``plan --growth scale`` (the same users sending more) on the fixture's Poisson load: named in plan.json, the
+    recommendation and the report; Poisson load grown either way is Poisson at the grown rate, so the plan needs the
+    same devices give or take one (capacities are known to a rung, from other draws)."""
+    doc, d = plan
+    assert doc["growth_rule"] == "superpose" and "grown by superpose" in doc["recommendation"][0]
+    assert cli_main(["plan", str(d / "forecast.yaml"), "--growth", "scale", "--out", str(tmp_path / "out")]) == 0
+    scaled = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert scaled["growth_rule"] == "scale" and "grown by scale (the same users sending more)" in \
+        scaled["recommendation"][0]
+    assert all(abs(a["gpus"] - b["gpus"]) <= 1 for a, b in zip(scaled["rows"], doc["rows"]))
+    assert "grown by scale" in (tmp_path / "out" / "report.html").read_text()
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("change,field", [({"growth": []}, "growth"), ({"growth": [1, -2]}, "growth"),
                                           ({"grouping": "random"}, "grouping"), ({"load": "missing.yaml"}, "load"),
                                           ({"search": {"instances": [0]}}, "search.instances"),
                                           ({"slos": {"a": {"p99": "fast"}}}, "slos.a.p99"),
                                           ({"colour": "red"}, "colour"), ({"screen": 0}, "screen"),
-                                          ({"screen": "half"}, "screen")])
+                                          ({"screen": "half"}, "screen"), ({"growth_rule": "double"}, "growth_rule")])
 def test_bad_forecast_is_one_line_naming_the_field(tmp_path, change, field):
     path = write_forecast(tmp_path, **change)
     with pytest.raises(InputError) as err:

@@ -57,6 +57,11 @@ def test_tune_verified_on_triton_and_wrote_a_tuned_repository(results):
     best = doc["best"]["config"]["sleep_python"]
     assert (tuned.instance_count, tuned.max_batch_size) == (best["instances"], best["max_batch_size"])
     assert any("Verified on real Triton" in line for line in doc["recommendation"])
+    # the pick's capacity is capped at the top of the search (16x): replayed at 1x and there only
+    assert doc["best"]["result"]["capacity_capped"] and row["capacity"]["capped"]
+    assert [(r["label"], r["scale"]) for r in row["replays"]] == [("load", 1.0), ("capacity", 16.0)]
+    assert row["capacity"]["held_at_capacity"] == row["replays"][1]["slo_met"]
+    assert "16.00× (superpose) (the top of the search)" in doc["recommendation"][-1]
 
 
 def test_report_is_self_contained(results):
@@ -90,15 +95,17 @@ def test_report_renders_in_headless_chromium_without_errors(results):
         assert errors == []
         rec = driver.find_element(By.CSS_SELECTOR, "#recommendation .recommendation").text
         assert rec.startswith("Deploy: sleep_python") and "Verified on real Triton" in rec
-        for section in ("latency-cdfs", "throughput-p99", "utilisation-section", "instance-heatmap",
-                        "sim-vs-measured-section", "top-configurations"):
+        for section in ("capacity-verification", "latency-cdfs", "throughput-p99", "utilisation-section",
+                        "instance-heatmap", "sim-vs-measured-section", "top-configurations"):
             assert driver.find_element(By.ID, section).is_displayed()
         assert driver.find_elements(By.CSS_SELECTOR, "#latency-cdfs svg.chart .series")
         assert driver.find_elements(By.CSS_SELECTOR, "#throughput-p99 svg.chart circle")
         assert driver.find_elements(By.CSS_SELECTOR, "#utilisation svg, svg#utilisation")
         assert len(driver.find_elements(By.CSS_SELECTOR, "#instance-heatmap .cell")) == 4
         rows = driver.find_elements(By.CSS_SELECTOR, "#sim-vs-measured tbody tr")
-        assert len(rows) >= 3 and "tune verify #1" in rows[0].text
+        assert len(rows) >= 6 and "tune verify #1 at 1.00× (superpose)" in rows[0].text
+        (capacity_row,) = driver.find_elements(By.CSS_SELECTOR, "#capacity-table tbody tr")
+        assert "16.00× (top)" in capacity_row.text and "1.00× met" in capacity_row.text
         # the script works: a legend click hides its series, sorting reorders the table
         item = driver.find_element(By.CSS_SELECTOR, "#throughput-p99 .legend-item")
         item.click()

@@ -137,3 +137,24 @@ def test_converter_command(tmp_path, capsys):
     assert read_request_csv(tmp_path / "c.csv").models
     assert main(["convert", str(tmp_path / "c.csv"), str(tmp_path / "d.csv"), "--models", "a"]) == 2
     assert "line 1: expected the Azure Functions header" in capsys.readouterr().out
+
+
+def test_a_scaled_trace_is_compressed_and_tiled(tmp_path):
+    """``Trace.scaled(f)`` (the ``scale`` growth rule): the trace f times as fast, laid end to end over the run, the
+    last copy cut; each copy is the trace itself, shifted."""
+    path = _write(tmp_path, "t.csv", "timestamp_s,model,batch\n0,a,1\n1,b,2\n2.5,a,3\n3.9,b,1\n")
+    trace = Trace(path=str(path))
+    times, model, names, batch = trace.scaled(2.5).requests((), (), np.random.default_rng(0), 4.0)
+    span = 3.9 + 1e-9
+    expected = np.concatenate([np.array([0, 1, 2.5, 3.9]) / 2.5 + k * span / 2.5 for k in range(3)])
+    keep = expected < 4.0
+    np.testing.assert_allclose(times, expected[keep])
+    assert list(np.asarray(names)[model]) == (["a", "b", "a", "b"] * 3)[:keep.sum()]
+    assert list(batch) == ([1, 2, 3, 1] * 3)[:keep.sum()]
+    azure = Trace(path=str(AZURE), format="azure", minutes=10, time_scale=0.1)  # 10 minutes of 6 s
+    rng = np.random.default_rng(1)
+    one = azure.requests(("x", "y"), (1, 1), rng, 60.0)[0]
+    three = azure.scaled(3).requests(("x", "y"), (1, 1), np.random.default_rng(1), 60.0)[0]
+    assert len(three) == 3 * len(one) and three.max() < 60.0 and np.all(np.diff(three) >= 0)
+    np.testing.assert_allclose(three[:len(one)], one / 3)
+    assert azure.scaled(3).expected_rate(60.0) == pytest.approx(3 * azure.expected_rate(60.0))

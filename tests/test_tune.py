@@ -138,6 +138,54 @@ def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path
     assert int(served["max_batch_size"]) == 8 and sum(int(g["count"]) for g in served["instance_group"]) == 2
     (row,) = doc["verification"]
     assert row["server"] == url and row["slo_met"] and row["measured"]["sleep_python"]["throughput_rps"] > 50
+    assert [r["label"] for r in row["replays"]] == ["load", "capacity", "above"]
+    assert all(r["measured"]["sleep_python"]["throughput_rps"] > 50 for r in row["replays"])
+
+
+def test_verification_brackets_the_predicted_capacity_on_triton(sleep_repo, tmp_path):
+    """The pick is replayed on the embedded Triton at 1x, at its predicted capacity and one ladder rung above, the
+    load grown by the tune's rule (here ``scale``: the same users sending more), each replay the load's 3 s. Every
+    replay's folder holds the grown schedule and its records; tune.json gives each replay's verdict, the measured
+    bracket those verdicts imply and whether the SLOs held at the predicted capacity; the recommendation says so."""
+    import numpy as np
+
+    from serving_bench.run.records import load_records
+    from serving_bench.run.schedule import Schedule
+    from serving_bench.tune.capacity import Ladder
+    from serving_bench.tune.load import load_from_file
+    from serving_bench.tune.verify import measured_bracket
+
+    profile = write_profile(tmp_path / "p.json", {"sleep_python": (5.0, 1.0, 8)})
+    load = write_load(tmp_path / "load.yaml", {"sleep_python": 30}, {"sleep_python": 60}, duration_s=3.0)
+    doc = run_tune(TuneOptions(load=str(load), profile=str(profile), out=str(tmp_path / "out"), repo=str(sleep_repo),
+                               instances=(1,), max_batch_sizes=(1,), queue_delays_us=(0,), verify_top=1,
+                               growth="scale", quiet=True, report=False))
+    capacity = doc["best"]["result"]["capacity_scale"]
+    assert doc["growth"] == "scale" and 1.0 < capacity < 16.0 and not doc["best"]["result"]["capacity_capped"]
+    (row,) = doc["verification"]
+    above = Ladder().above(capacity)
+    assert [(r["label"], r["scale"]) for r in row["replays"]] == [("load", 1.0), ("capacity", capacity),
+                                                                  ("above", pytest.approx(above))]
+    grown = load_from_file(load, growth="scale")
+    for replay in row["replays"]:
+        folder = tmp_path / "out" / "verify" / "rank1" / f"{replay['label']}-{replay['scale']:.2f}x"
+        assert replay["folder"] == str(folder)
+        replayed = Schedule.load(folder / "schedule.npz")
+        assert np.array_equal(replayed.arrival_s, grown.at(replay["scale"]).arrival_s)
+        assert len(load_records(folder)) == replay["requests"] == len(replayed)
+        summary = json.loads((folder / "summary.json").read_text())
+        assert replay["slo_met"] == (summary["models"]["sleep_python"]["p99_s"] <= 0.060 and
+                                     summary["models"]["sleep_python"]["counts"]["failed"] == 0)
+        assert replay["simulated"]["sleep_python"]["p99_s"] > 0 and replay["measured"]["sleep_python"]["p99_s"] > 0
+    assert row["replays"][2]["requests"] > row["replays"][1]["requests"] > 3 * row["replays"][0]["requests"]
+    check = row["capacity"]
+    verdicts = [(r["scale"], r["slo_met"]) for r in row["replays"]]
+    assert (check["measured_met_scale"], check["measured_failed_scale"]) == measured_bracket(verdicts)
+    assert check["held_at_capacity"] == row["replays"][1]["slo_met"] and check["growth"] == "scale"
+    assert check["agrees"] == (row["replays"][1]["slo_met"] and not row["replays"][2]["slo_met"])
+    line = doc["recommendation"][-1]
+    assert line.startswith("Verified on real Triton (embedded), candidate #1") and f"{above:.2f}× (3.0 s each)" in line
+    assert f"predicted capacity {capacity:.2f}× (scale)" in line
 
 
 def test_gpu_placement_objectives(tmp_path):

@@ -119,6 +119,32 @@ def test_load_scaling_keeps_time_span_and_multiplies_requests():
     assert len(merge([only_models(base, ["a"]), only_models(base, ["b"])])) == len(base)
 
 
+def test_a_fixed_schedule_scaled_is_compressed_and_tiled():
+    """Growth ``scale`` of a schedule with no load profile behind it: sent s times as fast over the same duration,
+    the schedule laid end to end (copy k shifted by k D / s), cut at D; the shape of its gaps is kept."""
+    import numpy as np
+
+    from serving_bench.run.schedule import Schedule
+
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.gamma(0.25, 0.2, 3000))  # gamma gaps, cv 2, mean 0.05 s
+    t = t[t < 100]
+    n = len(t)
+    base = Schedule(t, rng.integers(0, 2, n), ("a", "b"), rng.integers(0, 9, n), np.ones(n), {"duration_s": 100.0})
+    load = Load(base, seed=1, growth="scale")
+    fast = load.at(2.5)
+    assert fast.duration_s == 100.0 and fast.arrival_s.max() < 100 and fast.meta["growth"] == "scale"
+    np.testing.assert_allclose(fast.arrival_s[:n], t / 2.5)
+    assert np.array_equal(fast.model[:n], base.model) and np.array_equal(fast.sample[n:2 * n], base.sample)
+    assert len(fast) == 2 * n + int((t < 50).sum())
+    gaps = np.diff(fast.arrival_s)
+    assert abs(gaps.std() / gaps.mean() - np.diff(t).std() / np.diff(t).mean()) < 0.1
+    assert load.at(2.5) is fast
+    assert np.array_equal(Load(base, growth="superpose").at(1.0).arrival_s, load.at(1.0).arrival_s)
+    with pytest.raises(ValueError, match="growth"):
+        Load(base, growth="double")
+
+
 def test_ensemble_members_never_batch_less_than_their_ensemble(sleep_repo, tmp_path):
     """Triton refuses an ensemble whose max_batch_size exceeds a member's: members get it as a floor."""
     import shutil

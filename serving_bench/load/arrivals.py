@@ -4,7 +4,11 @@ A registry keyed by name (``ARRIVALS``), each entry a small frozen dataclass con
 
 * ``from_mapping(data, where)`` — build from a load-profile mapping, raising one-line :class:`InputError` s;
 * ``times(duration_s, rng) -> np.ndarray`` — sorted float64 arrival times in seconds, all in ``[0, duration_s)``;
-* ``expected_rate(duration_s)`` — the expected number of arrivals per second over ``[0, duration_s)``.
+* ``expected_rate(duration_s)`` — the expected number of arrivals per second over ``[0, duration_s)``;
+* ``scaled(factor)`` — the same process with every rate multiplied by ``factor`` > 0 (the same users sending
+  ``factor`` times as much): a renewal process keeps the shape of its gaps (gamma its ``cv``), a process whose rate
+  changes over time keeps its timing (steps, ramp, the day's curve, the hidden chain's switching) with every rate
+  multiplied; a trace is compressed in time and tiled (:meth:`serving_bench.load.traces.Trace.scaled`).
 
 Every process takes its randomness from the ``numpy.random.Generator`` it is handed, so the same seed gives the same
 times. Non-homogeneous processes (``step``, ``ramp``, ``diurnal``, ``mmpp``) are Poisson processes whose rate changes
@@ -16,7 +20,7 @@ over time: piecewise-constant rates are drawn exactly (Poisson count per piece, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
@@ -61,6 +65,9 @@ class ArrivalProcess:
 
     def expected_rate(self, duration_s: float) -> float:
         raise NotImplementedError
+
+    def scaled(self, factor: float) -> "ArrivalProcess":
+        raise NotImplementedError(f"the {self.name or type(self).__name__} process has no rate to scale")
 
     def describe(self) -> dict:
         """JSON-able description (for the schedule's meta)."""
@@ -171,6 +178,9 @@ class Constant(ArrivalProcess):
     def expected_rate(self, duration_s):
         return self.rate
 
+    def scaled(self, factor):
+        return replace(self, rate=self.rate * factor, phase_s=self.phase_s / factor)
+
 
 @register
 @dataclass(frozen=True)
@@ -187,6 +197,9 @@ class Poisson(ArrivalProcess):
 
     def expected_rate(self, duration_s):
         return self.rate
+
+    def scaled(self, factor):
+        return replace(self, rate=self.rate * factor)
 
 
 @register
@@ -210,6 +223,9 @@ class Gamma(ArrivalProcess):
 
     def expected_rate(self, duration_s):
         return self.rate
+
+    def scaled(self, factor):
+        return replace(self, rate=self.rate * factor)
 
 
 @register
@@ -275,6 +291,9 @@ class Mmpp(ArrivalProcess):
     def expected_rate(self, duration_s):
         return float(np.dot(self.stationary(), self.rates))
 
+    def scaled(self, factor):
+        return replace(self, rates=tuple(r * factor for r in self.rates))
+
 
 @register
 @dataclass(frozen=True)
@@ -298,6 +317,9 @@ class Step(ArrivalProcess):
     def expected_rate(self, duration_s):
         edges, rates = self._pieces(duration_s)
         return float(np.dot(np.diff(edges), rates) / duration_s)
+
+    def scaled(self, factor):
+        return replace(self, rates=tuple(r * factor for r in self.rates))
 
 
 @register
@@ -328,6 +350,9 @@ class Ramp(ArrivalProcess):
     def check(self, where):
         if self.start_rate == 0 and self.end_rate == 0:
             raise where.child("end_rate").error("expected start_rate or end_rate > 0")
+
+    def scaled(self, factor):
+        return replace(self, start_rate=self.start_rate * factor, end_rate=self.end_rate * factor)
 
 
 @register
@@ -372,6 +397,11 @@ class Diurnal(ArrivalProcess):
             return float(np.dot(np.diff(edges), rates) / duration_s)
         grid = np.linspace(0.0, duration_s, 10001)
         return float(np.trapz(self.rate_at(grid), grid) / duration_s)
+
+    def scaled(self, factor):
+        if self.rates is not None:
+            return replace(self, rates=tuple(r * factor for r in self.rates))
+        return replace(self, mean_rate=self.mean_rate * factor)
 
 
 # ``trace`` lives with the trace readers; importing it here registers it whenever the registry is used.

@@ -14,7 +14,7 @@ arrivals of the others.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -115,6 +115,15 @@ class LoadProfile:
 
     def model(self, name: str) -> ModelLoad | None:
         return next((m for m in self.models if m.name == name), None)
+
+    def scaled(self, factor: float) -> "LoadProfile":
+        """The profile with every arrival process, shared and per model, sent ``factor`` (> 0) times as fast
+        (:meth:`ArrivalProcess.scaled`); shares, batches, samples, SLOs and the run's length unchanged."""
+        if not factor > 0:
+            raise ValueError("a rate factor must be > 0")
+        return replace(self, arrival=None if self.arrival is None else self.arrival.scaled(factor),
+                       models=tuple(m if m.arrival is None else replace(m, arrival=m.arrival.scaled(factor))
+                                    for m in self.models))
 
 
 def _model(name: Any, spec: Any, where: Where, base: Path, default_samples: int, shared: bool) -> ModelLoad:

@@ -15,6 +15,10 @@ Formats
   minute are spread inside it by ``spread``: ``poisson`` (uniform order statistics — a Poisson process conditioned on
   the count), ``even`` (evenly spaced) or ``gamma`` (bursty renewal gaps with ``spread_cv``, rescaled to the minute).
 
+**Scaled** (:meth:`Trace.scaled`, the ``scale`` growth rule: the same users sending more): the trace, after the
+above, compressed in time by the factor and laid end to end (the same trace shifted, the last copy cut) until it
+covers the run (or, without a run length, the trace's own span); ``speedup`` is that factor (not a profile field).
+
 Errors name the file, the line and the field. ``convert`` writes any trace as a request CSV.
 """
 
@@ -24,7 +28,7 @@ import argparse
 import csv
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Mapping, Sequence
 
@@ -242,6 +246,7 @@ class Trace(ArrivalProcess):
     minutes: int | None = None
     strict: bool = False
     model_map: tuple[tuple[str, str], ...] = ()
+    speedup: float = 1.0  # scaled(): compressed in time by this and tiled (not read from a profile)
 
     @classmethod
     def from_mapping(cls, data, where):
@@ -293,6 +298,7 @@ class Trace(ArrivalProcess):
                 np.ones(len(trace.times_s), dtype=bool)
             times, model, batch = trace.times_s[keep] * self.time_scale, trace.model[keep], trace.batch[keep]
             names = trace.models
+            span_s = float(trace.times_s[-1] * self.time_scale) + 1e-9
         else:
             if not models:
                 raise InputError(self.path, "models", "an Azure trace needs the profile's models to map functions on")
@@ -315,11 +321,26 @@ class Trace(ArrivalProcess):
             model = np.concatenate(parts_m)
             order = np.argsort(times, kind="stable")
             times, model, batch, names = times[order], model[order], None, tuple(models)
+            span_s = counts.shape[1] * slot_s
+        if self.speedup != 1.0:
+            times, model, batch = self._tiled(times, model, batch, span_s, duration_s or span_s)
         if duration_s is not None:
             keep = times < duration_s
             times, model = times[keep], model[keep]
             batch = batch[keep] if batch is not None else None
         return times, model, names, batch
+
+    def _tiled(self, times: np.ndarray, model: np.ndarray, batch: np.ndarray | None, span_s: float,
+               until_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The arrivals over ``[0, span_s)`` compressed by ``speedup`` and laid end to end up to ``until_s``."""
+        length = span_s / self.speedup
+        copies = max(int(math.ceil(until_s / length - 1e-9)), 1)
+        tiled = np.tile(times / self.speedup, copies) + np.repeat(np.arange(copies) * length, len(times))
+        return tiled, np.tile(model, copies), None if batch is None else np.tile(batch, copies)
+
+    def scaled(self, factor):
+        """The trace sent ``factor`` times as fast (module doc: compressed and tiled)."""
+        return replace(self, speedup=self.speedup * factor)
 
     def span_s(self) -> float:
         """Length of the scaled trace in seconds (the profile's default duration)."""

@@ -108,16 +108,25 @@ def collect(root: str | Path) -> dict:
             if isinstance(row, dict):
                 data["validation"].append(dict(row, source=_label(path, root)))
     if data["tune"]:
+        growth = data["tune"].get("growth", "superpose")
         for row in data["tune"].get("verification", []):
-            for model, sim in row.get("simulated", {}).items():
-                meas = row.get("measured", {}).get(model, {})
-                for metric in ("p50_s", "p99_s", "throughput_rps"):
-                    s, m = sim.get(metric), meas.get(metric)
-                    err = (s - m) / m if s is not None and m not in (None, 0) else None
-                    data["validation"].append({"source": f"tune verify #{row['rank']}", "model": model,
-                                               "metric": metric, "simulated": s, "measured": m,
-                                               "rel_error": err})
+            for run in row.get("replays") or [dict(row, scale=1.0)]:
+                data["validation"] += _replay_rows(run, f"tune verify #{row['rank']} at {run['scale']:.2f}× "
+                                                        f"({growth})")
     return _finite(data)
+
+
+def _replay_rows(run: dict, source: str) -> list[dict]:
+    """Simulated vs measured rows (p50, p99, throughput per model) of one of tune's verification replays."""
+    rows = []
+    for model, sim in run.get("simulated", {}).items():
+        meas = run.get("measured", {}).get(model, {})
+        for metric in ("p50_s", "p99_s", "throughput_rps"):
+            s, m = sim.get(metric), meas.get(metric)
+            err = (s - m) / m if s is not None and m not in (None, 0) else None
+            rows.append({"source": source, "model": model, "metric": metric, "simulated": s, "measured": m,
+                         "rel_error": err})
+    return rows
 
 
 def _finite(obj):

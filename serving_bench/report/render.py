@@ -219,6 +219,40 @@ def validation_section(data: dict) -> str:
     return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{note}{body}</section>'
 
 
+def capacity_section(data: dict) -> str:
+    """Tune's verification: each verified candidate's replays on Triton and the capacity they bracket."""
+    tune = data.get("tune") or {}
+    rows, growth = [], tune.get("growth", "superpose")
+    for v in tune.get("verification", []):
+        check, replays = v.get("capacity"), v.get("replays") or []
+        if not check:
+            continue
+        met, failed = check.get("measured_met_scale"), check.get("measured_failed_scale")
+        bracket = ("< " + _scale(failed) if met is None else "≥ " + _scale(met) if failed is None else
+                   f"{_scale(met)} – {_scale(failed)}")
+        held = check.get("held_at_capacity")
+        rows.append([v["rank"], (_scale(check["predicted_scale"]) + (" (top)" if check.get("capped") else ""),
+                                 check["predicted_scale"]),
+                     ", ".join(f'{_scale(r["scale"])} {"met" if r["slo_met"] else "missed"}' for r in replays),
+                     bracket, "–" if held is None else "yes" if held else "no",
+                     "yes" if check.get("agrees") else "no"])
+    if not rows:
+        return ""
+    seconds = ", ".join(sorted({f'{r["duration_s"]:.1f} s' for v in tune["verification"]
+                              for r in v.get("replays") or []}))
+    note = (f'<p class="note">Each verified candidate replayed on real Triton at 1×, at its predicted capacity and '
+            f'one ladder rung above ({seconds} a replay); a capacity at the top of the search (top) only there. The '
+            f'load is grown by {escape(growth)} ({escape(tune.get("growth_meaning", ""))}). Measured capacity: '
+            'between the highest replay that met every SLO and the lowest that missed one.</p>')
+    table = _table(["rank", "predicted capacity (× load)", "replays", "measured capacity (× load)",
+                    "SLOs held at the predicted capacity", "as predicted"], rows, "capacity-table")
+    return f'<section id="capacity-verification"><h2>Capacity verified on Triton</h2>{note}{table}</section>'
+
+
+def _scale(value: float) -> str:
+    return f"{value:.2f}×"
+
+
 def top_section(data: dict) -> str:
     tune = data.get("tune") or {}
     rows = []
@@ -230,7 +264,9 @@ def top_section(data: dict) -> str:
                      ("yes" if r["feasible"] else "no", int(r["feasible"])),
                      (_num(r["capacity_rps"]), r["capacity_rps"]), (f'{r["capacity_scale"]:.2f}×', r["capacity_scale"]),
                      r["gpus"], r["instances"], config])
-    body = _table(["rank", "meets SLOs", "capacity (req/s)", "× load", "GPUs", "instances", "configuration"], rows,
+    growth = tune.get("growth", "superpose")
+    body = _table(["rank", "meets SLOs", f"capacity (req/s, {growth})", f"× load ({growth})", "GPUs", "instances",
+                   "configuration"], rows,
                   "top-configs") if rows else '<p class="empty">No tuning results.</p>'
     search = tune.get("search", {})
     note = (f'<p class="note">Searched {search.get("evaluated", 0) + search.get("resumed", 0)} configurations '
@@ -266,8 +302,9 @@ def plan_section(data: dict) -> str:
 def render(data: dict, title: str = "serving-bench report") -> str:
     """The whole page."""
     payload = json.dumps(data, sort_keys=True, allow_nan=False).replace("</", "<\\/")
-    parts = [recommendation_section(data), plan_section(data), cdf_section(data), curves_section(data),
-             telemetry_section(data), heatmap_section(data), validation_section(data), top_section(data)]
+    parts = [recommendation_section(data), capacity_section(data), plan_section(data), cdf_section(data),
+             curves_section(data), telemetry_section(data), heatmap_section(data), validation_section(data),
+             top_section(data)]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
             "script-src 'unsafe-inline'; img-src data:\">"

@@ -26,8 +26,9 @@ from serving_bench.sim.target import SimTarget
 
 @dataclass(frozen=True)
 class ScheduleBuilder:
-    """``builder(seed)`` -> the Schedule of the load profile at ``path`` with that seed (engineer C's
-    ``LoadProfile`` + ``build_schedule``); ``duration_s`` overrides the profile's duration."""
+    """``builder(seed, factor)`` -> the Schedule of the load profile at ``path`` with that seed and every arrival
+    rate multiplied by ``factor`` (``LoadProfile.scaled``; default 1: the profile as written); ``duration_s``
+    overrides the profile's duration."""
 
     path: str
     duration_s: float | None = None
@@ -38,8 +39,9 @@ class ScheduleBuilder:
             prof = dataclasses.replace(prof, duration_s=float(self.duration_s))
         return prof
 
-    def __call__(self, seed: int | None = None) -> Schedule:
+    def __call__(self, seed: int | None = None, factor: float = 1.0) -> Schedule:
         prof = self.profile()
+        prof = prof if factor == 1.0 else prof.scaled(factor)
         return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)))
 
 

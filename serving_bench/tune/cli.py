@@ -4,7 +4,9 @@ Searches per-model instance count, max_batch_size, queue delay, preferred batch 
 models share which GPU, on the simulator at the load profile's load; checkpoints every observation to
 ``OUT/observations.jsonl`` (rerun the same command to resume); on a long load ranks the candidates on a screen of it
 first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton
-(embedded, or ``--url``); writes ``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``.
+(embedded, or ``--url``) at 1x, at the predicted capacity and one ladder rung above (``tune.verify``); writes
+``OUT/tune.json``, the tuned repository ``OUT/tuned_repo/`` and ``OUT/report.html``. ``--growth superpose|scale``: how
+the load grows to a multiple of itself (``tune.load``), named with every capacity figure.
 ``--client-cpu-us X`` tunes for a client costing ``X`` µs more host CPU per request than the profile's sender
 (:func:`serving_bench.sim.client.through_client`; perf_analyzer's, say: docs/tune.md). ``--threads-per-instance N``
 simulates and verifies every candidate with ``N`` runtime threads per instance (default: the embedded server's,
@@ -34,7 +36,8 @@ from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import GENERATORS, choose_generator
-from serving_bench.tune.load import SCREEN_ABOVE, SCREEN_FORM, SCREEN_REQUESTS, Load, load_from_file, screen_asked
+from serving_bench.tune.load import (GROWTHS, SCREEN_ABOVE, SCREEN_FORM, SCREEN_REQUESTS, Load, load_from_file,
+                                     screen_asked)
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
 from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
@@ -69,6 +72,7 @@ class TuneOptions:
     batch: int = 4
     seed: int | None = None
     max_scale: float = 16.0
+    growth: str = "superpose"
     screen: str | float = "auto"
     finalists: int = DEFAULT_FINALISTS
     duration_s: float | None = None
@@ -106,6 +110,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-evals", type=int, help="stop after this many evaluated configurations")
     parser.add_argument("--batch", type=int, default=4, help="configurations proposed per round (default 4)")
     parser.add_argument("--max-scale", type=float, default=16.0, help="largest load multiple searched (default 16)")
+    parser.add_argument("--growth", choices=tuple(GROWTHS), default="superpose",
+                        help="how the load grows to a multiple of itself, for capacity and its verification: "
+                             "superpose (default): more independent users, bursts overlap less; scale: the same "
+                             "users sending more, every arrival rate multiplied, bursts kept")
     parser.add_argument("--screen", default="auto", type=_screen_arg,
                         help=f"rank candidates on this fraction of the load's time first, then simulate the best on "
                              f"all of it (default auto: none up to {SCREEN_ABOVE:,} requests, else "
@@ -144,9 +152,9 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         preferred=parse_values(args.preferred, "--preferred", "values", str), generator=args.generator,
         executor=args.executor, workers=args.workers, ray_address=args.ray_address, ray_cpus=args.ray_cpus,
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
-        max_scale=args.max_scale, screen=args.screen, finalists=args.finalists, duration_s=args.duration,
-        verify_top=args.verify_top, url=args.url, restart=args.restart, client_cpu_us=args.client_cpu_us,
-        threads_per_instance=args.threads_per_instance)
+        max_scale=args.max_scale, growth=args.growth, screen=args.screen, finalists=args.finalists,
+        duration_s=args.duration, verify_top=args.verify_top, url=args.url, restart=args.restart,
+        client_cpu_us=args.client_cpu_us, threads_per_instance=args.threads_per_instance)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
@@ -170,7 +178,9 @@ def run_tune(opts: TuneOptions) -> dict:
     t0 = time.perf_counter()
     out = Path(opts.out)
     require_count("--threads-per-instance", opts.threads_per_instance)
-    load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s)
+    if not opts.max_scale >= 1:
+        raise InputError("--max-scale", opts.max_scale, "expected a load multiple >= 1")
+    load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s, growth=opts.growth)
     slos = resolve_slos(opts.slos, load.base)
     profile = through_client(adapters.load_profile(opts.profile), client_cpu_s(opts.client_cpu_us))
     if opts.gpus >= 1:
@@ -249,10 +259,11 @@ def run_tune(opts: TuneOptions) -> dict:
     hardware = hardware_text(profile)
     recommendation = tune_recommendation(best=best, config=best_config, slos=slos, offered_rps=ctx.offered_rps,
                                          objective=opts.objective, verification=verification, hardware=hardware,
-                                         max_scale=opts.max_scale)
+                                         max_scale=opts.max_scale, growth=load.growth)
     doc = {
         "load": {"file": str(opts.load), "requests": len(load.base), "duration_s": load.duration_s,
-                 "offered_rps": ctx.offered_rps, "models": list(load.base.models)},
+                 "offered_rps": ctx.offered_rps, "models": list(load.base.models), "growth": load.growth},
+        "growth": load.growth, "growth_meaning": GROWTHS[load.growth],
         "profile": str(opts.profile), "hardware": hardware, "objective": opts.objective,
         "threads_per_instance": opts.threads_per_instance,
         "slos": slos, "satisfiable": result.satisfiable,
@@ -296,25 +307,39 @@ def _progress(opts: TuneOptions, desc: str, planned: int | None):
 
 
 def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, out: Path) -> list[dict]:
-    """Replay the load on Triton for each of the best ``verify_top`` feasible (else best) candidates."""
+    """Replay each of the best ``verify_top`` feasible (else the best) candidates on Triton at 1x, at its predicted
+    capacity and one ladder rung above (``verify.capacity_replays``), the load grown by its rule."""
     rows = []
     candidates = [o for o in result.ranked if o["result"]["feasible"]][:opts.verify_top] or result.ranked[:1]
     for rank, obs in enumerate(candidates, 1):
         config = ctx.space.config(obs["params"])
+        replays = verify.capacity_replays(obs["result"], ctx.objective.ladder)
+        schedules = [load.at(r.scale) for r in replays]
         _log(opts, f"verify #{rank} on {'Triton at ' + opts.url if opts.url else 'embedded Triton'}: "
-                   f"{len(load.base)} requests")
+                   f"{len(replays)} replay{'s' if len(replays) != 1 else ''} of {load.duration_s:.1f} s, the load "
+                   f"grown by {load.growth}: " + ", ".join(f"{r.label} {r.scale:.2f}× ({len(s):,} requests)"
+                                                          for r, s in zip(replays, schedules)))
+
         def progress(p) -> None:
             _log(opts, f"  replay {p.elapsed_s:5.1f} s: {p.finished}/{p.scheduled} done, {p.rate_rps:.0f} req/s"
                        + (f", p99 {p.p99_s * 1e3:.1f} ms" if p.p99_s is not None else ""))
 
-        measured = verify.verify_candidate(config, load.base, slos, repo=opts.repo, url=opts.url,
-                                           out_dir=out / "verify" / f"rank{rank}", progress=progress,
+        folder = out / "verify" / f"rank{rank}"
+        measured = verify.verify_candidate(config, [(s, folder / r.folder) for r, s in zip(replays, schedules)],
+                                           slos, repo=opts.repo, url=opts.url, progress=progress,
                                            log=lambda line: _log(opts, line))
-        simulated = ctx.summary(obs["params"], 1.0)
-        met, _ = check_slos(measured, slos, ctx.objective.max_failed_fraction)
-        row = {"rank": rank, "key": obs["key"], "slo_met": met, "server": opts.url or "embedded"}
-        row.update(verify.compare(simulated, measured))
-        rows.append(row)
+        runs = []
+        for replay, schedule, summary in zip(replays, schedules, measured):
+            met, violation = check_slos(summary, slos, ctx.objective.max_failed_fraction)
+            runs.append({"label": replay.label, "scale": replay.scale, "requests": len(schedule),
+                         "duration_s": schedule.duration_s, "offered_rps": len(schedule) / schedule.duration_s,
+                         "slo_met": met, "violation": violation, "folder": str(folder / replay.folder),
+                         **verify.compare(ctx.summary(obs["params"], replay.scale), summary)})
+        at_one = next(run for run in runs if abs(run["scale"] - 1.0) < 1e-9)
+        rows.append({"rank": rank, "key": obs["key"], "server": opts.url or "embedded", "slo_met": at_one["slo_met"],
+                     "simulated": at_one["simulated"], "measured": at_one["measured"], "replays": runs,
+                     "capacity": verify.capacity_check(obs["result"], [(r, run["slo_met"]) for r, run in
+                                                                       zip(replays, runs)], load.growth)})
     return rows
 
 

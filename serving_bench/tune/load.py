@@ -1,11 +1,21 @@
-"""The profile's load at a scale: ``Load.at(2.0)`` is twice the traffic over the same time span.
+"""The profile's load at a scale: ``Load.at(2.0)`` is twice the traffic over the same time span, grown by the load's
+*growth rule* (:data:`GROWTHS`), which every capacity figure names.
 
-Growth keeps the shape of the load in time (bursts stay as long, a diurnal curve keeps its hours): scale ``s`` is the
-superposition of ``floor(s)`` independent realisations of the load plus one realisation thinned to the fraction
-``s - floor(s)`` (seeded). Realisation 0 is the base schedule itself; further ones are built from the load profile
-with seeds ``seed + k`` when the load came from a profile, and otherwise (a fixed schedule or trace) are the base
-shifted circularly in time by ``k`` times the golden ratio of its duration. Superposing Poisson loads gives Poisson
-load of the summed rate; thinning a Poisson load gives Poisson load of the thinned rate.
+Both rules keep the load's timing (a diurnal curve keeps its hours, a step its length) and are seeded.
+
+* ``superpose`` (the default): more independent users. Scale ``s`` is the superposition of ``floor(s)`` independent
+  realisations of the load plus one realisation thinned to the fraction ``s - floor(s)``. Realisation 0 is the base
+  schedule itself; further ones are built from the load profile with seeds ``seed + k`` when the load came from a
+  profile, and otherwise (a fixed schedule or trace) are the base shifted circularly in time by ``k`` times the
+  golden ratio of its duration. Bursts of independent users overlap less than their own: a bursty load grows
+  smoother (gamma gaps of cv 2 superposed 8 times have gaps of cv near 1).
+* ``scale``: the same users sending more. A load from a load profile is built again (same seed) with every arrival
+  rate multiplied by ``s`` (``LoadProfile.scaled``: gamma keeps its cv, steps and diurnal curves keep their times, a
+  trace is compressed in time and tiled); a fixed schedule with no profile is compressed in time by ``s`` and laid end
+  to end (the same schedule shifted, the last copy cut) over its duration. Burstiness stays.
+
+For Poisson loads the two agree in distribution: superposing Poisson loads gives Poisson load of the summed rate,
+thinning one gives Poisson load of the thinned rate.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from serving_bench.run.schedule import Schedule
 from serving_bench.tune import adapters
 
 GOLDEN = 0.6180339887498949
+GROWTHS = {"superpose": "more independent users", "scale": "the same users sending more"}  # rule -> in words
 SCREEN_WINDOWS = 12
 SCREEN_REQUESTS = 150_000  # what an automatic screen keeps of a load ...
 SCREEN_ABOVE = 4 * SCREEN_REQUESTS  # ... of more requests than this
@@ -27,15 +38,21 @@ SCREEN_ABOVE = 4 * SCREEN_REQUESTS  # ... of more requests than this
 
 @dataclass(eq=False)
 class Load:
-    """``base`` is the load at scale 1; ``build(seed)`` (optional, picklable) makes another realisation of it;
-    ``nominal_rps``: the requests per second it stands for at scale 1 (default: its own; a screen keeps its whole
-    load's, so capacities found on it are comparable)."""
+    """``base`` is the load at scale 1; ``build(seed, factor=1.0)`` (optional, picklable) makes another realisation
+    of it, its rates multiplied by ``factor``; ``nominal_rps``: the requests per second it stands for at scale 1
+    (default: its own; a screen keeps its whole load's, so capacities found on it are comparable); ``growth``: how
+    :meth:`at` grows it (:data:`GROWTHS`)."""
 
     base: Schedule
     seed: int = 0
-    build: Callable[[int], Schedule] | None = None
+    build: Callable[..., Schedule] | None = None
     nominal_rps: float | None = None
+    growth: str = "superpose"
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.growth not in GROWTHS:
+            raise ValueError(f"growth {self.growth!r}: expected one of {', '.join(GROWTHS)}")
 
     def __getstate__(self):  # the cache is rebuilt where the object lands (a Ray worker)
         state = dict(self.__dict__)
@@ -66,23 +83,35 @@ class Load:
         return self._cache[k]
 
     def at(self, scale: float) -> Schedule:
-        """The load at ``scale`` (> 0), deterministic for a given seed."""
+        """The load at ``scale`` (> 0) by the load's growth rule, deterministic for a given seed."""
         if scale <= 0:
             raise ValueError("scale must be > 0")
         key = ("at", round(float(scale), 9))
         if key in self._cache:
             return self._cache[key]
+        meta = dict(self.base.meta, scale=float(scale), growth=self.growth)
+        parts = [self._sped_up(scale)] if self.growth == "scale" else self._superposed(scale)
+        out = merge(parts, meta=meta)
+        if len(self._cache) > 64:
+            self._cache.clear()
+        self._cache[key] = out
+        return out
+
+    def _superposed(self, scale: float) -> list[Schedule]:
         whole, frac = int(np.floor(scale + 1e-12)), float(scale - np.floor(scale + 1e-12))
         parts = [self.realisation(k) for k in range(whole)]
         if frac > 1e-9:
             extra = self.realisation(whole)
             rng = np.random.default_rng([self.seed, whole, 7919])
             parts.append(extra.select(rng.random(len(extra)) < frac))
-        out = merge(parts, meta=dict(self.base.meta, scale=float(scale)))
-        if len(self._cache) > 64:
-            self._cache.clear()
-        self._cache[key] = out
-        return out
+        return parts
+
+    def _sped_up(self, scale: float) -> Schedule:
+        if abs(scale - 1.0) < 1e-12:
+            return self.base
+        if self.build is not None:
+            return self.build(self.seed, scale)
+        return compressed(self.base, scale)
 
 
 def circular_shift(schedule: Schedule, shift_s: float) -> Schedule:
@@ -94,6 +123,21 @@ def circular_shift(schedule: Schedule, shift_s: float) -> Schedule:
     order = np.argsort(arrival, kind="stable")
     return Schedule(arrival[order], schedule.model[order], schedule.models, schedule.sample[order],
                     schedule.batch[order], dict(schedule.meta))
+
+
+def compressed(schedule: Schedule, factor: float) -> Schedule:
+    """``schedule`` sent ``factor`` times as fast over the same duration: arrivals divided by ``factor``, the result
+    laid end to end (copy ``k`` shifted by ``k * duration / factor``) and cut at the duration."""
+    duration = schedule.duration_s
+    if duration <= 0 or len(schedule) == 0:
+        return schedule
+    copies = int(np.ceil(factor - 1e-9))
+    n = len(schedule)
+    arrival = (np.tile(schedule.arrival_s, copies) + np.repeat(np.arange(copies) * duration, n)) / factor
+    keep = arrival < duration
+    index = np.tile(np.arange(n), copies)[keep]
+    return Schedule(arrival[keep], schedule.model[index], schedule.models, schedule.sample[index],
+                    schedule.batch[index], dict(schedule.meta))
 
 
 def merge(parts: list[Schedule], meta: dict | None = None) -> Schedule:
@@ -135,15 +179,15 @@ class _Only:
     build: Callable[[int], Schedule]
     names: tuple[str, ...]
 
-    def __call__(self, seed: int) -> Schedule:
-        return only_models(self.build(seed), self.names)
+    def __call__(self, seed: int, factor: float = 1.0) -> Schedule:
+        return only_models(self.build(seed, factor), self.names)
 
 
 def restrict(load: Load, names) -> Load:
     """The part of ``load`` that goes to the entries in ``names`` (same seeds, same times)."""
     names = tuple(names)
     return Load(only_models(load.base, names), seed=load.seed,
-                build=_Only(load.build, names) if load.build is not None else None)
+                build=_Only(load.build, names) if load.build is not None else None, growth=load.growth)
 
 
 def screen_spans(duration_s: float, fraction: float, count: int = SCREEN_WINDOWS) -> tuple[tuple[float, float], ...]:
@@ -178,8 +222,8 @@ class _Windowed:
     build: Callable[[int], Schedule]
     spans: tuple[tuple[float, float], ...]
 
-    def __call__(self, seed: int) -> Schedule:
-        return windowed(self.build(seed), self.spans)
+    def __call__(self, seed: int, factor: float = 1.0) -> Schedule:
+        return windowed(self.build(seed, factor), self.spans)
 
 
 SCREEN_FORM = "auto or a fraction in (0, 1]"  # what a screen may be asked as (tune --screen, a forecast's screen)
@@ -209,16 +253,22 @@ def screen(load: Load, fraction: float) -> Load:
     spans = screen_spans(load.duration_s, fraction)
     return Load(windowed(load.base, spans), seed=load.seed,
                 build=_Windowed(load.build, spans) if load.build is not None else None,
-                nominal_rps=load.offered_rps)
+                nominal_rps=load.offered_rps, growth=load.growth)
 
 
-def load_from_file(path: str | Path, seed: int | None = None, duration_s: float | None = None) -> Load:
+def load_from_file(path: str | Path, seed: int | None = None, duration_s: float | None = None,
+                   growth: str = "superpose") -> Load:
     """A :class:`Load` from a load profile (YAML; ``seed`` defaults to the profile's own) or a saved schedule
-    (``.npz``)."""
+    (``.npz``), grown by ``growth`` (:data:`GROWTHS`)."""
     path = Path(path)
     if path.suffix == ".npz":
-        return Load(Schedule.load(path), seed=seed or 0)
+        return Load(Schedule.load(path), seed=seed or 0, growth=growth)
     build = adapters.ScheduleBuilder(str(path), duration_s)
     if seed is None:
         seed = build.profile().seed
-    return Load(build(seed), seed=seed, build=build)
+    return Load(build(seed), seed=seed, build=build, growth=growth)
+
+
+def growth_text(growth: str) -> str:
+    """``superpose: more independent users`` — how a capacity figure names its rule."""
+    return f"{growth}: {GROWTHS[growth]}"

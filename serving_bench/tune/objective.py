@@ -4,7 +4,9 @@
 ``max_scale``) at which every SLO still holds, reported as req/s offered; the candidate must meet the SLOs at 1x to
 be feasible (the planner also uses capacities below 1x: a load that needs several GPUs). ``gpus``
 objective: fewest GPUs used among feasible candidates, then capacity. Capacity is found by bisection on a ladder of
-scales ``2 ** (i / steps_per_doubling)`` (so schedules are reused), which bounds its error to one rung.
+scales ``2 ** (i / steps_per_doubling)`` (so schedules are reused), which bounds its error to one rung
+(:mod:`serving_bench.tune.capacity`, the same bisection a benchmark runs on real Triton); the load at a scale is
+:meth:`Load.at`, grown by the load's rule (superpose or scale).
 A candidate meets an SLO when every stated statistic of that model is within its bound and at most
 ``max_failed_fraction`` of its requests failed (rejected, timed out or errored). Infeasible candidates are ranked by
 their worst ``value / bound`` ratio (``violation``), so an unsatisfiable search still names the best achievable.
@@ -19,6 +21,7 @@ from typing import Any, Mapping
 
 from serving_bench.run.metrics import summarize
 from serving_bench.tune import adapters
+from serving_bench.tune.capacity import Ladder, Probe, bisect_capacity
 from serving_bench.tune.load import Load
 from serving_bench.tune.space import Params, SearchSpace
 
@@ -34,6 +37,10 @@ class ObjectiveConfig:
     steps_per_doubling: int = 8
     max_failed_fraction: float = 0.001
     sim_seed: int = 0
+
+    @property
+    def ladder(self) -> Ladder:
+        return Ladder(self.min_scale, self.max_scale, self.steps_per_doubling)
 
 
 @dataclass(eq=False)
@@ -78,57 +85,37 @@ def check_slos(summary: dict, slos: Mapping[str, Mapping[str, float]], max_faile
     return ok, worst
 
 
-def _probe(ctx: EvalContext, params: Params, scale: float) -> dict:
+def _probe(ctx: EvalContext, params: Params, scale: float) -> Probe:
+    """``params`` simulated at ``scale``, judged against the SLOs, with the figures a result keeps."""
     summary = ctx.summary(params, scale)
     met, worst = check_slos(summary, ctx.slos, ctx.objective.max_failed_fraction)
-    return {"scale": scale, "ok": met, "violation": worst,
-            "throughput_rps": summary["overall"]["throughput_rps"],
-            "models": {m: {"p50_s": s["p50_s"], "p99_s": s["p99_s"], "throughput_rps": s["throughput_rps"],
-                           "mean_exec_batch": s.get("mean_exec_batch"), "failed": s["counts"]["failed"] +
-                           s["counts"]["timeout"]}
-                       for m, s in summary["models"].items()}}
+    return Probe(scale, met, worst, {
+        "throughput_rps": summary["overall"]["throughput_rps"],
+        "models": {m: {"p50_s": s["p50_s"], "p99_s": s["p99_s"], "throughput_rps": s["throughput_rps"],
+                       "mean_exec_batch": s.get("mean_exec_batch"), "failed": s["counts"]["failed"] +
+                       s["counts"]["timeout"]}
+                   for m, s in summary["models"].items()}})
+
+
+def probe_dict(probe: Probe) -> dict:
+    """A probe as a result's JSON (``scale``, ``ok``, ``violation`` and its figures)."""
+    return {"scale": probe.scale, "ok": probe.ok, "violation": probe.violation, **probe.detail}
 
 
 def evaluate(ctx: EvalContext, params: Params) -> dict:
-    """Simulate ``params`` at 1x and bisect its capacity; a JSON-able result (see module doc)."""
+    """Simulate ``params`` at 1x and bisect its capacity (:func:`serving_bench.tune.capacity.bisect_capacity`); a
+    JSON-able result (see module doc)."""
     t0 = time.perf_counter()
-    obj = ctx.objective
-    steps = obj.steps_per_doubling
-    ladder = lambda i: 2 ** (i / steps)  # noqa: E731
-    i_min = int(math.floor(math.log2(obj.min_scale) * steps + 1e-9))
-    i_max = int(math.ceil(math.log2(obj.max_scale) * steps - 1e-9))
-    at_one = _probe(ctx, params, 1.0)
-    probes = [at_one]
-    # invariant: rung lo meets the SLOs (lo = i_min - 1 means "none does"), rung hi does not (i_max + 1: unknown)
-    capped = False
-    if at_one["ok"]:
-        lo, hi = 0, i_max + 1
-        if i_max > 0:
-            top = _probe(ctx, params, ladder(i_max))
-            probes.append(top)
-            lo, hi, capped = (i_max, i_max + 1, True) if top["ok"] else (0, i_max, False)
-        else:
-            capped = True
-    else:
-        lo, hi = i_min - 1, 0
-        if i_min < 0:
-            bottom = _probe(ctx, params, ladder(i_min))
-            probes.append(bottom)
-            lo, hi = (i_min, 0) if bottom["ok"] else (i_min - 1, i_min)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        probe = _probe(ctx, params, ladder(mid))
-        probes.append(probe)
-        lo, hi = (mid, hi) if probe["ok"] else (lo, mid)
-    capacity = ladder(lo) if lo >= i_min else 0.0
-    base_rps = at_one["throughput_rps"]
+    found = bisect_capacity(lambda scale, attempt: _probe(ctx, params, scale), ctx.objective.ladder)
+    at_one = found.step(0).probes[0]
     config = ctx.space.config(params)
     return {
-        "feasible": at_one["ok"], "violation": at_one["violation"],
-        "capacity_scale": capacity, "capacity_capped": capped, "capacity_rps": capacity * ctx.offered_rps,
-        "throughput_rps": base_rps, "gpus": ctx.space.gpus_used(params),
+        "feasible": at_one.ok, "violation": at_one.violation,
+        "capacity_scale": found.capacity_scale, "capacity_capped": found.capped,
+        "capacity_rps": found.capacity_scale * ctx.offered_rps,
+        "throughput_rps": at_one.detail["throughput_rps"], "gpus": ctx.space.gpus_used(params),
         "instances": sum(m.instance_count for m in config.models),
-        "models": at_one["models"], "probes": sorted(probes, key=lambda p: p["scale"]),
+        "models": at_one.detail["models"], "probes": sorted(map(probe_dict, found.probes), key=lambda p: p["scale"]),
         "eval_s": time.perf_counter() - t0,
     }
 

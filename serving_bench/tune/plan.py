@@ -7,6 +7,8 @@ Forecast file (YAML; relative paths are relative to it)::
     profile: h200.json           # simulator profile of the hardware to plan for (it need not be present);
                                  # builtin:h200-eager is the bundled H200 torch eager-mode table
     growth: [1, 2, 5, 10]        # multiples of the load (the load's shape in time is kept)
+    growth_rule: superpose       # how the load grows: superpose (more independent users; default) or scale (the
+                                 # same users sending more); serving-bench plan --growth overrides it
     slos: {resnet50: {p99: 50ms}}  # optional; default: the load profile's slos
     max_gpus: 64                 # give up above this many GPUs per growth factor
     grouping: auto               # auto | together | separate: which models may share a GPU
@@ -24,7 +26,8 @@ model; ``auto``: both extremes, which for two models are all the partitions). Fo
 finds the single-GPU configuration with the largest *capacity* c (the largest multiple of the group's load at which
 its SLOs hold on one GPU). At growth g a group needs n = ceil(g / c) GPUs, each taking 1/n of the group's traffic
 (even load balancing); a layout's GPUs are the sum over its groups, and the plan takes the layout with the fewest
-(then the most headroom). Each planned GPU is then simulated at its share of the grown load; if it misses an SLO
+(then the most headroom). Each planned GPU is then simulated at its share of the grown load (g / n of the load, grown
+by the growth rule); if it misses an SLO
 (capacity is only known to one rung of the ladder) one more GPU is added. Headroom = n c / g - 1; utilisation =
 g / (n c), the fraction of a GPU's SLO-bound capacity the load uses.
 """
@@ -32,6 +35,7 @@ g / (n c), the fraction of a GPU's SLO-bound capacity the load uses.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -47,7 +51,7 @@ from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import choose_generator
-from serving_bench.tune.load import SCREEN_FORM, Load, load_from_file, restrict, screen_asked
+from serving_bench.tune.load import GROWTHS, SCREEN_FORM, Load, load_from_file, restrict, screen_asked
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, describe_model
 from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
@@ -74,6 +78,7 @@ class Forecast:
     seed: int | None = None
     duration_s: float | None = None
     screen: str | float = "auto"
+    growth_rule: str = "superpose"
 
 
 def load_forecast(path: str | Path) -> Forecast:
@@ -82,8 +87,8 @@ def load_forecast(path: str | Path) -> Forecast:
     data = read_yaml(path, "forecast")
     if not isinstance(data, dict):
         raise InputError(path, None, "expected a mapping with load, profile and growth")
-    known = {"load", "profile", "growth", "slos", "max_gpus", "grouping", "search", "max_evals", "seed", "duration_s",
-             "screen"}
+    known = {"load", "profile", "growth", "growth_rule", "slos", "max_gpus", "grouping", "search", "max_evals", "seed",
+             "duration_s", "screen"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise InputError(path, unknown[0], f"unknown field; expected one of {', '.join(sorted(known))}")
@@ -121,6 +126,9 @@ def load_forecast(path: str | Path) -> Forecast:
     grouping = data.get("grouping", "auto")
     if grouping not in GROUPINGS:
         raise InputError(path, "grouping", f"expected one of {', '.join(GROUPINGS)}")
+    growth_rule = data.get("growth_rule", "superpose")
+    if growth_rule not in GROWTHS:
+        raise InputError(path, "growth_rule", f"expected one of {', '.join(GROWTHS)}")
     search = dict(Forecast.__dataclass_fields__["search"].default_factory())
     given = data.get("search") or {}
     if not isinstance(given, dict):
@@ -148,7 +156,7 @@ def load_forecast(path: str | Path) -> Forecast:
     return Forecast(str(path), file_field("load"), profile_path, tuple(float(g) for g in growth), slos,
                     int_field("max_gpus", 64, 1), grouping, search, int_field("max_evals", 40, 1),
                     None if data.get("seed") is None else int_field("seed", 0, 0),
-                    None if duration is None else float(duration), screen_value)
+                    None if duration is None else float(duration), screen_value, growth_rule)
 
 
 def partitions(items: list[str]):
@@ -182,6 +190,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", help="existing Ray cluster (default: start a local Ray)")
     parser.add_argument("--ray-cpus", type=int, help="CPUs for a local Ray (default: all)")
     parser.add_argument("--restart", action="store_true", help="discard existing checkpoints instead of resuming")
+    parser.add_argument("--growth", choices=tuple(GROWTHS),
+                        help="how the load grows (overrides the forecast's growth_rule; default superpose: more "
+                             "independent users; scale: the same users sending more)")
     parser.add_argument("--quiet", action="store_true")
 
 
@@ -230,7 +241,7 @@ def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingCon
             f"{result.evaluated + result.resumed} simulated on all of it")
     best = result.best
     log(f"  group {name}: {searched.evaluated} evaluated ({searched.resumed} resumed, {choice.name}); best capacity "
-        f"{best['result']['capacity_scale']:.3g}× of its load on one GPU")
+        f"{best['result']['capacity_scale']:.3g}× ({load.growth}) of its load on one GPU")
     return GroupCapacity(group, space.config(best["params"]), best["result"]["capacity_scale"],
                          best["result"]["capacity_capped"], searched.evaluated + searched.resumed, best["params"])
 
@@ -319,7 +330,8 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
 
     t0 = time.perf_counter()
     out = Path(out)
-    load = load_from_file(forecast.load, seed=forecast.seed, duration_s=forecast.duration_s)
+    load = load_from_file(forecast.load, seed=forecast.seed, duration_s=forecast.duration_s,
+                          growth=forecast.growth_rule)
 
     slos = forecast.slos or resolve_slos(None, load.base)
     for model in slos:
@@ -344,7 +356,7 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
     rows = [plan_growth(g, caps, layout_list, load, profile, slos, forecast) for g in forecast.growth]
     lines = [f"Capacity plan for {Path(forecast.load).name} on {hardware}, SLOs " +
              "; ".join(f"{m} " + ", ".join(f"{s} ≤ {b * 1e3:g} ms" for s, b in st.items()) for m, st in slos.items())
-             + "."]
+             + f"; the load grown by {load.growth} ({GROWTHS[load.growth]})."]
     for row in rows:
         if row["gpus"] is None:
             lines.append(f"{row['growth']:g}× ({row['offered_rps']:,.0f} req/s): not possible within "
@@ -356,8 +368,9 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
                          f"{'≤ ' if row.get('capped') else ''}{row['utilisation'] * 100:.0f} % of SLO capacity"
                          + (" (capacity searched up to the largest growth factor)." if row.get("capped") else "."))
     doc = {"forecast": forecast.path, "load": forecast.load, "profile": forecast.profile, "hardware": hardware,
-           "hardware_note": f"Simulated with the profile {Path(forecast.profile).name}: {hardware}.",
-           "slos": slos, "growth": list(forecast.growth), "grouping": forecast.grouping,
+           "hardware_note": f"Simulated with the profile {Path(forecast.profile).name}: {hardware}; the load grown "
+                            f"by {load.growth} ({GROWTHS[load.growth]}).",
+           "slos": slos, "growth": list(forecast.growth), "growth_rule": load.growth, "grouping": forecast.grouping,
            "groups": [{"models": list(c.models), "capacity_scale": c.capacity_scale, "capped": c.capped,
                        "evaluated": c.evaluated, "config": config_dict(c.config)} for c in caps.values()],
            "rows": rows, "recommendation": lines, "wall_s": time.perf_counter() - t0}
@@ -369,6 +382,8 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
 
 def main(args: argparse.Namespace) -> int:
     forecast = load_forecast(args.forecast)
+    if args.growth:
+        forecast = dataclasses.replace(forecast, growth_rule=args.growth)
     doc = run_plan(forecast, args.out, args.executor, args.ray_address, args.ray_cpus, args.restart, args.quiet)
 
     if not args.quiet:

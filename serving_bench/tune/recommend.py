@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from serving_bench.serving_config import ServingConfig
+from serving_bench.tune.load import GROWTHS
 
 
 def describe_model(m) -> str:
@@ -32,8 +33,51 @@ def _slo_text(slos: Mapping[str, Mapping[str, float]]) -> str:
     return "; ".join(f"{m} " + ", ".join(f"{s} ≤ {b * 1e3:g} ms" for s, b in st.items()) for m, st in slos.items())
 
 
+def scale_text(scale: float, growth: str) -> str:
+    """``2.38× (superpose)``: a load multiple named with its growth rule."""
+    return f"{scale:.2f}× ({growth})"
+
+
+def capacity_check_text(check: dict) -> str:
+    """What a candidate's replays at its capacity say (``verify.capacity_check``), in words."""
+    growth, capacity = check["growth"], check["predicted_scale"]
+    met, failed = check["measured_met_scale"], check["measured_failed_scale"]
+    if capacity <= 0:
+        return ("missed the SLOs at 1×, as predicted" if check["agrees"] else
+                "met the SLOs at 1× although the simulator predicted a miss")
+    if met is None:
+        bracket = f"below {scale_text(failed, growth)}"
+    elif failed is None:
+        bracket = f"at least {scale_text(met, growth)}"
+    else:
+        bracket = f"between {scale_text(met, growth)} and {failed:.2f}×"
+    at = f"the predicted capacity {scale_text(capacity, growth)}" + (" (the top of the search)" if check["capped"]
+                                                                       else "")
+    held = "held at" if check["held_at_capacity"] else "were missed at"
+    how = "as predicted" if check["agrees"] else ("below the prediction" if not check["held_at_capacity"] else
+                                                   "above the prediction")
+    return f"the SLOs {held} {at}; measured capacity {bracket}, {how}"
+
+
+def _verification_line(v: dict, slos: Mapping) -> str:
+    """One verified candidate: its 1x figures and, where replayed, what its capacity replays say."""
+    measured = v.get("measured", {})
+    figures = [f"{model} {stat} {measured[model][f'{stat}_s'] * 1e3:.1f} ms" for model, stats in slos.items()
+               for stat in stats if measured.get(model, {}).get(f"{stat}_s") is not None]
+    status = "meets" if v.get("slo_met") else "does NOT meet"
+    line = (f"Verified on real Triton ({v.get('server', 'embedded')}), candidate #{v['rank']}: {status} the SLOs at "
+            f"1× — " + ("; ".join(figures) or "no completed requests"))
+    replays = v.get("replays") or []
+    if v.get("capacity") and replays:
+        scales = ", ".join(f"{r['scale']:.2f}×" for r in replays)
+        line += (f"; replayed at {scales} ({replays[0]['duration_s']:.1f} s each): "
+                 f"{capacity_check_text(v['capacity'])}")
+    return line + "."
+
+
 def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos: Mapping, offered_rps: float,
-                        objective: str, verification: list[dict], hardware: str, max_scale: float) -> list[str]:
+                        objective: str, verification: list[dict], hardware: str, max_scale: float,
+                        growth: str = "superpose") -> list[str]:
     """Lines of plain text: what to deploy, what it achieves, how it was checked."""
     if best is None or config is None:
         return ["Nothing was evaluated: the search space was empty or the budget was spent before the first result."]
@@ -48,9 +92,9 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
         lines.append(f"Deploy: {models}{threads}.")
         gpus = f" on {r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}" if r["gpus"] else ""
         lines.append(f"On the simulator ({hardware}) this meets every SLO ({_slo_text(slos)}){gpus} at the load "
-                     f"profile's {offered_rps:,.1f} req/s and {bound}{r['capacity_scale']:.2f}× that load "
-                     f"({r['capacity_rps']:,.1f} req/s)" + (f"; the search stopped at {max_scale:g}×." if
-                                                            r["capacity_capped"] else "."))
+                     f"profile's {offered_rps:,.1f} req/s and {bound}{scale_text(r['capacity_scale'], growth)} that "
+                     f"load ({r['capacity_rps']:,.1f} req/s; grown by {growth}: {GROWTHS[growth]})"
+                     + (f"; the search stopped at {max_scale:g}×." if r["capacity_capped"] else "."))
     else:
         worst = []
         for model, stats in slos.items():
@@ -63,17 +107,7 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
                      f"{offered_rps:,.1f} req/s on the simulator ({hardware}).")
         lines.append(f"Best achievable: {models} — " + "; ".join(worst) + ".")
         lines.append("Relax the SLOs, allow more instances or GPUs (--instances, --gpus), or lower the load.")
-    for v in verification:
-        measured = v.get("measured", {})
-        figures = []
-        for model, stats in slos.items():
-            for stat in stats:
-                value = measured.get(model, {}).get(f"{stat}_s")
-                if value is not None:
-                    figures.append(f"{model} {stat} {value * 1e3:.1f} ms")
-        status = "meets" if v.get("slo_met") else "does NOT meet"
-        lines.append(f"Verified on real Triton ({v.get('server', 'embedded')}), candidate #{v['rank']}: {status} "
-                     f"the SLOs — " + ("; ".join(figures) or "no completed requests") + ".")
+    lines += [_verification_line(v, slos) for v in verification]
     if objective == "gpus" and r["feasible"]:
         lines.append(f"Objective: fewest GPUs, then capacity ({r['gpus']} used).")
     return lines

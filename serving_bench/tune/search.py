@@ -89,7 +89,8 @@ def search_header(ctx: EvalContext, choice: GeneratorChoice, settings: SearchSet
     return {"space": ctx.space.describe(), "base": repr(ctx.space.base), "slos": {m: dict(s) for m, s in ctx.slos.items()},
             "objective": {"name": obj.name, "max_scale": obj.max_scale, "min_scale": obj.min_scale, "steps": obj.steps_per_doubling,
                           "max_failed_fraction": obj.max_failed_fraction, "sim_seed": obj.sim_seed},
-            "load": schedule_fingerprint(ctx), "load_seed": ctx.load.seed, "profile": profile_id,
+            "load": schedule_fingerprint(ctx), "load_seed": ctx.load.seed, "growth": ctx.load.growth,
+            "profile": profile_id,
             "generator": choice.name, "seed": settings.seed, "batch_size": settings.batch_size}
 
 

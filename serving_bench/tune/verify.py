@@ -5,6 +5,12 @@ is written into the copy's ``config.pbtxt`` s with :meth:`ServingConfig.apply_to
 the copy on loopback. External (``--url``): each model is reloaded on that server with the candidate's settings
 (Triton's explicit model control: ``load_model`` with a config override), which needs a server started with
 ``--model-control-mode=explicit``. The measured and the simulated summaries sit side by side.
+
+What is replayed (:func:`capacity_replays`): the load as given (1x), the candidate's predicted capacity and one ladder
+rung above it, each the load grown by its growth rule (``Load.at``), so the replays bracket the capacity on Triton as
+the bisection did on the simulator (:func:`measured_bracket`). A capacity capped at the top of the search is replayed
+there only (nothing above was searched); a candidate that misses the SLOs at 1x, at 1x only. The replays of a
+candidate run on one server, one after the other, each as long as the load.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from serving_bench.errors import ServerError
 from serving_bench.export.repository import list_entries
@@ -24,6 +31,7 @@ from serving_bench.serve.control import Control
 from serving_bench.serve.server import MAX_RESTARTS, connect
 from serving_bench.serving_config import ServingConfig, apply_model_serving
 from serving_bench.tune import adapters
+from serving_bench.tune.capacity import Ladder
 
 
 def copy_repo(repo: str | Path, dest: str | Path, models: list[str] | None = None) -> Path:
@@ -71,32 +79,73 @@ def apply_to_server(url: str, config: ServingConfig) -> None:
                                   "the server must run with --model-control-mode=explicit") from None
 
 
-def verify_candidate(config: ServingConfig, schedule: Schedule, slos: Mapping, *, repo: str | Path | None,
-                     url: str | None, out_dir: Path, progress=None, log=None) -> dict:
-    """Replay ``schedule`` on Triton configured with ``config``; writes the results folder ``out_dir`` and returns
-    its summary. On the embedded server a replay cut short by the server or a model instance dying is run again on a
-    new server (at most ``MAX_RESTARTS`` times, each noted through ``log`` and in the records' ``restarts``); an
-    external server (``url``) is not ours to restart."""
-    served = list(schedule.models)
+@dataclass(frozen=True)
+class Replay:
+    """One replay of a candidate: ``label`` (``load``: 1x; ``capacity``: the predicted capacity, capped or not;
+    ``above``: one rung above it) at load ``scale``."""
+
+    label: str
+    scale: float
+
+    @property
+    def folder(self) -> str:
+        return f"{self.label}-{self.scale:.2f}x"
+
+
+def capacity_replays(result: dict, ladder: Ladder) -> tuple[Replay, ...]:
+    """The replays that check a candidate's simulated ``result`` (``capacity_scale``, ``capacity_capped``), by scale
+    (module doc); a capacity of 1x is one replay, labelled ``capacity``."""
+    capacity = result["capacity_scale"]
+    if capacity <= 0:
+        return (Replay("load", 1.0),)
+    at = [Replay("capacity", capacity)]
+    if not result["capacity_capped"]:
+        at.append(Replay("above", ladder.above(capacity)))
+    if all(abs(r.scale - 1.0) > 1e-9 for r in at):
+        at.append(Replay("load", 1.0))
+    return tuple(sorted(at, key=lambda r: r.scale))
+
+
+def measured_bracket(outcomes: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None]:
+    """From ``(scale, SLOs met)`` replays: (the highest scale that met below the lowest that failed, the lowest that
+    failed); None where no replay says."""
+    failed = min((s for s, ok in outcomes if not ok), default=None)
+    met = max((s for s, ok in outcomes if ok and (failed is None or s < failed)), default=None)
+    return met, failed
+
+
+def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Path]], slos: Mapping, *,
+                     repo: str | Path | None, url: str | None, progress=None, log=None) -> list[dict]:
+    """Replay each ``(schedule, out_dir)`` in turn on Triton configured with ``config``; writes each results folder
+    (with its schedule) and returns their summaries. On the embedded server a replay cut short by the server or a
+    model instance dying is run again on a new server (at most ``MAX_RESTARTS`` times a replay, each noted through
+    ``log`` and in its records' ``restarts``); an external server (``url``) is not ours to restart."""
+    served = list(replays[0][0].models) if replays else []
+    summaries: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
         copy = None
         if not url:
             copy = copy_repo(repo, Path(tmp) / "repo")
             config.apply_to_repo(copy)
         restarts: list[str] = []
-        while True:
+        while len(summaries) < len(replays):
             with connect(copy, url=url, models=served,
                          threads_per_instance=config.threads_per_instance or None) as server:
                 if url:
                     apply_to_server(url, config)
-                records = adapters.replay(server, schedule, progress)
-            reason = records.info.stop_reason or ""
-            if url or not records.info.partial or reason.startswith("interrupted") or len(restarts) >= MAX_RESTARTS:
-                break
-            restarts.append(f"the replay stopped early ({reason}); replayed again on a new server")
-            (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
-    records = records.with_info(restarts=tuple(restarts))
-    return write_results(out_dir, records, slos={m: dict(s) for m, s in slos.items()})
+                while len(summaries) < len(replays):
+                    schedule, out_dir = replays[len(summaries)]
+                    records = adapters.replay(server, schedule, progress)
+                    reason = records.info.stop_reason or ""
+                    if not (url or not records.info.partial or reason.startswith("interrupted")
+                            or len(restarts) >= MAX_RESTARTS):
+                        restarts.append(f"the replay stopped early ({reason}); replayed again on a new server")
+                        (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
+                        break
+                    summaries.append(write_results(out_dir, records.with_info(restarts=tuple(restarts)), schedule,
+                                                   slos={m: dict(s) for m, s in slos.items()}))
+                    restarts = []
+    return summaries
 
 
 def compare(simulated: dict, measured: dict) -> dict:
@@ -104,3 +153,21 @@ def compare(simulated: dict, measured: dict) -> dict:
     keys = ("p50_s", "p99_s", "throughput_rps", "mean_exec_batch")
     return {side: {m: {k: s.get(k) for k in keys} for m, s in summ["models"].items()}
             for side, summ in (("simulated", simulated), ("measured", measured))}
+
+
+def capacity_check(result: dict, outcomes: Sequence[tuple[Replay, bool]], growth: str) -> dict:
+    """What the replays ``(replay, SLOs met)`` say of a candidate's predicted capacity (``result``): the measured
+    bracket, whether the SLOs held at the predicted capacity (None when it is 0: the candidate misses them at 1x),
+    and whether the replays agree with the prediction (met at the capacity, missed one rung above; a capped
+    capacity met at the top; a candidate predicted to miss at 1x missed there)."""
+    met, failed = measured_bracket([(r.scale, ok) for r, ok in outcomes])
+    verdict = {r.label: ok for r, ok in outcomes}
+    if result["capacity_scale"] <= 0:
+        agrees = not verdict["load"]
+    elif result["capacity_capped"]:
+        agrees = verdict["capacity"]
+    else:
+        agrees = verdict["capacity"] and not verdict["above"]
+    return {"growth": growth, "predicted_scale": result["capacity_scale"], "capped": result["capacity_capped"],
+            "held_at_capacity": verdict.get("capacity"), "measured_met_scale": met, "measured_failed_scale": failed,
+            "agrees": bool(agrees)}
