@@ -40,10 +40,10 @@ from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
-from serving_bench.profiles.measure import DEFAULT_LAW, measure_profile  # noqa: E402
-from serving_bench.profiles.estimators import LoopRun  # noqa: E402
+from serving_bench.calibrate.measure import DEFAULT_LAW, measure_profile  # noqa: E402
+from serving_bench.calibrate.estimators import LoopRun  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402

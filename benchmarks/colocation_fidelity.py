@@ -21,11 +21,11 @@ server:
     client, cores on average; since 2026-12-05) says how full each ran the host; with the wait for a core behind
     resnet50's occasional batches measured in
 (d) two open loops of all entries, resnet50 at a tenth of a core and the others at 15 and 150 req/s, as ``profile``
-    measures it (``profiles.estimators.quiet_wait``; older saved data have none: the wait is then fitted on "all
+    measures it (``calibrate.estimators.quiet_wait``; older saved data have none: the wait is then fitted on "all
     together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
-default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
+default, ``serving_bench.calibrate.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
 same solo profile with no interference (law ``none``: every job runs at its solo speed). The held-out throughput and
 p99 errors of every law are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
@@ -67,11 +67,11 @@ from serving_bench.files import read_json  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.report import Spread, write_result  # noqa: E402
-from serving_bench.profiles.estimators import quiet_wait  # noqa: E402
-from serving_bench.profiles.measure import (DEFAULT_LAW, IDLE_ROUNDS, QUIET_RATES_RPS, QUIET_SECONDS,  # noqa: E402
+from serving_bench.calibrate.estimators import quiet_wait  # noqa: E402
+from serving_bench.calibrate.measure import (DEFAULT_LAW, IDLE_ROUNDS, QUIET_RATES_RPS, QUIET_SECONDS,  # noqa: E402
                                             calibration_serving, measure_profile, quiet_rates)
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402

@@ -324,7 +324,7 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
                 record(measure_open(srv, rates, plan, load, seed=i))
 
     def profile() -> None:
-        from serving_bench.profiles.measure import measure_profile
+        from serving_bench.calibrate.measure import measure_profile
 
         measured = measure_profile(repo, [swept, partner], seconds=plan.profile_seconds, rounds=1,
                                    calibrate=plan.calibrate, pairs=False, idle_rounds=1,

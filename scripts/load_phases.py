@@ -44,7 +44,7 @@ from wait_decomposition import first_batch  # noqa: E402
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.serve.execution_log import Executions  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402

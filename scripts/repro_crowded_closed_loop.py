@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.session import open_session  # noqa: E402
 from serving_bench.sim.interference import Observation, answered, simulate  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 
 ``tiny_cnn`` on ONNX Runtime (one instance, one thread), one closed loop of one-row requests at concurrency 1 on the
 embedded tritonserver with execution logs, each request matched to its batch as the profile matches them
-(:func:`serving_bench.profiles.estimators.phase_drift`): its way in (send to batch start), service and way out.
+(:func:`serving_bench.calibrate.estimators.phase_drift`): its way in (send to batch start), service and way out.
 It prints, on normal scores (each phase's ranks mapped through the inverse normal CDF, so the marginals do not
 matter), the correlation of the three phases of one request, the p99 of their sum measured against the same three
 marginals drawn independently (what the simulator does today), and the correlation of the service of two requests
@@ -30,8 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
-from serving_bench.profiles.estimators import phase_drift, service_and_overhead  # noqa: E402
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.estimators import phase_drift, service_and_overhead  # noqa: E402
+from serving_bench.calibrate.session import open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 
 MODEL = "tiny_cnn_onnxruntime"

@@ -32,7 +32,7 @@ from serving_bench.export.api import export_models, settle_after_export  # noqa:
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.arrivals import poisson_times  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.profiles.measure import calibration_serving, measure_profile  # noqa: E402
+from serving_bench.calibrate.measure import calibration_serving, measure_profile  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402

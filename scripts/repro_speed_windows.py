@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.session import open_session  # noqa: E402
 
 MODELS = ("tiny_cnn_onnxruntime", "tiny_mlp_torchscript")
 

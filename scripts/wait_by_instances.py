@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving_bench.profiles.estimators import WAITED_S, LoopRun, beside_long, quiet_wait  # noqa: E402
-from serving_bench.profiles.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.estimators import WAITED_S, LoopRun, beside_long, quiet_wait  # noqa: E402
+from serving_bench.calibrate.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
+from serving_bench.calibrate.session import open_session  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import WAIT_S_RANGE, open_schedule  # noqa: E402
 from serving_bench.sim.spec import wait_chance  # noqa: E402

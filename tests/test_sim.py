@@ -1078,7 +1078,7 @@ def test_a_law_pinned_on_a_bound_of_its_range_marks_the_profile_uncertain():
     """Runs made at a tenth of two cores' capacity (what a disturbed machine measures) are slower than any eta in
     0.25..1.5 explains: the fit ends on the lower bound, and the profile's note says so although the mean error
     alone stays under the warning's threshold; a fit inside the range says nothing."""
-    from serving_bench.profiles.measure import FIT_WARNING, UNCERTAIN_NOTE, fit_warning
+    from serving_bench.calibrate.measure import FIT_WARNING, UNCERTAIN_NOTE, fit_warning
     from serving_bench.sim.interference import ETA_RANGE, Observation, fit, pinned, predict, with_law
 
     def runs(eta: float) -> list:

@@ -111,7 +111,7 @@ DRIFT_CORRELATIONS = ("in_service", "in_out", "service_out")
 
 
 def parse_drift(data: Any, source: str, where: str) -> dict:
-    """A model's ``drift`` (:func:`~serving_bench.profiles.estimators.phase_drift`): correlations between -1 and 1
+    """A model's ``drift`` (:func:`~serving_bench.calibrate.estimators.phase_drift`): correlations between -1 and 1
     named :data:`DRIFT_CORRELATIONS`, and ``service_by_lag_ms``, an object milliseconds -> correlation."""
     def correlation(value: Any, at: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1.0 <= value <= 1.0:

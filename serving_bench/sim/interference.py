@@ -4,7 +4,7 @@ A profile's solo runs give each batch's and each request's demand; how the devic
 exceeds it is the law, with at most two parameters. They are fitted from a few co-located closed-loop runs
 (*observations*: which models, how many instances and clients each, the measured throughput of each) by running the
 same configurations through the simulator and minimising the mean absolute log error of the throughputs. The wait
-for a core (``+wait``) is measured where a profile could (``profiles.estimators.quiet_wait``), else fitted on p99s:
+for a core (``+wait``) is measured where a profile could (``calibrate.estimators.quiet_wait``), else fitted on p99s:
 of the light closed loops and of open-loop runs (Poisson arrivals at given rates, replayed in the simulator from the
 same seed), whose throughput is their offered load and says nothing. Which law to use is chosen by held-out error
 (:func:`leave_one_out`), never by goodness of fit: a law with more parameters always fits its own data at least as
@@ -162,7 +162,7 @@ def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, s
 def alone_latency(profile: Profile, config: ServingConfig, name: str, send_s: np.ndarray, seeds: int = 3) -> np.ndarray:
     """The simulated latency (s) of each one-row request to ``name`` (a model or an ensemble of ``config``) alone at
     ``send_s`` (s from the run's start, increasing): one row per seed 0, 1, ...; NaN where a request was not answered.
-    What a profile's ensemble is measured against (``profiles.estimators.ensemble_extra``)."""
+    What a profile's ensemble is measured against (``calibrate.estimators.ensemble_extra``)."""
     schedule = Schedule.at_times(send_s, name)
     out = np.full((seeds, len(schedule)), np.nan)
     for seed in range(seeds):
@@ -334,7 +334,7 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
     take-ups with its gate at the law's effective cores, neither fitted: :data:`FORMS`) that fit ``observations``
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
     ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`) unless ``measured`` gives
-    them (``wait_p``, ``wait_s``, ... as ``profiles.estimators.quiet_wait`` measures them: taken as they are); (law,
+    them (``wait_p``, ``wait_s``, ... as ``calibrate.estimators.quiet_wait`` measures them: taken as they are); (law,
     mean absolute log error of the throughputs). The simulations of each step are spread over ``workers`` processes
     (:class:`Simulations`; no more than there are observations, the most a step runs at once)."""
     name, *extras = form.split("+")

@@ -116,7 +116,7 @@ class CoreWait:
     phase waits with probability ``q = p D_long / max(C, D)`` (the chance the cores are taken, ``min(1, D / C)``,
     times the chance the one it waits behind is long, ``D_long / D``) a time uniform on (0, ``slice_s``).
 
-    With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``profiles.estimators.quiet_wait``) the chance is rather
+    With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``calibrate.estimators.quiet_wait``) the chance is rather
     how long the host was quiet before, whatever else runs: ``q = p (1 - exp(-g / quiet_s))`` while a long
     execution runs, ``g`` the host's recent quiet time — the weighted mean of the times between sends (any model),
     the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in (an ensemble's too) and an

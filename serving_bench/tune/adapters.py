@@ -15,7 +15,7 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.load.driver import TritonTarget
 from serving_bench.load.profile import LoadProfile, build_schedule
-from serving_bench.profiles import measure
+from serving_bench.calibrate import measure
 from serving_bench.profiles.importers import import_h200_eager
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import Records

@@ -14,7 +14,7 @@ import argparse
 
 from serving_bench.errors import InputError, require_count
 from serving_bench.profiles import importers
-from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
+from serving_bench.calibrate.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
 from serving_bench.sim.device import GPU_LAW
 from serving_bench.sim.interference import FORMS
 

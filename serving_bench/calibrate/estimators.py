@@ -1,6 +1,6 @@
 """Turning what the server reports into profile numbers: pure functions over closed-loop runs, the batches the server
 executed (the runners' execution logs, or Triton's request trace) and Triton's per-batch-size statistics
-(:mod:`serving_bench.profiles.measure` runs the server and the load; the estimators
+(:mod:`serving_bench.calibrate.measure` runs the server and the load; the estimators
 and why each is the way it is are described there). Tested on synthetic data in ``tests/test_profile.py``.
 """
 

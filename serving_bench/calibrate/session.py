@@ -1,8 +1,8 @@
 """Measurement sessions on real Triton: closed- and open-loop runs through the real target, the server's own
-per-batch statistics, and steps that resume on a new server when one dies (used by :mod:`serving_bench.profiles.measure`).
+per-batch statistics, and steps that resume on a new server when one dies (used by :mod:`serving_bench.calibrate.measure`).
 
 A :class:`Session` holds one server (embedded, with the runners' execution logs or Triton's request trace, or
-external); each run is a :class:`~serving_bench.profiles.estimators.LoopRun` (latencies, send/done times on
+external); each run is a :class:`~serving_bench.calibrate.estimators.LoopRun` (latencies, send/done times on
 ``time.perf_counter``'s clock, the server's statistics and, where known, the executed batches).
 """
 
@@ -19,7 +19,7 @@ import psutil
 
 from serving_bench.errors import InputError, ServerDied
 from serving_bench.load.driver import TritonTarget
-from serving_bench.profiles.estimators import LoopRun, Trace
+from serving_bench.calibrate.estimators import LoopRun, Trace
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop
 from serving_bench.serve.control import Control

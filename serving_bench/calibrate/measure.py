@@ -29,14 +29,14 @@ and the client's own jitter on a busy machine must not leak into service times:
 * **Drift** (``drift``; simulated where the host's law has ``drift``, form ``pool_eff+wait+drift``:
   :mod:`serving_bench.sim.drift`): from the ``b = 1`` run, how the host's speed moves a request's way in, service and
   way out together and two requests' services some milliseconds apart
-  (:func:`~serving_bench.profiles.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
+  (:func:`~serving_bench.calibrate.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
 * **Cold starts** (``idle``): requests of one row sent one at a time, each after the previous answer plus a random
   quiet time (exponential, seeded; open loop; :data:`COLD_BLOCK` requests at each mean of :data:`COLD_QUIET_S`,
   rising); binned by the time since the previous request (by the instance's recent idle time for the service: the
   weighted mean of its last idle times), the median service time, dispatch and overhead of each bin minus those of
   the back-to-back run give how much a start after idle time costs (runtime threads parked, caches cold: on 2 cores
   an ONNX Runtime model computes twice as long after 16 ms idle as back to back). A batch's warmth follows the
-  model's recent rate, not only its last gap (:func:`~serving_bench.profiles.estimators.cold_starts`). The
+  model's recent rate, not only its last gap (:func:`~serving_bench.calibrate.estimators.cold_starts`). The
   simulator adds it per batch from the instance's recent idle time and per request from the time since the previous
   request. The ways in and out also keep their extra at the 90th percentile: a cold way's tail grows more than its
   middle (docs/sim.md, "The host's speed drifts"); a draw takes the median extra up to probability 0.5 and the p90
@@ -53,11 +53,11 @@ and the client's own jitter on a busy machine must not leak into service times:
   ``min(max_batch_size, 8)``; Triton's per-batch-size statistics (``batch_stats``) give the compute time of batches
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
   cost of each extra request (clamped at 0). On the host's cores, where the runners log their CPU, the runner's CPU
-  is taken instead, over the split runs too (:func:`~serving_bench.profiles.estimators.per_request_cpu`): those
+  is taken instead, over the split runs too (:func:`~serving_bench.calibrate.estimators.per_request_cpu`): those
   runs keep the host busy, and a batch's time there holds its waits for a core, which the sharing law adds itself.
 * **Demands** (what the interference model shares, :mod:`serving_bench.sim.device`): per batch size, the cores a
   batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance) — on a GPU the
-  share of the device it keeps busy instead (:func:`~serving_bench.profiles.estimators.gpu_demand`: NVML's busy
+  share of the device it keeps busy instead (:func:`~serving_bench.calibrate.estimators.gpu_demand`: NVML's busy
   share over the solo run, :class:`~serving_bench.telemetry.gpu.GpuBusy`; without NVML none is recorded and the
   simulator estimates it from the batch scaling); per model, the
   cores a request keeps busy on its way in and out (the rest of the run's CPU — client, Triton's threads, the stubs
@@ -79,7 +79,7 @@ and the client's own jitter on a busy machine must not leak into service times:
   nothing to fit — on a GPU) is fitted to them through the simulator (:mod:`serving_bench.sim.interference`: the
   throughputs of the closed loops); its wait for a core behind
   a long execution is measured in the open loops (the requests sent while a batch of the longest ran, by how quiet
-  the host was: :func:`~serving_bench.profiles.estimators.quiet_wait`) — those two also on the one-instance server
+  the host was: :func:`~serving_bench.calibrate.estimators.quiet_wait`) — those two also on the one-instance server
   of the first phase, so that the wait's chance follows the host's instances in all (the law's
   ``wait_instances``) — or, without them, fitted on the p99s of the light closed loops. The runs are kept in the
   profile (``calibration``).
@@ -95,7 +95,7 @@ and the client's own jitter on a busy machine must not leak into service times:
   t_b2``, median over rounds; at batch 1 and at the largest batch size both allow.
 
 The estimators (pure functions over the runs, the executed batches and the statistics) are in
-:mod:`serving_bench.profiles.estimators`; this module runs the servers and the load.
+:mod:`serving_bench.calibrate.estimators`; this module runs the servers and the load.
 
 **Recovery.** Each phase is a list of steps (one per measured point). A server that dies during a step (a crash, a
 kill) is started again and the phase resumes at that step, at most :data:`MAX_RESTARTS` times per phase; each restart
@@ -124,12 +124,12 @@ import numpy as np
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.repository import CONFIG_NAME, ensemble_deps, ensemble_members, entry_dir, read_config
 from serving_bench.profiles.distributions import Curve, Dist, EnsembleExtra, IdleEffect
-from serving_bench.profiles.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
+from serving_bench.calibrate.estimators import (WAITED_S, LoopRun, batch_gap, colocation_speedup, cold_starts, demands,
                                               ensemble_extra, gpu_demand, handoff_point, handoff_split, lone_wait_s,
                                               per_request_cost, per_request_cpu, phase_drift, pickup_s, quiet_wait,
                                               service_and_overhead, thin)
 from serving_bench.profiles.schema import DeviceInfo, ModelOnDevice, ModelProfile, PairCurve, Profile, ThreadTable
-from serving_bench.profiles.session import MAX_RESTARTS, Session, Step, open_session, run_steps
+from serving_bench.calibrate.session import MAX_RESTARTS, Session, Step, open_session, run_steps
 from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serving_config import ModelServing, ServingConfig, model_serving_from_config
@@ -675,7 +675,7 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
 def ensembles_alone(profile: Profile, graphs: Mapping[str, tuple[list[str], tuple]], runs: Mapping,
                     log: Callable[[str], None], serving: Mapping[str, ModelServing],
                     threads: int) -> dict[str, EnsembleExtra]:
-    """Each ensemble's time beyond its members' path (:func:`~serving_bench.profiles.estimators.ensemble_extra`):
+    """Each ensemble's time beyond its members' path (:func:`~serving_bench.calibrate.estimators.ensemble_extra`):
     its runs alone at random quiet times (``runs[(e, "cold", round)]``) against the same requests simulated with
     ``profile`` on one instance per member (``serving`` and ``threads`` per instance: how phase 1 served them);
     ``graphs``: per ensemble its members in step order and each step's needs (``export.repository.ensemble_deps``)."""
