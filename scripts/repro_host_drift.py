@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.calibrate.estimators import phase_drift, service_and_overhead  # noqa: E402
-from serving_bench.calibrate.session import open_session  # noqa: E402
+from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 
 MODEL = "tiny_cnn_onnxruntime"
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         repo = Path(tmp) / "repo"
         export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
         settle_after_export(time.perf_counter(), print)
-        with open_session(repo, [MODEL], 1, 1, False, None, [], print) as session:
+        with open_session(ServerSetup(repo, (MODEL,)), [], print) as session:
             run = session.run({MODEL: (1, 1)}, args.seconds)
     drift = phase_drift(run, MODEL, 0.0, LAGS_MS)
     if drift is None:

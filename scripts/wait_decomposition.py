@@ -32,8 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving_bench.calibrate.estimators import WAITED_S  # noqa: E402
-from serving_bench.calibrate.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
+from serving_bench.calibrate.waits import WAITED_S  # noqa: E402
+from serving_bench.calibrate.plan import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.execution_log import Executions  # noqa: E402
