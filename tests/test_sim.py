@@ -1072,6 +1072,8 @@ def test_a_profiles_law_is_parsed_once_typed_and_run_by_the_engine():
         assert err.value.line().startswith(line)
     with pytest.raises(ValueError, match="law.eta: missing; the pool_eff law needs it"):
         Law("pool_eff")
+    with pytest.raises(ValueError, match="law.eta: not a parameter of the pool law"):
+        Law("pool", eta=0.5)
 
 
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():

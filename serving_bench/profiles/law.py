@@ -71,6 +71,7 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("drift", 0.0, 1.0, "the share of the measured drift of the host's speed the phases follow"),
     Parameter("queue", 0.0, None, "a run queue for the instances' take-ups: its gate as a share of eta C"),
 )}
+THROUGHPUT = ("eta", "power")  # a law takes these only where its name needs them; every law may take the others
 WAIT_BY_INSTANCES = ("wait_instances", "wait_p_fewer", "wait_instances_fewer")  # the chance at two instance counts
 WAIT_BY_QUIET = ("wait_gap_s", "wait_gap_quiet_s", "wait_s_quiet")  # the length at two quiet times
 # (parameters given all together or none, the one that must be less, the one it must be less than)
@@ -129,7 +130,7 @@ class Law:
         for key in PARAMETERS:
             if key in name.needs and key not in data:
                 raise InputError(source, f"{where}.{key}", f"missing; the {name.name} law needs it")
-            if key in data and (key in name.needs or key not in _THROUGHPUT):
+            if key in data and (key in name.needs or key not in THROUGHPUT):
                 params[key] = number(data[key], source, f"{where}.{key}")
         problem = _problem(name.name, params)
         if problem is not None:
@@ -139,9 +140,6 @@ class Law:
     def replace(self, **params: float | None) -> "Law":
         """This law with ``params`` set (None: not named)."""
         return dataclasses.replace(self, **params)
-
-
-_THROUGHPUT = ("eta", "power")  # the parameters only the names that need them take
 
 
 def default_law(kind: str) -> Law:
@@ -164,6 +162,8 @@ def _problem(name: str, params: Mapping[str, float]) -> tuple[str, str] | None:
     if missing is not None:
         return missing, f"missing; the {name} law needs it"
     for key, value in params.items():
+        if key in THROUGHPUT and key not in NAMES[name].needs:
+            return key, f"not a parameter of the {name} law"
         most = PARAMETERS[key].most
         if value <= 0:
             return key, "expected a number > 0"
