@@ -49,15 +49,14 @@ class Lab:
 
     plan: Plan
     log: Callable[[str], None]
-    notes: list[str] = field(default_factory=list)
-    runs: dict = field(default_factory=dict)
-    gpu_busy: dict[tuple[str, int], float | None] = field(default_factory=dict)
-    results: dict[str, ModelResult] = field(default_factory=dict)
+    notes: list[str] = field(init=False)
+    runs: dict = field(init=False, default_factory=dict)
+    gpu_busy: dict[tuple[str, int], float | None] = field(init=False, default_factory=dict)
+    results: dict[str, ModelResult] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.notes = self.notes or list(self.plan.notes)
-        self.results = self.results or {m: ModelResult(self.plan.devices[m], self.plan.configs[m])
-                                        for m in self.plan.models}
+        self.notes = list(self.plan.notes)
+        self.results = {m: ModelResult(self.plan.devices[m], self.plan.configs[m]) for m in self.plan.models}
 
     def sessions(self, instances: int, per_instance: int | None = None,
                  only: Sequence[str] | None = None) -> Callable[[], ContextManager[Session]]:
