@@ -40,10 +40,12 @@ from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
-from serving_bench.profiles.measure import DEFAULT_LAW, measure_profile  # noqa: E402
-from serving_bench.profiles.estimators import LoopRun  # noqa: E402
+from serving_bench.calibrate.measure import measure_profile  # noqa: E402
+from serving_bench.calibrate.plan import DEFAULT_LAW, MeasureConfig  # noqa: E402
+from serving_bench.calibrate.runs import LoopRun  # noqa: E402
+from serving_bench.profiles.law import Law  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
@@ -94,7 +96,8 @@ def measure(quick: bool) -> dict:
         export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=MAX_BATCH)
         settle_after_export(time.perf_counter(), print)
         stage("profile (serving-bench profile's defaults)")
-        profile = measure_profile(repo, [MODEL], seconds=seconds, log=lambda line: print("  " + line, flush=True))
+        profile = measure_profile(repo, [MODEL], config=MeasureConfig(seconds=seconds),
+                                  log=lambda line: print("  " + line, flush=True))
         runs = []
         base = ServingConfig.from_repo(repo, [MODEL]).models[0]
         for instances, max_batch in CONFIGS:
@@ -129,8 +132,8 @@ def evaluate(data: dict, law: str | None, clients: tuple[int, ...] = ()) -> dict
         profile = with_law(profile, "cpu", fitted)
         print(f"law {law} refitted on {len(observations)} of the profile's calibration runs "
               f"({', '.join(o.label() for o in observations)}): mean error {err * 100:.1f} %")
-    print(f"law: {profile.devices['cpu'].law}")
-    baseline = with_law(profile, "cpu", {"name": "none"})
+    print(f"law: {profile.devices['cpu'].sharing.to_json()}")
+    baseline = with_law(profile, "cpu", Law("none"))
     # the calibration's instances and clients (there with the profile's threads and max batch): not held out
     calibrated = {(o.instances[MODEL], o.clients.get(MODEL)) for o in map(Observation.from_json, profile.calibration)}
     seconds = data["seconds"]
@@ -163,7 +166,7 @@ def evaluate(data: dict, law: str | None, clients: tuple[int, ...] = ()) -> dict
     summary = {side: {k: {"worst": max(abs(r[side][k]) for r in held),
                           "mean": statistics.mean(abs(r[side][k]) for r in held)} for k in METRICS}
                for side in ("full", "baseline")}
-    return {"rows": rows, "law": profile.devices["cpu"].law, "summary": summary}
+    return {"rows": rows, "law": profile.devices["cpu"].sharing.to_json(), "summary": summary}
 
 
 def summary_line(summary: dict) -> str:

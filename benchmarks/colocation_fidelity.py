@@ -21,11 +21,11 @@ server:
     client, cores on average; since 2026-12-05) says how full each ran the host; with the wait for a core behind
     resnet50's occasional batches measured in
 (d) two open loops of all entries, resnet50 at a tenth of a core and the others at 15 and 150 req/s, as ``profile``
-    measures it (``profiles.estimators.quiet_wait``; older saved data have none: the wait is then fitted on "all
+    measures it (``calibrate.waits.quiet_wait``; older saved data have none: the wait is then fitted on "all
     together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
-default, ``serving_bench.profiles.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
+default, ``serving_bench.calibrate.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
 same solo profile with no interference (law ``none``: every job runs at its solo speed). The held-out throughput and
 p99 errors of every law are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
@@ -67,11 +67,13 @@ from serving_bench.files import read_json  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.report import Spread, write_result  # noqa: E402
-from serving_bench.profiles.estimators import quiet_wait  # noqa: E402
-from serving_bench.profiles.measure import (DEFAULT_LAW, IDLE_ROUNDS, QUIET_RATES_RPS, QUIET_SECONDS,  # noqa: E402
-                                            calibration_serving, measure_profile, quiet_rates)
+from serving_bench.calibrate.waits import quiet_wait  # noqa: E402
+from serving_bench.calibrate.measure import measure_profile  # noqa: E402
+from serving_bench.calibrate.plan import (DEFAULT_LAW, IDLE_ROUNDS, QUIET_RATES_RPS, QUIET_SECONDS,  # noqa: E402
+                                         MeasureConfig, calibration_serving, quiet_rates)
+from serving_bench.profiles.law import Law  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
@@ -215,11 +217,11 @@ def line(label: str, case: str, entry: str, full: dict, base: dict) -> str:
             (f"  | server mean {full['server_mean'] * 100:+.1f}" if "server_mean" in full else ""))
 
 
-def held_out_case(label: str, case: str, profile: Profile, law: dict, obs: Observation, real: dict,
+def held_out_case(label: str, case: str, profile: Profile, law: Law, obs: Observation, real: dict,
                   seconds: float, rows: list) -> None:
     """Simulate a held-out closed-loop case with the fitted law and the baseline; print and collect the errors."""
     full = errors(simulated(with_law(profile, "cpu", law), obs, seconds), real)
-    base = errors(simulated(with_law(profile, "cpu", {"name": "none"}), obs, seconds), real)
+    base = errors(simulated(with_law(profile, "cpu", Law("none")), obs, seconds), real)
     for m in real:
         rows.append({"scenario": label, "case": case, "entry": m, "full": full[m], "baseline": base[m],
                      "measured": real[m]})
@@ -238,8 +240,8 @@ def measure(quick: bool) -> dict:
         served = export(repo)
         stage("solo profile (no co-located run)")
         profile = measure_profile(repo, [*served, ENSEMBLE[0]], Path(tmp) / "solo.json",  # the ensemble alone too
-                                  seconds=1.0 if quick else 2.0, rounds=1, calibrate=0, pairs=False,
-                                  idle_rounds=1 if quick else IDLE_ROUNDS)
+                                  MeasureConfig(seconds=1.0 if quick else 2.0, rounds=1, calibrate=0, pairs=False,
+                                                idle_rounds=1 if quick else IDLE_ROUNDS))
         configs = {m: read_config(entry_dir(repo, m) / CONFIG_NAME) for m in served}
         largest = {m: max(profile.models[m].devices["cpu"].batch_sizes) for m in served}
 
@@ -362,7 +364,7 @@ def repeatability_line(worst: dict[str, float]) -> str:
 
 
 def fit_all(profile: Profile, train: dict[str, list[Observation]],
-            laws: tuple[str, ...]) -> dict[str, dict[str, dict]]:
+            laws: tuple[str, ...]) -> dict[str, dict[str, Law]]:
     """Every law of ``laws`` fitted on every training set (case -> law -> parameters). Each fit is a series of
     deterministic simulations; those of one step are spread over the machine's cores (one fit, the wait's on the
     pairs, is most of the work: spread over the fits, it ran on one core while the other idled)."""
@@ -413,7 +415,7 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     config = serving_config(serving, STREAMS)
     print(f"  (c)  simulated with {law} fitted on (b)'s all-together run" +
           (" and the wait measured in (d)" if data.get("quiet_wait") else "") + ": " +
-          ", ".join(f"{k} {v:.4g}" for k, v in fitted["c"][law].items() if k != "name"))
+          ", ".join(f"{k} {v:.4g}" for k, v in fitted["c"][law].params().items()))
     host = {"all together": data["cases"]["all together"].get("host_cores"),
             **{f"load {load}": replay.get("host_cores") for load, replay in data["replays"].items()}}
     if any(busy is not None for busy in host.values()):  # read since 2026-12-05
@@ -422,7 +424,7 @@ def evaluate(data: dict, laws: tuple[str, ...] = LAWS_COMPARED,
     for load, replay in data["replays"].items():
         schedule = poisson_schedule(data["capacity"], float(load), data["replay_s"], replay["seed"])
         runs = {side: SimTarget(with_law(profile, "cpu", params), config, seed=0).run(schedule)
-                for side, params in (("full", fitted["c"][law]), ("baseline", {"name": "none"}))}
+                for side, params in (("full", fitted["c"][law]), ("baseline", Law("none")))}
         sims = {side: summarize(records)["models"] for side, records in runs.items()}
         for m in STREAMS:
             real = replay["real"][m]
@@ -552,7 +554,9 @@ def main() -> int:
         print(repeatability_line(repeat))
     path = write_result("colocation_fidelity", {"rows": rows, "held_out_by_law": held_out, "law": args.law,
                                                 "inside_interval": inside, "repeatability": repeat,
-                                                "a_simulated": batching, "fitted": fitted, "worst": worst,
+                                                "a_simulated": batching, "worst": worst,
+                                                "fitted": {case: {each: law.to_json() for each, law in by_law.items()}
+                                                           for case, by_law in fitted.items()},
                                                 "data": data_path},
                         quick=args.quick, out_dir=args.out, timed=not args.data,
                         same_suffix_as=None if args.data else Path(data_path))

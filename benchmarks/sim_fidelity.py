@@ -1,6 +1,6 @@
 """Simulator fidelity: relative error of the simulator against real replays of the sleep model, FIFO and dynamic
 batching, single and co-located models, at loads up to 0.9 of capacity. For each scenario a profile is measured
-first on the real server (``profiles.measure``: server-side service times, overhead, gap between batches,
+first on the real server (``calibrate.measure``: server-side service times, overhead, gap between batches,
 per-request cost, co-location and pair curves); each load is then one ``validate`` run (same schedule on Triton and
 in the simulator). Figures: p50, p90, p99, throughput and mean-batch errors per model, against the issue's targets
 (|p50| <= 5 %, |p99| <= 10 %, |throughput| <= 3 %). Load is the offered rate over the capacity of one instance at
@@ -33,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.load.profile import LoadProfile, build_schedule  # noqa: E402
-from serving_bench.profiles.measure import measure_profile  # noqa: E402
-from serving_bench.profiles.schema import Dist, Profile  # noqa: E402
+from serving_bench.calibrate.measure import measure_profile  # noqa: E402
+from serving_bench.calibrate.plan import MeasureConfig  # noqa: E402
+from serving_bench.profiles.distributions import Dist  # noqa: E402
+from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.target import SimTarget  # noqa: E402
@@ -89,8 +91,9 @@ def main() -> int:
                 write_sleep_entry(repo, entry, base_ms=5.0, per_item_ms=1.0, max_batch_size=maxb,
                                   max_queue_delay_us=delay, instances=inst)
             profile = tmp / name / "p.json"
-            measure_profile(repo, list(entries), profile, seconds=1.0 if args.quick else 2.0,
-                            rounds=2 if args.quick else 3, colocation=(1, 2), log=print)
+            measure_profile(repo, list(entries), profile, MeasureConfig(seconds=1.0 if args.quick else 2.0,
+                                                                        rounds=2 if args.quick else 3,
+                                                                        colocation=(1, 2)), log=print)
             measured = Profile.load(profile)
             capacity = {}
             for e, (_, _, inst) in entries.items():

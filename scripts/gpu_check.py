@@ -324,10 +324,11 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
                 record(measure_open(srv, rates, plan, load, seed=i))
 
     def profile() -> None:
-        from serving_bench.profiles.measure import measure_profile
+        from serving_bench.calibrate.measure import measure_profile
+        from serving_bench.calibrate.plan import MeasureConfig
 
-        measured = measure_profile(repo, [swept, partner], seconds=plan.profile_seconds, rounds=1,
-                                   calibrate=plan.calibrate, pairs=False, idle_rounds=1,
+        measured = measure_profile(repo, [swept, partner], config=MeasureConfig(
+            seconds=plan.profile_seconds, rounds=1, calibrate=plan.calibrate, pairs=False, idle_rounds=1),
                                    log=lambda line: print(f"  profile: {line}", flush=True))
         state["profile"] = measured.to_json()
 
@@ -394,7 +395,9 @@ def x1_profile(result: dict, device: str, cuda_graphs: bool = False):
     as that run's mean GPU utilisation (NVML's share of time a kernel ran: its instance is never idle with two
     requests in flight), on the check's device; no host CPU, no ways in and out modelled. ``cuda_graphs``: from the
     x1 runs with CUDA graphs."""
-    from serving_bench.profiles.schema import DeviceInfo, Dist, ModelOnDevice, ModelProfile, Profile
+    from serving_bench.profiles.distributions import Dist
+    from serving_bench.profiles.entries import ModelOnDevice, ModelProfile
+    from serving_bench.profiles.schema import DeviceInfo, Profile
 
     def on_device(run: dict, m: str) -> ModelOnDevice:
         util = (run.get("gpu") or {}).get("util_mean_pct")
@@ -427,11 +430,11 @@ def predict(result: dict) -> dict:
     Closed-loop latency is send to answer, open-loop latency from the intended time, as measured. Returns ``rows``
     (per row and law the simulated figures, and the laws fitted to the row), ``source`` (the profile's), ``laws``
     (in that order, each its name and parameters) and ``left_out`` (runs not simulated, with the reason)."""
+    from serving_bench.profiles.law import Law
     from serving_bench.profiles.schema import Profile
     from serving_bench.run.metrics import summarize
     from serving_bench.sim.interference import (Observation, fit, percentiles, serving_from_json, sim_seconds,
                                                  simulate, throughput, with_law)
-    from serving_bench.sim.spec import law_of
 
     serving = {m: serving_from_json(s) for m, s in result["serving"].items()}
     device = next(iter(serving.values())).instances[0][0]
@@ -454,7 +457,7 @@ def predict(result: dict) -> dict:
                                seed=run["seed"])
         return Observation(device, served, run["concurrency"], rates)
 
-    def figures(law: dict, run: dict, obs: Observation) -> dict[str, dict]:
+    def figures(law: Law, run: dict, obs: Observation) -> dict[str, dict]:
         shared = with_law(profile_of(run), device, law)
         if obs.rates:
             models = summarize(simulate(shared, obs))["models"]
@@ -476,16 +479,16 @@ def predict(result: dict) -> dict:
             usable.append(run)
     sweep = [r for r in usable if "rates" not in r and list(r["models"]) == [swept] and not r.get("cuda_graphs")]
     trained = [r for r in sweep if r["instances"] <= FITTED_ON]
-    laws: dict[str, tuple[dict, Callable[[dict], bool]]] = {}  # name -> (law, whether it was fitted to a run)
-    own = law_of(profile.devices[device])
+    laws: dict[str, tuple[Law, Callable[[dict], bool]]] = {}  # name -> (law, whether it was fitted to a run)
+    own = profile.devices[device].sharing
     laws["profile"] = (own, lambda run: bool(measured) and calibrate > 1 and "rates" not in run and
                        (run["instances"] == calibrate or len(run["models"]) > 1))
-    if own["name"] != "pool":
-        laws["pool"] = ({"name": "pool"}, lambda run: False)
+    if own.name != "pool":
+        laws["pool"] = (Law("pool"), lambda run: False)
     if len(trained) >= 2 and any(r["instances"] > FITTED_ON for r in sweep):
         fitted, _ = fit(profile, device, [observation(r) for r in trained], FITTED_FORM)
         laws[f"{FITTED_FORM} on N <= {FITTED_ON}"] = (fitted, lambda run: run in trained)
-    laws["baseline"] = ({"name": "none"}, lambda run: False)
+    laws["baseline"] = (Law("none"), lambda run: False)
     rows = []
     for run in usable:
         obs = observation(run)
@@ -495,8 +498,8 @@ def predict(result: dict) -> dict:
                          "simulated": {name: sim[m] for name, sim in sims.items()},
                          "fitted": [name for name, (_, fitted_to) in laws.items() if fitted_to(run)]})
     source = profile.source + ("; " + graphs.source if graphs.models else "")
-    return {"rows": rows, "source": source, "laws": [{"name": name, "law": law} for name, (law, _) in laws.items()],
-            "left_out": left_out}
+    return {"rows": rows, "source": source,
+            "laws": [{"name": name, "law": law.to_json()} for name, (law, _) in laws.items()], "left_out": left_out}
 
 
 def relative(simulated: float | None, measured: float | None) -> float | None:

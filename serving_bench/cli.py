@@ -22,7 +22,7 @@ COMMANDS = {
     "check-repo": ("serving_bench.export.check", "check every entry of a model repository"),
     "serve": ("serving_bench.serve.cli", "serve a repository on real tritonserver (127.0.0.1)"),
     "replay": ("serving_bench.load.cli", "replay a load profile or trace against Triton"),
-    "profile": ("serving_bench.profiles.cli", "measure a simulator profile on real Triton"),
+    "profile": ("serving_bench.calibrate.cli", "measure a simulator profile on real Triton"),
     "simulate": ("serving_bench.sim.cli", "run a load profile through the calibrated simulator"),
     "validate": ("serving_bench.validate", "same schedule on Triton and in the simulator; error table"),
     "tune": ("serving_bench.tune.cli", "search instance counts and batching on the simulator; verify on Triton"),

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from serving_bench.profiles.law import Law
 from serving_bench.serve.execution_log import Executions
 from serving_bench.serving_config import ModelServing, ServingConfig
 
@@ -70,8 +71,8 @@ def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
     4 of them over 1 ms), quiet time 2 ms. Two requests sent after 2 ms of quiet and one after none: at 9 instances p =
     0.25, so 2 x 0.25 x 0.75 x (1 - 1/e) = 0.237 expected waits; at 24, flat at 0.4: 0.379."""
     script = _load("wait_by_instances")
-    law = {"wait_p": 0.4, "wait_s": 0.004, "wait_quiet_s": 0.002, "wait_instances": 12, "wait_p_fewer": 0.1,
-           "wait_instances_fewer": 6}
+    law = Law(wait_p=0.4, wait_s=0.004, wait_quiet_s=0.002, wait_instances=12, wait_p_fewer=0.1,
+              wait_instances_fewer=6)
     quiet = np.array([0.002, 0.002, 0.0])
     assert script.expected_waits(law, 9, quiet) == pytest.approx(2 * 0.25 * 0.75 * (1 - np.exp(-1)))
     assert script.expected_waits(law, 24, quiet) == pytest.approx(2 * 0.4 * 0.75 * (1 - np.exp(-1)))

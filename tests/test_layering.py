@@ -2,8 +2,9 @@
 ``ast``, nothing is imported or run.
 
 * a unit (a top-level module or package of ``serving_bench``) imports only the units :data:`ALLOWED` lists for it
-  (an entry ``"pkg.mod"`` allows that one module of a package); the rules between whole units have no cycle, and
-  the modules' own imports have none either (``import x as _x``, a registration for its side effect, aside);
+  (an entry ``"pkg.mod"`` allows that one module of a package); the rules between units have no cycle (an entry
+  ``"pkg.mod"`` counts as a dependency on the unit ``pkg``), nor do the imports between units, and the modules' own
+  imports have none either (``import x as _x``, a registration for its side effect, aside);
 * project modules are imported at the top of a module: inside a function only where :data:`LAZY_PROJECT` says why;
   third-party modules inside a function only when heavy or optional (:data:`LAZY_THIRD_PARTY`), with a comment on
   the line saying so;
@@ -17,6 +18,8 @@ from __future__ import annotations
 import ast
 from functools import lru_cache
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "serving_bench"
 
@@ -35,15 +38,18 @@ ALLOWED: dict[str, set[str]] = {
     "serve": {"errors", "files", "interrupts", "export", "serving_config"},
     "peers": {"errors", "files", "telemetry"},  # a result's machine facts: the hypervisor's steal
     "load": FOUNDATIONS | {"run", "export", "serving_config", "serve", "telemetry"},
-    # measuring a profile fits the devices' sharing law through the simulator (sim.interference, sim.device's laws)
-    "profiles": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "telemetry", "sim.interference",
-                               "sim.device"},  # telemetry: a GPU entry's busy share (NVML)
-    # the simulator knows the spine, profiles' schema and the serving knobs; never a real server or the driver
-    "sim": FOUNDATIONS | {"run", "export", "serving_config", "profiles.schema", "profiles.distributions",
-                          "load.profile"},
+    # what a profile is: its schema, entries, sharing laws, distributions, importers; nothing that measures or simulates
+    "profiles": FOUNDATIONS,
+    # the simulator knows the spine, what a profile's figures mean and the serving knobs; never a real server or the
+    # driver, nor how a profile is measured
+    "sim": FOUNDATIONS | {"run", "export", "serving_config", "profiles.schema", "profiles.entries", "profiles.law",
+                          "profiles.distributions", "load.profile"},
+    # measuring a profile on Triton; the devices' sharing law is fitted through the simulator (sim.interference)
+    "calibrate": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "telemetry", "profiles", "sim"},
     "validate": FOUNDATIONS | {"run", "load", "serve", "profiles", "serving_config", "sim"},
     "report": FOUNDATIONS | {"run"},
-    "tune": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "profiles", "sim", "validate", "report"},
+    "tune": FOUNDATIONS | {"run", "export", "serving_config", "serve", "load", "profiles", "calibrate", "sim",
+                           "validate", "report"},
     "demo": FOUNDATIONS | {"run", "export", "serving_config", "serve", "telemetry", "tune", "report"},
     "cli": {"errors", "interrupts"},  # subcommands by name from its COMMANDS table (importlib), not statically
 }
@@ -115,6 +121,20 @@ def _allowed(importer: str, target: str) -> bool:
     return dst in rules or ".".join(rest[:2]) in rules
 
 
+def unit_graph(allowed: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The rules as a graph between units: an entry ``"pkg.mod"`` is an edge to the unit ``pkg``."""
+    return {u: {d.split(".")[0] for d in deps} - {u} for u, deps in allowed.items()}
+
+
+def imported_units() -> dict[str, set[str]]:
+    """The units each unit's modules import, inside functions too (``cli``'s subcommands are named, not imported)."""
+    graph: dict[str, set[str]] = {}
+    for module in modules():
+        for node, _nested in imports(module):
+            graph.setdefault(unit(module), set()).update(unit(t) for t in _targets(node, module))
+    return {u: deps - {u, "serving_bench"} for u, deps in graph.items()}
+
+
 def _assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
     state: dict[str, int] = {}
 
@@ -135,7 +155,8 @@ def _assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
 def test_every_unit_has_a_rule_and_there_is_no_cycle():
     units = {unit(m) for m in modules()} - {"serving_bench"}
     assert units <= set(ALLOWED), f"no layering rule for {sorted(units - set(ALLOWED))}"
-    _assert_acyclic({u: {d for d in deps if "." not in d} for u, deps in ALLOWED.items()}, "ALLOWED")
+    _assert_acyclic(unit_graph(ALLOWED), "ALLOWED")
+    _assert_acyclic(imported_units(), "the imports between units")
     graph: dict[str, set[str]] = {}
     for module in modules():
         for node, nested in imports(module):
@@ -143,6 +164,21 @@ def test_every_unit_has_a_rule_and_there_is_no_cycle():
                 continue
             graph.setdefault(module, set()).update(t for t in _targets(node, module) if t != module)
     _assert_acyclic(graph, "the module-level imports")
+
+
+def test_the_cycle_check_fails_on_a_planted_cycle():
+    """A cycle through a rule that allows one module (profiles -> sim.device, sim -> profiles.schema) is a cycle
+    between the units, as is one planted in a module graph; an acyclic graph passes."""
+    planted = {**ALLOWED, "profiles": ALLOWED["profiles"] | {"sim.device"}}
+    with pytest.raises(AssertionError, match=r"^cycle in planted: .*\bprofiles -> sim -> profiles$"):
+        _assert_acyclic(unit_graph(planted), "planted")
+    modules_graph = {"serving_bench.a": {"serving_bench.b.x"}, "serving_bench.b.x": {"serving_bench.c"},
+                     "serving_bench.c": {"serving_bench.a"}}
+    with pytest.raises(AssertionError, match=r"cycle in modules: serving_bench\.a -> serving_bench\.b\.x -> "
+                                             r"serving_bench\.c -> serving_bench\.a"):
+        _assert_acyclic(modules_graph, "modules")
+    _assert_acyclic({**modules_graph, "serving_bench.c": set()}, "modules")
+    _assert_acyclic(unit_graph(ALLOWED), "ALLOWED")
 
 
 def test_imports_follow_the_layering():

@@ -14,18 +14,19 @@ import pytest
 
 from serving_bench.errors import InputError
 from serving_bench.profiles import Dist, IdleEffect, Profile
-from serving_bench.profiles.importers import import_csv, import_h200_eager
+from serving_bench.profiles.importers import CsvImport, import_csv, import_h200_eager
 
 
 def test_the_serial_law_is_refused_for_models_on_the_hosts_cores_before_anything_runs(tmp_path):
     """``profile --law serial`` (a GPU's kernels one at a time) on a CPU entry: a one-line input error, before a
     server starts or a file is written."""
     from serving_bench.export.sleep import write_sleep_entry
-    from serving_bench.profiles.measure import measure_profile
+    from serving_bench.calibrate.measure import measure_profile
+    from serving_bench.calibrate.plan import MeasureConfig
 
     write_sleep_entry(tmp_path / "repo", "sleep_python", base_ms=1.0, per_item_ms=0.0, max_batch_size=1)
-    with pytest.raises(InputError, match="--law: serial: the serial law is for models on a GPU"):
-        measure_profile(tmp_path / "repo", ["sleep_python"], tmp_path / "p.json", law="serial")
+    with pytest.raises(InputError, match="^--law: serial: the serial law is for a gpu device, not a cpu one$"):
+        measure_profile(tmp_path / "repo", ["sleep_python"], tmp_path / "p.json", MeasureConfig(law="serial"))
     assert not (tmp_path / "p.json").exists()
 
 
@@ -55,7 +56,7 @@ def test_another_thread_count_runs_at_its_table_and_between_two_by_amdahls_law()
     c = 40 ms, so 20 ms; the demand linear in T, 2 cores. Beyond the measured counts the nearest one's table; the
     co-location curve (measured at 4) only at 4."""
     from serving_bench.profiles.distributions import Curve
-    from serving_bench.profiles.schema import ModelOnDevice, ThreadTable
+    from serving_bench.profiles.entries import ModelOnDevice, ThreadTable
 
     one = ThreadTable({1: Dist.constant(0.010), 8: Dist.constant(0.040)}, {1: 1.0, 8: 1.0})
     md = ModelOnDevice("n/a", {1: Dist.constant(0.004), 8: Dist.constant(0.010)}, (Curve(1, (1.0, 2.0), (1.0, 1.5)),),
@@ -110,14 +111,14 @@ def test_the_simulators_grid_keeps_the_mean_of_its_last_cell():
 def test_csv_import_samples_and_quantiles(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("batch_size,latency_ms\n1,2.0\n1,4.0\n8,10\n")
-    profile = import_csv(path, model="m", device="cpu", cores=4)
+    profile = import_csv(path, CsvImport(model="m", device="cpu", cores=4))
     assert profile.models["m"].devices["cpu"].batches[1] == Dist.from_samples([0.002, 0.004])
     path.write_text("batch_size,p50_ms,p90_ms,mean_ms\n1,2,3,2.5\n")
-    d = import_csv(path, model="m").models["m"].devices["gpu0"].batches[1]
+    d = import_csv(path, CsvImport(model="m")).models["m"].devices["gpu0"].batches[1]
     assert d.mean == pytest.approx(0.0025) and d.quantile(0.9) == pytest.approx(0.003)
     path.write_text("batch_size,latency_ms\n0,2\n")
     with pytest.raises(InputError, match=r"t.csv: line 2: batch_size: expected a batch size >= 1"):
-        import_csv(path, model="m")
+        import_csv(path, CsvImport(model="m"))
 
 
 @pytest.mark.parametrize("mutate, where", [
@@ -201,7 +202,7 @@ def test_execution_log_round_trip_ignores_a_torn_record(tmp_path):
 
 
 def test_trace_is_read_as_executed_batches(tmp_path):
-    from serving_bench.profiles.estimators import Trace
+    from serving_bench.calibrate.runs import Trace
 
     # two requests merged into one batch (same compute start), one alone, another model's request apart
     reqs = [("m", 1.0, 1.0, 1.1, 1.2), ("m", 1.05, 1.05, 1.1, 1.21), ("m", 2.0, 2.0, 2.1, 2.3),
@@ -212,7 +213,8 @@ def test_trace_is_read_as_executed_batches(tmp_path):
 
 
 def test_gap_between_batches_from_executed_batches():
-    from serving_bench.profiles.estimators import LoopRun, batch_gap
+    from serving_bench.calibrate.estimators import batch_gap
+    from serving_bench.calibrate.runs import LoopRun
 
     # one instance, 3 requests always in flight: each batch starts 300 us after the previous one ends, of which the
     # hop to the runner is 200 us (Triton's compute 5.2 ms, the runner's 5.0 ms): a gap of 100 us; except one that
@@ -230,7 +232,8 @@ def test_gap_between_batches_from_executed_batches():
 
 
 def test_service_dispatch_and_overhead_from_executed_batches():
-    from serving_bench.profiles.estimators import LoopRun, service_and_overhead
+    from serving_bench.calibrate.estimators import service_and_overhead
+    from serving_bench.calibrate.runs import LoopRun
 
     # one request at a time: sent, 100 us to the runner, 300 us logged, 150 us back; Triton counts 340 us of
     # compute, so 40 us of hop (20 us each way): service 340 us, dispatch 80 us, overhead 130 us (+ a queue delay
@@ -255,7 +258,7 @@ def test_service_dispatch_and_overhead_from_executed_batches():
 def _one_at_a_time(way_in, service, way_out, gap_s=0.001):
     """A one-at-a-time run of one-row requests with the given phases (s), one request every ``gap_s`` after the
     previous answer; Triton's compute equals the logged mean (no hop)."""
-    from serving_bench.profiles.estimators import LoopRun
+    from serving_bench.calibrate.runs import LoopRun
 
     sent, batches, t = [], [], 0.0
     for d, v, o in zip(way_in, service, way_out):
@@ -269,7 +272,7 @@ def _one_at_a_time(way_in, service, way_out, gap_s=0.001):
 
 
 def test_phase_drift_of_phases_that_share_the_host_speed_or_do_not():
-    from serving_bench.profiles.estimators import DRIFT_LAGS_MS, phase_drift
+    from serving_bench.calibrate.estimators import DRIFT_LAGS_MS, phase_drift
 
     # every phase proportional to one host speed that only grows over the run: a request's phases have the same
     # ranks, so they correlate exactly 1; two services any time apart keep their order (the later one's scores
@@ -313,7 +316,8 @@ def test_host_cpu_split_into_per_request_and_per_batch():
     cannot tell them apart; o that does not fall with n is all per request, a line through o < 0 at n = inf all per
     batch. The take-up of a lone payload: Triton's queue time 150 us less the batcher's own 50 us delay, at most the
     80 us dispatch."""
-    from serving_bench.profiles.estimators import LoopRun, handoff_point, handoff_split, pickup_s
+    from serving_bench.calibrate.estimators import handoff_point, handoff_split, pickup_s
+    from serving_bench.calibrate.runs import LoopRun
 
     def run(n_batches, batch_s, cpu_s, queue_s=0.0):
         batches = [(1.0 + i * 0.01, 1.0 + i * 0.01 + batch_s, 1) for i in range(n_batches)]
@@ -345,7 +349,7 @@ def test_host_cpu_split_into_per_request_and_per_batch():
 
 
 def test_per_request_cost_is_the_extra_slope_of_multi_request_batches():
-    from serving_bench.profiles.estimators import per_request_cost
+    from serving_bench.calibrate.estimators import per_request_cost
 
     service = {1: 0.006, 2: 0.007, 3: 0.008, 4: 0.009}  # one request of n rows: 5 ms + 1 ms per row
     # batches of n one-row requests: 40 us more per extra request, and the whole run 0.5 ms slower (drift)
@@ -362,7 +366,8 @@ def test_per_request_cpu_is_the_runners_extra_cpu_slope_over_requests_per_batch(
     interpolated). Loaded, batches of 2 one-row requests cost 130 + 10 + 50 us, of 4 requests 190 + 30 + 50 us: the
     excess grows by 10 us per request; the 50 us the whole loaded run pays more (a slower machine) is no per-request
     cost. Without the runner's CPU, or with one size executed, there is nothing to say."""
-    from serving_bench.profiles.estimators import LoopRun, per_request_cpu
+    from serving_bench.calibrate.estimators import per_request_cpu
+    from serving_bench.calibrate.runs import LoopRun
     from serving_bench.serve.execution_log import Executions
 
     def run(rows, requests, cpu_us):
@@ -389,7 +394,7 @@ def test_per_request_cpu_is_the_runners_extra_cpu_slope_over_requests_per_batch(
 def test_colocation_speedup_is_the_median_never_rounded_up():
     """A slowdown within the rounds' noise is kept: S(4) = 2.0 on two cores stays 2.0 (the issue's tiny_cnn case
     had it rounded up to 4.00, and the tuner's capacity hit its ceiling)."""
-    from serving_bench.profiles.estimators import colocation_speedup
+    from serving_bench.calibrate.estimators import colocation_speedup
 
     s, why = colocation_speedup(4.0, [2.1, 1.9, 2.0], [0.0006, 0.0009, 0.0007])
     assert s == pytest.approx(2.0) and "spread" in why
@@ -399,7 +404,7 @@ def test_colocation_speedup_is_the_median_never_rounded_up():
 
 def test_lone_wait_follows_tritons_preferred_sizes():
     from serving_bench.export.sleep import sleep_config
-    from serving_bench.profiles.estimators import lone_wait_s
+    from serving_bench.calibrate.runs import lone_wait_s
 
     config = sleep_config("s", base_ms=1, per_item_ms=0, max_batch_size=8, max_queue_delay_us=500)
     assert lone_wait_s(config, 1) == pytest.approx(5e-4) and lone_wait_s(config, 8) == 0.0
@@ -412,7 +417,7 @@ def _cold_runs(groups, slow_way_in=None):
     """A hot run (back to back: way in 0.2 ms, service 0.3 ms, latency 1 ms) and one cold-start run: a first request,
     then per group ``(gap, service extra, way out extra)`` 13 requests, each that many seconds after the one before;
     ``slow_way_in(i)``: extra seconds on the way in of the group requests' i-th."""
-    from serving_bench.profiles.estimators import LoopRun
+    from serving_bench.calibrate.runs import LoopRun
 
     def run(t0, gaps, service_extra, out_extra, way_in_extra):
         sent = t0 + np.concatenate([[0.0], np.cumsum(gaps)])  # a first request, then each its gap after the last
@@ -432,7 +437,7 @@ def _cold_runs(groups, slow_way_in=None):
 
 
 def test_cold_starts_are_binned_monotone_and_relative_to_back_to_back():
-    from serving_bench.profiles.estimators import COLD_BINS, COLD_MEMORY, cold_starts
+    from serving_bench.calibrate.cold import COLD_BINS, COLD_MEMORY, cold_starts
 
     # six groups of 13 requests, 2 ... 64 ms apart; the third group computed faster than the second (a longer
     # idle cannot make a start warmer: lifted to the second's extra)
@@ -467,7 +472,8 @@ def test_cold_starts_are_binned_monotone_and_relative_to_back_to_back():
 def test_a_cold_way_in_keeps_its_tail_beside_its_median():
     from serving_bench.errors import InputError
     from serving_bench.profiles.distributions import parse_idle
-    from serving_bench.profiles.estimators import COLD_MINIMUM, LoopRun, cold_starts, quiet_requests
+    from serving_bench.calibrate.cold import COLD_MINIMUM, cold_starts, quiet_requests
+    from serving_bench.calibrate.runs import LoopRun
     from serving_bench.sim.workload import cold_extra
 
     # 32 ms and more apart, one request in four waits 2 ms more on its way in: the median way in is unchanged
@@ -502,7 +508,8 @@ def test_the_wait_behind_a_long_execution_is_measured_by_how_quiet_the_host_was(
     at each request's recent quiet time g, comes out at what each host shows: 60 % and about 5 %. Measured on two
     servers, the one where fewer waited gets the smaller p."""
     from serving_bench.profiles.distributions import recent_means
-    from serving_bench.profiles.estimators import QUIET_MEMORY, LoopRun, quiet_wait
+    from serving_bench.calibrate.runs import LoopRun
+    from serving_bench.calibrate.waits import QUIET_MEMORY, quiet_wait
     from serving_bench.sim.interference import WAIT_S_RANGE
 
     sends = np.concatenate([np.arange(60) * 0.050, 4.0 + np.arange(400) * 0.001])
@@ -552,7 +559,8 @@ def test_the_waits_length_follows_the_hosts_quiet_where_two_rates_measured_it():
     taking 4 ms longer on their way in; one busy (1 ms apart), 15 taking 2 ms longer. Each rate gets its own length
     (uniform up to 2 x 4 - 1 = 7 ms and 2 x 2 - 1 = 3 ms) at its median recent quiet time; pooled they would share
     one. With fewer than ten waits at a rate, or one rate only, the length is one."""
-    from serving_bench.profiles.estimators import LoopRun, quiet_wait
+    from serving_bench.calibrate.runs import LoopRun
+    from serving_bench.calibrate.waits import quiet_wait
     from serving_bench.sim.interference import WAIT_S_RANGE
 
     def open_run(spacing: float, n: int, during: np.ndarray, waited: np.ndarray, wait: float) -> LoopRun:
@@ -582,7 +590,7 @@ def test_the_waits_length_follows_the_hosts_quiet_where_two_rates_measured_it():
 def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
     """The fit's warning note marks a profile uncertain (the demo measures it once more when its machine was
     disturbed); other notes do not."""
-    from serving_bench.profiles.measure import FIT_WARNING, UNCERTAIN_NOTE, uncertain
+    from serving_bench.calibrate.calibration import FIT_WARNING, UNCERTAIN_NOTE, uncertain
 
     plain = import_h200_eager()
     assert plain.notes and not uncertain(plain)
@@ -600,14 +608,15 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     the profile and the replay, 20 s apart, disagreed by more than 15 % at p50 in 2 of 8 runs on a quiet machine."""
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.load.native import choose_sender
-    from serving_bench.profiles.measure import measure_profile
+    from serving_bench.calibrate.measure import measure_profile
+    from serving_bench.calibrate.plan import MeasureConfig
     from serving_bench.serve.runners import default_threads
     from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, "sleep_python", base_ms=15.0, per_item_ms=2.0, max_batch_size=8)
-    profile = measure_profile(repo, ["sleep_python"], tmp_path / "p.json", batch_sizes=[1, 8], colocation=(1, 2),
-                              colocation_batches=(1,), seconds=0.5, rounds=2)
+    profile = measure_profile(repo, ["sleep_python"], tmp_path / "p.json", MeasureConfig(
+        batch_sizes=(1, 8), colocation=(1, 2), colocation_batches=(1,), seconds=0.5, rounds=2))
     md = profile.models["sleep_python"].devices["cpu"]
     # server-side service times: the sleep plus the python backend's own work, never less than the sleep
     assert 0.017 <= md.batches[1].quantile(0.01) and md.batches[1].median < 0.022
@@ -646,8 +655,8 @@ def test_measure_then_validate_on_real_triton(tmp_path):
 def test_a_replay_through_another_sender_than_the_profile_is_noted(tmp_path):
     """The ways in and out include the sender's own time: the validation says so where the senders differ (the
     line ``run_validation`` writes to validation.json's notes and passes to its ``note``), and the report shows it."""
-    from serving_bench.profiles.estimators import LoopRun
-    from serving_bench.profiles.measure import sender_of
+    from serving_bench.calibrate.runs import LoopRun
+    from serving_bench.calibrate.measure import sender_of
     from serving_bench.report.collect import collect
     from serving_bench.report.render import validation_section
     from serving_bench.run.records import COLUMNS, Records, RunInfo
@@ -726,7 +735,8 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
 
     from serving_bench.export.api import export_models
     from serving_bench.export.repository import entry_dir
-    from serving_bench.profiles.measure import measure_profile
+    from serving_bench.calibrate.measure import measure_profile
+    from serving_bench.calibrate.plan import MeasureConfig
     from serving_bench.validate import run_validation
 
     def ratio(row):
@@ -735,8 +745,8 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     repo, name = tmp_path / "repo", "tiny_cnn_onnxruntime"
     records = export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
     assert [r["status"] for r in records] == ["exported"]
-    profile = measure_profile(repo, [name], tmp_path / "p.json", batch_sizes=[1, 8], colocation=(1,), seconds=0.5,
-                              rounds=1)
+    profile = measure_profile(repo, [name], tmp_path / "p.json", MeasureConfig(
+        batch_sizes=(1, 8), colocation=(1,), seconds=0.5, rounds=1))
     md = profile.models[name].devices["cpu"]
     assert md.execution_mode == "n/a" and 0.0 < md.batches[1].median < 0.05 and 0.0 < md.batches[8].median < 0.05
     load = tmp_path / "load.yaml"
@@ -763,7 +773,7 @@ def test_padded_sizes_come_from_the_runtime_and_set_the_measured_sizes():
     from tritonclient.grpc import model_config_pb2 as mc
 
     from serving_bench.export.repository import ModelConfig
-    from serving_bench.profiles.measure import default_batch_sizes, padded_sizes
+    from serving_bench.calibrate.plan import default_batch_sizes, padded_sizes
 
     tvm = ModelConfig(name="m", backend="python", max_batch_size=32)
     tvm.parameters["buckets"].string_value = "1,8,4"
@@ -786,7 +796,7 @@ def test_a_runs_cpu_counts_the_sender_processes_that_ended(tmp_path):
     import sys
 
     from serving_bench.export.sleep import write_sleep_entry
-    from serving_bench.profiles.session import Session
+    from serving_bench.calibrate.session import Session
     from serving_bench.serve.server import TritonServer
 
     repo = tmp_path / "repo"
@@ -804,7 +814,7 @@ def test_a_session_on_a_server_without_execution_logs_reads_the_runs_cpu_and_no_
     (server, stubs and client: a closed loop of 1 ms sleeps costs the client and the server's threads something)
     and no executions."""
     from serving_bench.export.sleep import write_sleep_entry
-    from serving_bench.profiles.session import Session
+    from serving_bench.calibrate.session import Session
     from serving_bench.serve.server import TritonServer
 
     repo = tmp_path / "repo"
@@ -816,7 +826,7 @@ def test_a_session_on_a_server_without_execution_logs_reads_the_runs_cpu_and_no_
 
 
 def test_an_ensembles_own_time_is_its_measured_excess_over_its_members_simulated_path():
-    from serving_bench.profiles.estimators import COLD_MINIMUM, ensemble_extra
+    from serving_bench.calibrate.cold import COLD_MINIMUM, ensemble_extra
 
     # a run's first request (nothing before it: left out), then two bins of 12 requests: 2 ms apart, measured
     # 0.1 ms over the simulated latency at every seed, and 50 ms apart, 0.5 ms over; within each bin the excess
@@ -863,15 +873,16 @@ def test_profiling_an_ensemble_measures_its_members_and_its_own_time_on_real_tri
     from repos import write_sleep_chain
 
     from serving_bench.export.sleep import write_sleep_entry
-    from serving_bench.profiles.measure import measure_profile
+    from serving_bench.calibrate.measure import measure_profile
+    from serving_bench.calibrate.plan import MeasureConfig
 
     repo = tmp_path / "repo"
     for name in ("first", "second"):
         write_sleep_entry(repo, name, base_ms=2.0, per_item_ms=0.0, max_batch_size=1)
     write_sleep_chain(repo, "chain", ["first", "second"], max_batch_size=1)
     lines = []
-    profile = measure_profile(repo, ["chain"], tmp_path / "p.json", batch_sizes=[1], calibrate=0, pairs=False,
-                              seconds=0.5, idle_rounds=1, log=lines.append)
+    profile = measure_profile(repo, ["chain"], tmp_path / "p.json", MeasureConfig(
+        batch_sizes=(1,), calibrate=0, pairs=False, seconds=0.5, idle_rounds=1), log=lines.append)
     assert sorted(profile.models) == ["first", "second"] and list(profile.ensembles) == ["chain"]
     extra = Profile.load(tmp_path / "p.json").ensembles["chain"]
     assert len(extra.gap_s) >= 2 and list(extra.gap_s) == sorted(extra.gap_s)

@@ -14,7 +14,7 @@ import pytest
 
 from serving_bench.errors import InputError
 from serving_bench.load.driver import TritonTarget
-from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, ModelOnDevice, ModelProfile, Profile
+from serving_bench.profiles import Curve, DeviceInfo, Dist, IdleEffect, Law, ModelOnDevice, ModelProfile, Profile
 from serving_bench.profiles.distributions import parse_idle
 from serving_bench.run.metrics import summarize
 from serving_bench.run.schedule import Schedule
@@ -303,7 +303,7 @@ def test_serial_law_slows_a_pair_below_the_devices_capacity():
     6 ms run at 1 / (1 + 0.3 x 0.2) — until b's 6 ms of work is done (b at 1 / (1 + 0.2 x 0.3), the same rate),
     both at 6.36 ms. A model of demand 0 is neither slowed nor slows. Beyond the exact population (Schweitzer's
     approximation) the rates stay within a few % of the exact ones; the law is refused on a CPU host."""
-    from serving_bench.sim.device import EXACT_STATES, Law, serial_rates
+    from serving_bench.sim.device import EXACT_STATES, serial_rates
 
     profile = _demand_profile({"a": 0.3, "b": 0.2}, kind="gpu")
     assert _together(profile, ("a", "b"), "gpu0") == pytest.approx([0.006 * 1.06] * 2)
@@ -311,8 +311,6 @@ def test_serial_law_slows_a_pair_below_the_devices_capacity():
     split = [3] * 8  # 4^8 sub-populations: approximated
     assert 4 ** 8 > EXACT_STATES
     assert serial_rates(split, [0.1] * 8)[0] == pytest.approx(serial_rates([24], [0.1])[0], rel=0.05)
-    with pytest.raises(ValueError, match="capacity 1"):
-        Law("serial", 2)
     data = _demand_profile({"a": 0.3}).to_json()
     data["devices"]["cpu"]["law"] = {"name": "serial"}
     with pytest.raises(InputError, match=r"devices\.cpu\.law\.name"):
@@ -695,13 +693,13 @@ def test_hand_off_share_psi_scales_the_hop_and_the_ways_in_and_out():
     psi defaults to 1 and never reaches the law's own parameters."""
     from serving_bench.sim.spec import batch_demand, device_law, handoff_share
 
-    info = DeviceInfo("cpu", "cpu", cores=2, law={"name": "pool_eff", "eta": 0.8, "psi": 0.5})
+    info = DeviceInfo("cpu", "cpu", cores=2, law=Law("pool_eff", eta=0.8, psi=0.5))
     md = ModelOnDevice("n/a", {1: Dist.constant(0.006)}, demand={1: 1.0}, hop_s=0.002)
     assert handoff_share(info) == 0.5 and handoff_share(DeviceInfo("cpu", "cpu", cores=2)) == 1.0
     assert batch_demand(info, md, 1, None, handoff=1.0 * handoff_share(info)) == pytest.approx(5 / 6)
     assert batch_demand(info, md, 1, None) == 1.0  # no hand-off demand measured: the runner's alone
-    assert device_law(info).speedup(2, 1.0) == device_law(DeviceInfo("cpu", "cpu", cores=2, law={
-        "name": "pool_eff", "eta": 0.8})).speedup(2, 1.0)
+    assert device_law(info).speedup(2, 1.0) == device_law(DeviceInfo("cpu", "cpu", cores=2, law=Law(
+        "pool_eff", eta=0.8))).speedup(2, 1.0)
 
 
 def _hosted_profile(request_demand=1.0, dispatch=0.001, overhead=0.001):
@@ -840,9 +838,9 @@ def test_the_wait_chance_follows_the_hosts_instances_in_all():
     from serving_bench.sim.spec import wait_chance
 
     by_count = {"wait_instances": 4, "wait_p_fewer": 0.1, "wait_instances_fewer": 2}
-    law = {"wait_p": 0.4, **by_count}
+    law = Law(wait_p=0.4, **by_count)
     assert [wait_chance(law, n) for n in (1, 2, 3, 4, 8)] == pytest.approx([0.1, 0.1, 0.25, 0.4, 0.4])
-    assert wait_chance({"wait_p": 0.4}, 3) == 0.4 and wait_chance(law, None) == 0.4
+    assert wait_chance(Law(wait_p=0.4), 3) == 0.4 and wait_chance(law, None) == 0.4
     profile = _waiting_profile(0.4, 0.002, **by_count)
 
     def chance(long: int, short: int) -> float:
@@ -870,11 +868,11 @@ def test_the_waits_length_follows_the_hosts_quiet_between_the_two_measured_times
     q waits u / q of that length. The three fields come together, the busier quiet time first."""
     from serving_bench.sim.spec import core_wait
 
-    law = {"wait_p": 1.0, "wait_s": 0.002, "wait_gap_s": 0.002, "wait_gap_quiet_s": 0.012, "wait_s_quiet": 0.004}
-    wait = core_wait(DeviceInfo("cpu", "cpu", cores=1, law={"name": "pool", **law}))
+    law = Law("pool", wait_p=1.0, wait_s=0.002, wait_gap_s=0.002, wait_gap_quiet_s=0.012, wait_s_quiet=0.004)
+    wait = core_wait(DeviceInfo("cpu", "cpu", cores=1, law=law))
     lengths = [wait.wait_s(1.0, 1.0, 1.0, 0.5, quiet) for quiet in (0.001, 0.002, 0.007, 0.012, 0.100)]
     assert lengths == pytest.approx([0.001, 0.001, 0.0015, 0.002, 0.002])
-    assert core_wait(DeviceInfo("cpu", "cpu", cores=1, law={"name": "pool", "wait_p": 1.0, "wait_s": 0.002})
+    assert core_wait(DeviceInfo("cpu", "cpu", cores=1, law=Law("pool", wait_p=1.0, wait_s=0.002))
                      ).wait_s(1.0, 1.0, 1.0, 0.5, 0.100) == pytest.approx(0.001)
     data = _waiting_profile().to_json()
     data["devices"]["cpu"]["law"].update(wait_gap_s=0.002, wait_s_quiet=0.004)
@@ -1043,7 +1041,39 @@ def test_a_take_up_waits_in_the_run_queue_while_the_cores_are_taken_by_short_wor
     assert _ends(long_ones, jobs) == pytest.approx([0.002, 0.002, 0.0015])
     jobs[2] = (0.0005, 0.001, way)
     assert _ends(Device("cpu", Law("pool", 2, queue=1.0)), jobs) == pytest.approx([0.0025, 0.0025, 0.002])
-    assert Law("pool_eff", 2, eta=0.8, queue=1.0).to_json() == {"name": "pool_eff", "eta": 0.8, "queue": 1.0}
+
+
+def test_a_profiles_law_is_parsed_once_typed_and_run_by_the_engine():
+    """A profile's ``law`` object becomes a frozen :class:`Law` (numbers as floats, the parameters its name does not
+    take dropped), writes back the same object, and the engine runs its name and throughput parameters; parameters
+    it does not name take the vocabulary's defaults, and a device without a law is shared by its kind's default. Bad
+    laws are one-line input errors naming the field."""
+    from serving_bench.sim.spec import core_wait, device_law, handoff_share
+
+    data = {"name": "pool_eff", "eta": 0.8, "queue": 1, "psi": 0.5, "wait_p": 0.1, "wait_s": 0.003}
+    law = Law.from_json({**data, "power": 2.0}, "p.json", "devices.cpu.law")
+    assert law == Law("pool_eff", eta=0.8, queue=1.0, psi=0.5, wait_p=0.1, wait_s=0.003)
+    assert law.to_json() == {**data, "queue": 1.0} and list(law.to_json()) == ["name", "eta", "psi", "wait_p",
+                                                                               "wait_s", "queue"]
+    assert law.value("drift") == 0.0 and law.value("wait_quiet_memory") == 1.0 and law.value("power") == 8.0
+    named = DeviceInfo("cpu", "cpu", cores=2, law=law)
+    engine = device_law(named)
+    assert (engine.name, engine.eta, engine.queue, engine.scale) == ("pool_eff", 0.8, 1.0, 1.6)
+    assert handoff_share(named) == 0.5 and core_wait(named, 4).p == 0.1 and core_wait(named).quiet_s == 0.0
+    assert DeviceInfo("gpu0", "gpu").sharing == Law("serial") and DeviceInfo("cpu", "cpu", cores=2).sharing == Law()
+    assert device_law(DeviceInfo("gpu0", "gpu")).name == "serial" and core_wait(DeviceInfo("gpu0", "gpu")) is None
+    for bad, line in (({"name": "fast"}, "p.json: law.name: expected one of pool, pool_eff, soft, none, serial"),
+                      ({"name": "soft", "eta": 0.9}, "p.json: law.power: missing; the soft law needs it"),
+                      ({"name": "pool", "psi": 0}, "p.json: law.psi: expected a number > 0"),
+                      ({"name": "pool", "drift": 2}, "p.json: law.drift: expected a number in (0, 1]"),
+                      ({"name": "pool", "eta": 0.5, "queue": "1"}, "p.json: law.queue: expected a finite number")):
+        with pytest.raises(InputError) as err:
+            Law.from_json(bad, "p.json", "law")
+        assert err.value.line().startswith(line)
+    with pytest.raises(ValueError, match="law.eta: missing; the pool_eff law needs it"):
+        Law("pool_eff")
+    with pytest.raises(ValueError, match="law.eta: not a parameter of the pool law"):
+        Law("pool", eta=0.5)
 
 
 def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
@@ -1052,7 +1082,7 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
     from serving_bench.sim.interference import (Observation, Simulations, fit, leave_one_out, predict, tail_error,
                                                 with_law)
 
-    truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", {"name": "pool_eff", "eta": 0.7})
+    truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", Law("pool_eff", eta=0.7))
     runs = []
     for instances in ({"a": 1, "b": 1}, {"a": 2, "b": 0}, {"a": 2, "b": 2}, {"a": 3, "b": 1}):
         models = {m: k for m, k in instances.items() if k}
@@ -1061,7 +1091,7 @@ def test_a_law_is_fitted_from_colocated_runs_and_chosen_by_held_out_error():
         runs.append(dataclasses.replace(obs, measured_rps=predict(truth, obs)))
     base = _demand_profile({"a": 1.0, "b": 1.0})
     law, err = fit(base, "cpu", runs, "pool_eff")
-    assert law["eta"] == pytest.approx(0.7, abs=0.02) and err < 0.01
+    assert law.eta == pytest.approx(0.7, abs=0.02) and err < 0.01
     assert fit(base, "cpu", runs, "pool_eff", workers=2) == (law, err)  # the same simulations, in two processes
     tails = [dataclasses.replace(obs, measured_p99={m: 0.01 for m in obs.clients}) for obs in runs]
     with Simulations(base, "cpu", workers=2) as parallel:
@@ -1078,11 +1108,11 @@ def test_a_law_pinned_on_a_bound_of_its_range_marks_the_profile_uncertain():
     """Runs made at a tenth of two cores' capacity (what a disturbed machine measures) are slower than any eta in
     0.25..1.5 explains: the fit ends on the lower bound, and the profile's note says so although the mean error
     alone stays under the warning's threshold; a fit inside the range says nothing."""
-    from serving_bench.profiles.measure import FIT_WARNING, UNCERTAIN_NOTE, fit_warning
+    from serving_bench.calibrate.calibration import FIT_WARNING, UNCERTAIN_NOTE, fit_warning
     from serving_bench.sim.interference import ETA_RANGE, Observation, fit, pinned, predict, with_law
 
     def runs(eta: float) -> list:
-        truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", {"name": "pool_eff", "eta": eta})
+        truth = with_law(_demand_profile({"a": 1.0, "b": 1.0}), "cpu", Law("pool_eff", eta=eta))
         out = []
         for instances in ({"a": 2, "b": 2}, {"a": 3, "b": 1}):
             serving = {m: ModelServing(m, instances=(("cpu", k),)) for m, k in instances.items()}
@@ -1092,7 +1122,7 @@ def test_a_law_pinned_on_a_bound_of_its_range_marks_the_profile_uncertain():
 
     base = _demand_profile({"a": 1.0, "b": 1.0})
     law, err = fit(base, "cpu", runs(0.1), "pool_eff")
-    assert law["eta"] == pytest.approx(ETA_RANGE[0], abs=0.01) and pinned(law) == {"eta": ETA_RANGE}
+    assert law.eta == pytest.approx(ETA_RANGE[0], abs=0.01) and pinned(law) == {"eta": ETA_RANGE}
     note = fit_warning(law, min(err, FIT_WARNING))
     assert note.startswith(f"{UNCERTAIN_NOTE} with eta 0.25") and "on a bound of its range 0.25..1.5" in note
     law, err = fit(base, "cpu", runs(0.7), "pool_eff")
@@ -1140,7 +1170,7 @@ def test_an_open_loop_run_calibrates_the_wait_and_not_the_throughput():
     short = ok[ok["model"].astype(str) == "short"]
     waited = simulated_p99(profile, dataclasses.replace(light, seed=3))["short"]
     assert waited == pytest.approx(float(np.percentile(short["done_s"] - short["sent_s"], 99)))
-    plain = with_law(profile, "cpu", {"name": "pool", "wait_p": 1e-9, "wait_s": 0.004})
+    plain = with_law(profile, "cpu", Law("pool", wait_p=1e-9, wait_s=0.004))
     assert simulated_p99(plain, light)["short"] < waited  # the wait lengthens the tail
     measured = dataclasses.replace(light, measured_p99={"short": waited})
     assert tail_error(profile, [measured]) == 0.0 < tail_error(plain, [measured])

@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.errors import InputError  # noqa: E402
-from serving_bench.profiles.schema import WAIT_BY_INSTANCES, Profile  # noqa: E402
+from serving_bench.profiles.law import WAIT_BY_INSTANCES  # noqa: E402
+from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.run.records import load_records  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402

@@ -45,7 +45,7 @@ from wait_decomposition import first_batch  # noqa: E402
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.serve.execution_log import Executions  # noqa: E402
 from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -157,7 +157,7 @@ def main() -> int:
     profile = Profile.from_json(data["profile"], str(args.data))
     together = bench.saved_observation(data["cases"]["all together"])
     law = fit(profile, "cpu", [together], bench.DEFAULT_LAW, workers=cpu_cores(), measured=data.get("quiet_wait"))[0]
-    print("law fitted on the all-together run: " + ", ".join(f"{k} {v:.4g}" for k, v in law.items() if k != "name"))
+    print("law fitted on the all-together run: " + ", ".join(f"{k} {v:.4g}" for k, v in law.params().items()))
     config = bench.serving_config({m: bench.serving_from_json(s) for m, s in data["serving"].items()}, bench.STREAMS)
     with TritonServer(args.repo, models=list(bench.STREAMS), execution_log=True) as server:
         session = Session(server.endpoints, server)
@@ -181,7 +181,7 @@ def main() -> int:
                                                           schedule)
             table = records.table[records.table["status"].astype(str) == "ok"]
             print(f"\n== load {load}: host CPU measured {run.cpu_s / seconds:.2f} cores, simulated "
-                  f"{cpu_s / records.info.sim.duration_s / law.get('eta', 1.0):.2f}")
+                  f"{cpu_s / records.info.sim.duration_s / law.value('eta'):.2f}")
             print(f"  {'latency (ms) at p' + '/'.join(map(str, QUANTILES)):36s} {'measured':>31s} | simulated")
             for m in bench.STREAMS:
                 mine = table[table["model"].astype(str) == m]

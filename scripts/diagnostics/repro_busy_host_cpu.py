@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 

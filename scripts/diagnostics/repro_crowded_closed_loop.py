@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.schema import Profile  # noqa: E402
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 from serving_bench.sim.interference import Observation, answered, simulate  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def main() -> int:
     obs = together[0]
     instances = max(count for serving in obs.serving.values() for _, count in serving.instances)
     models = list(obs.clients)
-    with open_session(Path(args.repo), models, instances, 1, False, None, [], print) as session:
+    with open_session(ServerSetup(Path(args.repo), tuple(models), instances), [], print) as session:
         run = session.run({m: (1, 1) for m in models}, args.seconds)
     simulated = answered(simulate(profile, obs, args.seconds), args.seconds)
     for m in models:

@@ -3,7 +3,7 @@
 
 ``tiny_cnn`` on ONNX Runtime (one instance, one thread), one closed loop of one-row requests at concurrency 1 on the
 embedded tritonserver with execution logs, each request matched to its batch as the profile matches them
-(:func:`serving_bench.profiles.estimators.phase_drift`): its way in (send to batch start), service and way out.
+(:func:`serving_bench.calibrate.estimators.phase_drift`): its way in (send to batch start), service and way out.
 It prints, on normal scores (each phase's ranks mapped through the inverse normal CDF, so the marginals do not
 matter), the correlation of the three phases of one request, the p99 of their sum measured against the same three
 marginals drawn independently (what the simulator does today), and the correlation of the service of two requests
@@ -30,8 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
-from serving_bench.profiles.estimators import phase_drift, service_and_overhead  # noqa: E402
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.estimators import phase_drift, service_and_overhead  # noqa: E402
+from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 
 MODEL = "tiny_cnn_onnxruntime"
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         repo = Path(tmp) / "repo"
         export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
         settle_after_export(time.perf_counter(), print)
-        with open_session(repo, [MODEL], 1, 1, False, None, [], print) as session:
+        with open_session(ServerSetup(repo, (MODEL,)), [], print) as session:
             run = session.run({MODEL: (1, 1)}, args.seconds)
     drift = phase_drift(run, MODEL, 0.0, LAGS_MS)
     if drift is None:

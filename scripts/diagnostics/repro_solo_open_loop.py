@@ -32,7 +32,8 @@ from serving_bench.export.api import export_models, settle_after_export  # noqa:
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.arrivals import poisson_times  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
-from serving_bench.profiles.measure import calibration_serving, measure_profile  # noqa: E402
+from serving_bench.calibrate.measure import measure_profile  # noqa: E402
+from serving_bench.calibrate.plan import MeasureConfig, calibration_serving  # noqa: E402
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -75,7 +76,8 @@ def main() -> int:
         repo = Path(tmp) / "repo"
         export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
         settle_after_export(time.perf_counter(), print)
-        profile = measure_profile(repo, [MODEL], Path(tmp) / "profile.json", seconds=2.0, calibrate=0, pairs=False)
+        profile = measure_profile(repo, [MODEL], Path(tmp) / "profile.json",
+                                  MeasureConfig(seconds=2.0, calibrate=0, pairs=False))
         medians_only = without_cold_tails(profile)
         largest = max(profile.models[MODEL].devices["cpu"].batch_sizes)
         config = ServingConfig((calibration_serving(read_config(entry_dir(repo, MODEL) / CONFIG_NAME), "cpu", 1,

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 
 MODELS = ("tiny_cnn_onnxruntime", "tiny_mlp_torchscript")
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=12.0, help="seconds from one round's start to the next's")
     args = parser.parse_args(argv)
     series: dict[str, list[float]] = {}
-    with open_session(Path(args.repo), MODELS, 1, 1, False, None, [], print) as session:
+    with open_session(ServerSetup(Path(args.repo), tuple(MODELS)), [], print) as session:
         start = time.monotonic()
         print(f"{'s':>6} " + " ".join(f"{m[:14] + ' alone':>20}" for m in MODELS) + " "
               + " ".join(f"{m[:14] + ' both':>20}" for m in MODELS))

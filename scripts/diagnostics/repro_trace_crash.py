@@ -13,7 +13,7 @@ What it runs, each piece the team's own (nothing here is a copy of ``profile``):
   ensemble's combiner ``tiny_ensemble_combiner``, exported as ``serving_bench/demo.py`` does (``--repo``; exported
   there once, reused after);
 * one ``TritonServer`` per try serving them, one instance each, with ``profile``'s trace flags
-  (``serving_bench.profiles.session.TRACE_ARGS`` plus a trace file) or without them (the untraced control);
+  (``serving_bench.calibrate.session.TRACE_ARGS`` plus a trace file) or without them (the untraced control);
 * closed loops through ``profile``'s own ``Session.run`` (the team's closed-loop driver) against one model, by
   default the combiner, where the demo died:
 
@@ -304,7 +304,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
             symbols: Symbols | None) -> TryResult:
     """Serve ``models`` (traced or not) and drive ``target`` with ``pattern`` until the server dies, stops
     answering, or ``bound_s`` seconds pass."""
-    from serving_bench.profiles.session import TRACE_ARGS, Session
+    from serving_bench.calibrate.session import TRACE_ARGS, Session
     from serving_bench.serve.server import TritonServer
 
     out.mkdir(parents=True, exist_ok=True)
@@ -415,7 +415,7 @@ def summary_line(label: str, results: Sequence[TryResult]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from serving_bench.profiles.session import TRACE_ARGS
+    from serving_bench.calibrate.session import TRACE_ARGS
     from serving_bench.files import cache_dir
     from serving_bench.serve.install import find_tritonserver
 

@@ -22,11 +22,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from serving_bench.profiles.estimators import WAITED_S, LoopRun, beside_long, quiet_wait  # noqa: E402
-from serving_bench.profiles.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
-from serving_bench.profiles.session import open_session  # noqa: E402
+from serving_bench.calibrate.runs import LoopRun  # noqa: E402
+from serving_bench.calibrate.waits import WAITED_S, beside_long, quiet_wait  # noqa: E402
+from serving_bench.calibrate.plan import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
+from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import WAIT_S_RANGE, open_schedule  # noqa: E402
+from serving_bench.profiles.law import Law  # noqa: E402
 from serving_bench.sim.spec import wait_chance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,17 +37,17 @@ DEMO_MODELS = ("tiny_cnn_onnxruntime", "tiny_mlp_torchscript", "tiny_cnn_tvm", "
 COUNTS = (1, 2, 3, 4)  # instances per model
 
 
-def expected_waits(law: dict, instances: int, quiet: np.ndarray) -> float:
+def expected_waits(law: Law, instances: int, quiet: np.ndarray) -> float:
     """How many of the requests sent during a long batch, after these recent quiet times (s), the law expects to
     wait longer than ``WAITED_S`` with ``instances`` instances in all: the sum of ``p (1 - WAITED_S / wait_s)
     (1 - exp(-g / wait_quiet_s))``."""
-    seen = 1.0 - WAITED_S / law["wait_s"]
-    return float(np.sum(wait_chance(law, instances) * seen * -np.expm1(-quiet / law["wait_quiet_s"])))
+    seen = 1.0 - WAITED_S / law.wait_s
+    return float(np.sum(wait_chance(law, instances) * seen * -np.expm1(-quiet / law.wait_quiet_s)))
 
 
 def measure(repo: Path, models: list[str], long: str, long_service_s: float, per_model: int) -> list[LoopRun]:
     """The quiet-wait runs on a new server with ``per_model`` instances of every model."""
-    with open_session(repo, models, per_model, 1, False, None, [], lambda _line: None) as session:
+    with open_session(ServerSetup(repo, tuple(models), per_model), [], lambda _line: None) as session:
         return [session.replay(open_schedule(quiet_rates(models, long, long_service_s, rate), QUIET_SECONDS, 0))
                 for rate in QUIET_RATES_RPS]
 
@@ -84,7 +86,7 @@ def main() -> int:
                 waited = int((excess > WAITED_S).sum())
                 line = f"  repetition {judge}, {per_model} per model: waited {waited} of {len(quiet)};"
                 for name, law in laws.items():
-                    expected = expected_waits(law.law(), per_model * n, quiet)
+                    expected = expected_waits(Law(**law.law()), per_model * n, quiet)
                     errors[name].setdefault(per_model, []).append(expected / waited - 1)
                     line += f" {name} {expected:.0f} ({(expected / waited - 1) * 100:+.0f} %)"
                 print(line)

@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from serving_bench.profiles.estimators import WAITED_S  # noqa: E402
-from serving_bench.profiles.measure import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
-from serving_bench.profiles.session import Session  # noqa: E402
+from serving_bench.calibrate.waits import WAITED_S  # noqa: E402
+from serving_bench.calibrate.plan import QUIET_RATES_RPS, QUIET_SECONDS, quiet_rates  # noqa: E402
+from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.execution_log import Executions  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402

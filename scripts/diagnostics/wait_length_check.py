@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from serving_bench.profiles.schema import WAIT_BY_QUIET  # noqa: E402
+from serving_bench.profiles.law import WAIT_BY_QUIET  # noqa: E402
 from serving_bench.validate import run_validation  # noqa: E402
 
 SEEDS = (0, 1, 2)

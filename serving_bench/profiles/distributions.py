@@ -231,7 +231,7 @@ class EnsembleExtra:
     takes ``extra_s[i]`` longer at the median and ``extra_p90_s[i]`` at the 90th percentile, drawn as a way's
     cold-start extra (``sim.workload.cold_extra``: the median extra up to probability 0.5, the p90 one from 0.9,
     linear between; linear between points, the first and last values hold outside). Measured alone on the server
-    at random quiet times, against the simulator (:func:`serving_bench.profiles.estimators.ensemble_extra`)."""
+    at random quiet times, against the simulator (:func:`serving_bench.calibrate.cold.ensemble_extra`)."""
 
     gap_s: tuple[float, ...]
     extra_s: tuple[float, ...]

@@ -1,10 +1,10 @@
 """Profiles from measurements taken elsewhere: a plain ``batch_size, latency`` CSV, and the H200 eager table.
 
-``import_csv(path, model=..., device=...)``: a CSV with a header naming a batch-size column (``batch_size`` or
-``batch``) and latency columns. Latency columns are in milliseconds when named ``*_ms`` and seconds when named
+``import_csv(path, CsvImport(model=..., device=...))``: a CSV with a header naming a batch-size column (``batch_size``
+or ``batch``) and latency columns. Latency columns are in milliseconds when named ``*_ms`` and seconds when named
 ``*_s``; recognised names: ``latency_ms``/``latency_s`` (one sample per row; several rows per batch size become that
-size's samples), ``min``, ``p50``, ``p90``, ``p99``, ``max`` and ``mean`` (quantiles). Optional columns ``model``
-and ``precision`` split one file into several models.
+size's samples), ``min``, ``p50``, ``p90``, ``p99``, ``max`` and ``mean`` (quantiles). Optional columns ``model`` and
+``precision`` split one file into several models.
 
 From quantiles the service-time distribution is the piecewise-linear quantile function through the given points;
 when ``max`` is missing but ``mean`` is given, the top point (q = 1) is placed so that the distribution's mean equals
@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.schema import DeviceInfo, Dist, ModelOnDevice, ModelProfile, Profile
+from serving_bench.profiles.distributions import Dist
+from serving_bench.profiles.entries import ModelOnDevice, ModelProfile
+from serving_bench.profiles.schema import DeviceInfo, Profile
 
 H200_CSV = Path(__file__).resolve().parent / "data" / "h200_torch_eager_solo_2026-11-29.csv"
 QUANTILE_COLUMNS = {"min": 0.0, "p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "max": 1.0}
@@ -120,38 +123,55 @@ def read_latency_csv(text: str, source: str) -> dict[tuple[str, str], dict[int, 
     return out
 
 
-def import_csv(path: str | Path, *, model: str | None = None, device: str = "gpu0", device_kind: str | None = None,
-               device_name: str = "", cores: int | None = None, framework: str = "", precision: str = "",
-               execution_mode: str = "n/a", overhead_s: float = 0.0, note: str | None = None) -> Profile:
-    """A profile from a latency CSV (module docstring). ``model`` names the entry when the CSV has no model column
-    (with one, entries are ``<model>_<precision>`` unless the CSV holds a single model)."""
+@dataclass(frozen=True)
+class CsvImport:
+    """What a latency CSV does not say: ``model`` names the entry when the CSV has no model column (with one,
+    entries are ``<model>_<precision>`` unless the CSV holds a single model); the ``device`` it was measured on
+    (``device_kind`` by default ``cpu`` for the device ``cpu``, else ``gpu``; ``cores`` for a cpu), the entries'
+    ``framework``, ``precision`` and ``execution_mode``, a constant per-request ``overhead_s`` and a ``note``."""
+
+    model: str | None = None
+    device: str = "gpu0"
+    device_kind: str | None = None
+    device_name: str = ""
+    cores: int | None = None
+    framework: str = ""
+    precision: str = ""
+    execution_mode: str = "n/a"
+    overhead_s: float = 0.0
+    note: str | None = None
+
+
+def import_csv(path: str | Path, options: CsvImport = CsvImport()) -> Profile:
+    """A profile from a latency CSV (module docstring), with what the CSV does not say from ``options``."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
         raise InputError(path, None, f"cannot read: {err.strerror or err}") from None
     table = read_latency_csv(text, str(path))
-    kind = device_kind or ("cpu" if device == "cpu" else "gpu")
-    if kind == "cpu" and cores is None:
+    o, device = options, options.device
+    kind = o.device_kind or ("cpu" if device == "cpu" else "gpu")
+    if kind == "cpu" and o.cores is None:
         raise InputError("--cores", None, "a cpu device needs its core count")
     models = {}
     for (name, prec), batches in sorted(table.items()):
-        entry = model if (model and len(table) == 1) else (f"{name}_{prec}" if prec else name)
-        md = ModelOnDevice(execution_mode, batches, ())
-        models[entry] = ModelProfile(entry, framework, prec or precision, {device: md})
-    notes = [f"imported from {path.name}"] + ([note] if note else [])
-    return Profile({device: DeviceInfo(device, kind, device_name, cores=cores)}, models, Dist.constant(overhead_s),
-                   source=f"csv:{path.name}", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                   notes=tuple(notes))
+        entry = o.model if (o.model and len(table) == 1) else (f"{name}_{prec}" if prec else name)
+        md = ModelOnDevice(o.execution_mode, batches, ())
+        models[entry] = ModelProfile(entry, o.framework, prec or o.precision, {device: md})
+    notes = [f"imported from {path.name}"] + ([o.note] if o.note else [])
+    return Profile({device: DeviceInfo(device, kind, o.device_name, cores=o.cores)}, models,
+                   Dist.constant(o.overhead_s), source=f"csv:{path.name}",
+                   created=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes))
 
 
 def import_h200_eager(path: str | Path = H200_CSV) -> Profile:
     """The bundled H200 torch-eager table as a profile (device ``gpu0``, entries ``<model>_<precision>``)."""
-    profile = import_csv(path, device="gpu0", device_kind="gpu", device_name="NVIDIA H200", framework="pytorch",
-                         execution_mode="eager",
-                         note="torch EAGER mode (inference_mode, one stream), not CUDA graphs or TensorRT: small "
-                              "batches are CPU-launch-bound; solo timings only (no co-location curve measured; the "
-                              "simulator's default GPU curve applies); 20 timed passes per row, noisy")
+    profile = import_csv(path, CsvImport(
+        device="gpu0", device_kind="gpu", device_name="NVIDIA H200", framework="pytorch", execution_mode="eager",
+        note="torch EAGER mode (inference_mode, one stream), not CUDA graphs or TensorRT: small batches are "
+             "CPU-launch-bound; solo timings only (no co-location curve measured; the simulator's default GPU curve "
+             "applies); 20 timed passes per row, noisy"))
     return Profile(profile.devices, profile.models, profile.overhead, profile.pairs,
                    {"hostname": "h200 host (not recorded)", "gpu": "NVIDIA H200 (132 SMs, 140 GB)",
                     "torch": "2.11+cu130"}, profile.source, "2026-11-29", profile.ensemble_step_s, profile.notes)

@@ -16,7 +16,7 @@ executed batch:
 A record is written with one ``write`` on an ``O_APPEND`` descriptor (32 bytes: atomic, ~2 us), so a reader sees whole
 records at any time, also while the server runs and after it died. What the runner cannot see is the hop between
 Triton's instance thread and the stub (shared-memory IPC on both sides): Triton's own compute time per batch is that
-much longer; the profile's estimators add the difference back (:mod:`serving_bench.profiles.estimators`).
+much longer; the profile's estimators add the difference back (:mod:`serving_bench.calibrate.estimators`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ sender's 39 µs took 23 % off a 2-core host's closed-loop throughput).
 ``through_client(profile, extra_cpu_s)`` is the profile as that client would have measured it: every model's way out
 grows by ``extra_cpu_s`` seconds spent on the host's cores at full demand (a client's work between an answer and the
 next request, one thread's worth), so a request's way in and out keeps the simulated host CPU it had plus
-``extra_cpu_s`` busy. The demand is re-weighted over the way it was measured on (``profiles.measure``: the way in
+``extra_cpu_s`` busy. The demand is re-weighted over the way it was measured on (``calibrate.measure``: the way in
 less an idle instance's take-up, ``pickup_s``, plus the way out), which is what the simulator keeps busy under
 dynamic batching. A negative figure (a cheaper client) takes that much off the way out, no quantile below 0.
 """

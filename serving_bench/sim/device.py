@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import math
 
+from serving_bench.profiles.law import NAMES
 from serving_bench.sim.heap import Entry, Heap
 
-LAWS = ("pool", "pool_eff", "soft", "none", "serial")
+LAWS = tuple(NAMES)  # the law names (their vocabulary: serving_bench.profiles.law); Law.form is the index
 SOFT, NONE, SERIAL = LAWS.index("soft"), LAWS.index("none"), LAWS.index("serial")
-GPU_LAW = "serial"  # a GPU's law where the profile names none (sim.spec.law_of), and the one `profile` fits there:
-# chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md)
 INF = math.inf
 EXACT_STATES = 4096  # serial_rates solves populations of up to this many sub-populations exactly
 SOLVED_KEPT = 65536  # serial_rates keeps this many running sets' rates (a run meets the same sets again and again)
@@ -62,7 +61,9 @@ class Law:
     demand falls below it, and then runs on the core it got, at full speed (its kind's ``phi`` is 0:
     :func:`~serving_bench.sim.spec.build_spec`; see :class:`Device`).
 
-    Parameters are fitted from co-located runs (:mod:`serving_bench.sim.interference`)."""
+    A profile names the law (:class:`serving_bench.profiles.law.Law`: the names, parameters, their defaults and the
+    devices each is valid on); :func:`serving_bench.sim.spec.device_law` builds this from it. Parameters are fitted
+    from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
     __slots__ = ("name", "form", "capacity", "eta", "power", "scale", "queue")
 
@@ -70,8 +71,6 @@ class Law:
                  queue: float = 0.0):
         if name not in LAWS:
             raise ValueError(f"unknown law {name!r}; expected one of {', '.join(LAWS)}")
-        if name == "serial" and capacity != 1.0:
-            raise ValueError(f"law 'serial' is for a device of capacity 1 (a GPU), not {capacity:g}")
         self.name = name
         self.form = LAWS.index(name)
         self.capacity = float(capacity)
@@ -93,16 +92,6 @@ class Law:
         if self.form == SERIAL:
             return k * serial_rates([int(k)], [demand])[0]
         return k / self.stretch(k * demand) if demand > 0 else k
-
-    def to_json(self) -> dict:
-        out = {"name": self.name}
-        if self.name not in ("pool", "serial"):
-            out["eta"] = self.eta
-        if self.name == "soft":
-            out["power"] = self.power
-        if self.queue > 0.0:
-            out["queue"] = self.queue
-        return out
 
     def __repr__(self) -> str:
         return (f"Law({self.name!r}, capacity={self.capacity:g}, eta={self.eta:g}, power={self.power:g}, "

@@ -1,10 +1,11 @@
-"""Fitting and choosing a device's sharing law (:class:`serving_bench.sim.device.Law`) from co-located runs.
+"""Fitting and choosing a device's sharing law (:class:`serving_bench.profiles.law.Law`, which the simulator runs as
+:class:`serving_bench.sim.device.Law`) from co-located runs.
 
 A profile's solo runs give each batch's and each request's demand; how the device shares itself when the demand
 exceeds it is the law, with at most two parameters. They are fitted from a few co-located closed-loop runs
 (*observations*: which models, how many instances and clients each, the measured throughput of each) by running the
 same configurations through the simulator and minimising the mean absolute log error of the throughputs. The wait
-for a core (``+wait``) is measured where a profile could (``profiles.estimators.quiet_wait``), else fitted on p99s:
+for a core (``+wait``) is measured where a profile could (``calibrate.waits.quiet_wait``), else fitted on p99s:
 of the light closed loops and of open-loop runs (Poisson arrivals at given rates, replayed in the simulator from the
 same seed), whose throughput is their offered load and says nothing. Which law to use is chosen by held-out error
 (:func:`leave_one_out`), never by goodness of fit: a law with more parameters always fits its own data at least as
@@ -23,6 +24,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from serving_bench.profiles.law import Law
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import Records
 from serving_bench.run.schedule import Schedule
@@ -128,10 +130,10 @@ def serving_from_json(data: Mapping) -> ModelServing:
                            "instances": tuple(tuple(i) for i in data["instances"])})
 
 
-def with_law(profile: Profile, device: str, law: Mapping) -> Profile:
-    """The profile with ``device`` shared by ``law`` (``{"name": ..., params}``)."""
+def with_law(profile: Profile, device: str, law: Law) -> Profile:
+    """The profile with ``device`` shared by ``law``."""
     devices = dict(profile.devices)
-    devices[device] = dataclasses.replace(devices[device], law=dict(law))
+    devices[device] = dataclasses.replace(devices[device], law=law)
     return dataclasses.replace(profile, devices=devices)
 
 
@@ -162,7 +164,7 @@ def simulate(profile: Profile, obs: Observation, seconds: float = SIM_SECONDS, s
 def alone_latency(profile: Profile, config: ServingConfig, name: str, send_s: np.ndarray, seeds: int = 3) -> np.ndarray:
     """The simulated latency (s) of each one-row request to ``name`` (a model or an ensemble of ``config``) alone at
     ``send_s`` (s from the run's start, increasing): one row per seed 0, 1, ...; NaN where a request was not answered.
-    What a profile's ensemble is measured against (``profiles.estimators.ensemble_extra``)."""
+    What a profile's ensemble is measured against (``calibrate.cold.ensemble_extra``)."""
     schedule = Schedule.at_times(send_s, name)
     out = np.full((seeds, len(schedule)), np.nan)
     for seed in range(seeds):
@@ -247,7 +249,7 @@ def _hold(profile: Profile, device: str) -> None:
     _HELD = (profile, device)
 
 
-def _held_figures(law: Mapping, tail: bool, obs: Observation) -> dict[str, float]:
+def _held_figures(law: Law, tail: bool, obs: Observation) -> dict[str, float]:
     """In a worker: the observation simulated with the held device shared by ``law``, its throughputs (p99s for
     ``tail``)."""
     profile, device = _HELD
@@ -272,22 +274,23 @@ class Simulations:
         if self._pool is not None:
             self._pool.shutdown()
 
-    def error(self, law: Mapping, observations: Sequence[Observation], tail: bool = False) -> float:
+    def error(self, law: Law, observations: Sequence[Observation], tail: bool = False) -> float:
         """Mean absolute log error of the simulated throughputs (p99s for ``tail``) under ``law``."""
         if self._pool is None:
             return (tail_error if tail else error)(with_law(self.profile, self.device, law), observations)
         runs = [obs for obs in observations if obs.measured_p99] if tail else closed(observations)
-        figures = self._pool.map(partial(_held_figures, dict(law), tail), runs)
+        figures = self._pool.map(partial(_held_figures, law, tail), runs)
         return _log_error(((obs.measured_p99 if tail else obs.measured_rps), f) for obs, f in zip(runs, figures))
 
 
-def pinned(law: Mapping) -> dict[str, tuple[float, float]]:
+def pinned(law: Law) -> dict[str, tuple[float, float]]:
     """The law's throughput parameters the fit left on a bound of their search range (name -> the range): the
     calibration runs are slower (or faster) than any value the law allows explains them — a disturbed machine, or a
     mechanism the law lacks — so the value is a censored guess, not a measurement."""
     out = {}
     for key, (lo, hi) in BOUNDED.items():
-        if key in law and min(law[key] - lo, hi - law[key]) <= PINNED_SHARE * (hi - lo):
+        value = getattr(law, key)
+        if value is not None and min(value - lo, hi - value) <= PINNED_SHARE * (hi - lo):
             out[key] = (lo, hi)
     return out
 
@@ -328,49 +331,54 @@ WAIT_S_RANGE = (2e-4, 1e-2)  # the scheduler's slice, s
 
 
 def fit(profile: Profile, device: str, observations: Sequence[Observation], form: str,
-        workers: int = 1, measured: Mapping[str, float] | None = None) -> tuple[dict, float]:
+        workers: int = 1, measured: Mapping[str, float] | None = None) -> tuple[Law, float]:
     """The parameters of ``form`` (a law's name, with ``+psi`` to fit the hand-off share too, ``+wait`` the
     wait for a core, ``+drift`` the host's speed followed as measured and ``+queue`` a run queue for the instances'
     take-ups with its gate at the law's effective cores, neither fitted: :data:`FORMS`) that fit ``observations``
     best, by golden-section search one parameter at a time (two rounds when there are two or more): the law's own and
     ``psi`` on the throughputs (:func:`error`), the wait's on the p99s (:func:`tail_error`) unless ``measured`` gives
-    them (``wait_p``, ``wait_s``, ... as ``profiles.estimators.quiet_wait`` measures them: taken as they are); (law,
+    them (``wait_p``, ``wait_s``, ... as ``calibrate.waits.quiet_wait`` measures them: taken as they are); (law,
     mean absolute log error of the throughputs). The simulations of each step are spread over ``workers`` processes
     (:class:`Simulations`; no more than there are observations, the most a step runs at once)."""
     name, *extras = form.split("+")
-    law: dict = {"name": name}
-    if name == "soft":
-        law["power"] = POWERS[-1]
     tails = tail_runs(profile, device, observations)
     fit_wait = "wait" in extras and not measured
     searched = ([("eta", ETA_RANGE, False, closed(observations))] if name in ("pool_eff", "soft") else []) + \
         ([("psi", PSI_RANGE, False, closed(observations))] if "psi" in extras else []) + \
         ([("wait_p", WAIT_P_RANGE, True, tails), ("wait_s", WAIT_S_RANGE, True, tails)]
          if fit_wait else [])  # (parameter, its range, fitted on the p99s, on these runs)
-    law.update({k: 1.0 for k, _, on_tails, _ in searched if not on_tails})
-    if fit_wait:  # a start for the search: a rare wait, a slice of a few milliseconds
-        law.update({"wait_p": 0.05, "wait_s": 3e-3})
-    elif "wait" in extras:
-        law.update(measured)
-    if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
-        law["drift"] = 1.0
-    if "queue" in extras:  # a take-up waits while short work takes the cores (sim.device.Law; not fitted)
-        law["queue"] = 1.0
+    law = Law(name, **_start(name, extras, searched, measured))
     with Simulations(profile, device, min(workers, len(closed(observations)) or 1)) as sims:
         for _ in range(2 if len(searched) > 1 else 1):
             for key, bounds, on_tails, runs in searched:
-                law[key], _ = _golden(lambda v: sims.error({**law, key: v}, runs, on_tails),
-                                      *bounds, steps=7 if on_tails else 10)
+                value, _ = _golden(lambda v: sims.error(law.replace(**{key: v}), runs, on_tails),
+                                   *bounds, steps=7 if on_tails else 10)
+                law = law.replace(**{key: value})
         err = sims.error(law, observations)
         if name == "soft":  # the onset's sharpness: the best of a few
             best = (law, err)
             for power in POWERS[:-1]:
-                candidate = {**law, "power": power}
+                candidate = law.replace(power=power)
                 e = sims.error(candidate, observations)
                 if e < best[1]:
                     best = (candidate, e)
             law, err = best
     return law, err
+
+
+def _start(name: str, extras: Sequence[str], searched: Sequence[tuple], measured: Mapping[str, float] | None
+           ) -> dict[str, float]:
+    """The parameters a fit of the law ``name`` with ``extras`` starts from: the searched ones at 1 (the wait's at a
+    rare wait of a few milliseconds), ``measured`` as they are, ``drift`` and ``queue`` at 1 (not fitted)."""
+    params: dict[str, float] = {"power": POWERS[-1]} if name == "soft" else {}
+    params.update({k: 1.0 for k, _, on_tails, _ in searched if not on_tails})
+    if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
+        params.update(measured or {"wait_p": 0.05, "wait_s": 3e-3})
+    if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)
+        params["drift"] = 1.0
+    if "queue" in extras:  # a take-up waits while short work takes the cores (sim.device.Law; not fitted)
+        params["queue"] = 1.0
+    return params
 
 
 def leave_one_out(profile: Profile, device: str, observations: Sequence[Observation],

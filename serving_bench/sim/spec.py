@@ -36,10 +36,13 @@ from dataclasses import astuple, dataclass, field
 import numpy as np
 
 from serving_bench.errors import InputError
-from serving_bench.profiles.distributions import EnsembleExtra, interp
-from serving_bench.profiles.schema import OPTIONAL_LAW_PARAMETERS, Curve, IdleEffect, ModelOnDevice, Profile
+from serving_bench.profiles.distributions import Curve, EnsembleExtra, IdleEffect, interp
+from serving_bench.profiles.entries import ModelOnDevice
+from serving_bench.profiles.law import Law
+from serving_bench.profiles.schema import DeviceInfo, Profile
 from serving_bench.serving_config import ModelServing, ServingConfig
-from serving_bench.sim.device import GPU_LAW, Kind, Law
+from serving_bench.sim.device import Kind
+from serving_bench.sim.device import Law as DeviceLaw
 from serving_bench.sim.drift import HostDrift, Loadings, fit_drift
 
 GRID_POINTS = 257  # quantile grid per batch size: sampling = one uniform draw + one linear interpolation
@@ -116,7 +119,7 @@ class CoreWait:
     phase waits with probability ``q = p D_long / max(C, D)`` (the chance the cores are taken, ``min(1, D / C)``,
     times the chance the one it waits behind is long, ``D_long / D``) a time uniform on (0, ``slice_s``).
 
-    With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``profiles.estimators.quiet_wait``) the chance is rather
+    With ``quiet_s`` (the law's ``wait_quiet_s``, measured: ``calibrate.waits.quiet_wait``) the chance is rather
     how long the host was quiet before, whatever else runs: ``q = p (1 - exp(-g / quiet_s))`` while a long
     execution runs, ``g`` the host's recent quiet time — the weighted mean of the times between sends (any model),
     the newest weighing ``memory`` (the law's ``wait_quiet_memory``) — for a way in (an ensemble's too) and an
@@ -182,56 +185,45 @@ class DeviceRule:
     indices -> curves by increasing measured batch size)."""
 
     name: str
-    law: Law
+    law: DeviceLaw
     kinds: dict[tuple[int, int], Kind] = field(default_factory=dict)
     pairs: dict[frozenset, list[Curve]] = field(default_factory=dict)
 
 
-# a law's parameters for the requests on the host, not for Law itself
-HOST_PARAMETERS = tuple(k for k in OPTIONAL_LAW_PARAMETERS if k != "queue")
+def device_law(info: DeviceInfo) -> DeviceLaw:
+    """The engine's law of the device (:attr:`DeviceInfo.sharing`): its name and throughput parameters."""
+    law = info.sharing
+    return DeviceLaw(law.name, info.capacity, law.value("eta"), law.value("power"), law.value("queue"))
 
 
-def law_of(info) -> dict:
-    """The device's sharing law as the profile gives it, or by default processor sharing over a CPU host's cores
-    (``pool``) and a GPU's kernels one at a time (:data:`GPU_LAW`)."""
-    return dict(info.law or {"name": GPU_LAW if info.kind == "gpu" else "pool"})
-
-
-def device_law(info) -> Law:
-    """The device's sharing law from the profile (:func:`law_of`)."""
-    law = {k: v for k, v in law_of(info).items() if k not in HOST_PARAMETERS}
-    return Law(law.pop("name"), info.capacity, **law)
-
-
-def core_wait(info, instances: int | None = None) -> CoreWait | None:
-    """The law's wait for a core (``wait_p``, ``wait_s``, ``wait_quiet_s``) of requests on this host with
+def core_wait(info: DeviceInfo, instances: int | None = None) -> CoreWait | None:
+    """The law's wait for a core (``wait_p``, ``wait_s``, ``wait_quiet_s``, ...) of requests on this host with
     ``instances`` model instances in all (:func:`wait_chance`); None without one."""
-    law = info.law or {}
-    if "wait_p" not in law or "wait_s" not in law:
+    law = info.sharing
+    if law.wait_p is None or law.wait_s is None:
         return None
-    return CoreWait(wait_chance(law, instances), float(law["wait_s"]), float(law.get("wait_quiet_s", 0.0)),
-                    float(law.get("wait_quiet_memory", 1.0)), float(law.get("wait_gap_s", 0.0)),
-                    float(law.get("wait_gap_quiet_s", 0.0)), float(law.get("wait_s_quiet", 0.0)))
+    return CoreWait(wait_chance(law, instances), law.wait_s, law.value("wait_quiet_s"), law.value("wait_quiet_memory"),
+                    law.value("wait_gap_s"), law.value("wait_gap_quiet_s"), law.value("wait_s_quiet"))
 
 
-def wait_chance(law: dict, instances: int | None) -> float:
+def wait_chance(law: Law, instances: int | None) -> float:
     """The wait's ``p`` on a host with ``instances`` model instances in all: where the law measured it at two counts
     (``wait_p`` at ``wait_instances``, ``wait_p_fewer`` at ``wait_instances_fewer``), linear between them and flat
     outside (the last measured value: never extrapolated); else ``wait_p``. More instances are more threads for the
     scheduler to place: on the 2-core VM one instance per model waited half as often as two (docs/sim.md)."""
-    p = float(law["wait_p"])
-    if instances is None or "wait_p_fewer" not in law:
+    p = law.value("wait_p")
+    if instances is None or law.wait_p_fewer is None:
         return p
-    counts, chances = (law["wait_instances_fewer"], law["wait_instances"]), (law["wait_p_fewer"], p)
+    counts, chances = (law.wait_instances_fewer, law.wait_instances), (law.wait_p_fewer, p)
     return float(np.interp(instances, counts, chances))
 
 
-def handoff_share(info) -> float:
+def handoff_share(info: DeviceInfo) -> float:
     """The law's ``psi``: the share of the measured hand-off demand that competes for the cores (default 1)."""
-    return float((info.law or {}).get("psi", 1.0))
+    return info.sharing.value("psi")
 
 
-def batch_demand(info, md: ModelOnDevice, batch: int, curve: Curve | None, handoff: float | None = None,
+def batch_demand(info: DeviceInfo, md: ModelOnDevice, batch: int, curve: Curve | None, handoff: float | None = None,
                  psi: float = 1.0) -> float:
     """The demand of a batch of ``batch`` items (the order of the module docstring). Where the profile measured the
     host CPU each batch costs outside the runtime (``handoff_cpu_s``), the batch's time on the instance carries the
@@ -290,106 +282,14 @@ def needed_batch_sizes(model: ModelServing) -> range:
 def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str, tuple] | None = None) -> SimSpec:
     """Resolve and check ``profile`` against ``config`` (see the module docstring)."""
     src = profile.path or "profile"
-
-    def served(name: str, device: str) -> ModelOnDevice:
-        """``name``'s measurements on ``device`` at the runtime threads the config gives its instances there."""
-        md, info = profile.on_device(name, device), profile.devices[device]
-        return md.for_threads(config.instance_threads(info.cores or 1)) if info.kind == "cpu" else md
-
-    models: list[ModelSpec] = []
-    per_device_count: dict[str, int] = {}
-    per_device_memory: dict[str, int] = {}
+    served = Served(profile, config)
+    models = []
     for index, ms in enumerate(config.models):
-        mp = profile.model(ms.name)
-        devices: list[str] = []
-        for device, count in ms.instances:
-            if count < 1:
-                raise InputError(src, f"{ms.name}.instances", f"instance count must be >= 1, got {count}")
-            md = served(ms.name, device)
-            devices += [device] * count
-            per_device_count[device] = per_device_count.get(device, 0) + count
-            if md.memory_bytes:
-                per_device_memory[device] = per_device_memory.get(device, 0) + count * md.memory_bytes
-        dynamic = ms.dynamic_batching and ms.max_batch_size > 0
-        if ms.queue_policy:
-            warnings.warn(f"{ms.name}: queue policy ({', '.join(ms.queue_policy)}) simulated as Triton batches "
-                          "without one; the bundled Triton 2.51 then stalls up to 0.5 s per batch, which is not "
-                          "modelled (docs/sim.md)", QueuePolicyNotModelledWarning, stacklevel=2)
-        preferred = tuple(sorted(set(ms.preferred_batch_sizes))) if dynamic else ()
-        if dynamic and not preferred:
-            preferred = (ms.max_batch_size,)  # Triton's normalisation: preferred defaults to max_batch_size
-        if any(p < 1 or p > ms.max_batch_size for p in preferred):
-            raise InputError(src, f"{ms.name}.preferred_batch_sizes",
-                             f"expected sizes between 1 and max_batch_size {ms.max_batch_size}, got {list(preferred)}")
-        spec = ModelSpec(index, ms.name, ms.max_batch_size, dynamic, ms.max_queue_delay_us * 1e-6 if dynamic else 0.0,
-                         preferred, ms.max_queue_size if dynamic else 0, ms.queue_timeout_us * 1e-6 if dynamic else 0.0,
-                         tuple(devices))
-        for device in sorted(set(devices)):
-            md = served(ms.name, device)
-            table = np.full((max(ms.max_batch_size, 1) + 1, GRID_POINTS), np.nan)
-            for b in needed_batch_sizes(ms):
-                runs_at = md.executed_size(b)  # padded to a captured size, where the runtime has them
-                try:
-                    table[b] = _grid(md.service(runs_at))
-                except KeyError:
-                    padded = f" (padded to {runs_at})" if runs_at != b else ""
-                    raise InputError(src, f"models.{ms.name}.devices.{device}.batches",
-                                     f"the config needs batch size {b}{padded} (max_batch_size {ms.max_batch_size}) "
-                                     f"but the profile measured {list(md.batch_sizes)}; sizes outside the measured "
-                                     "range are not extrapolated") from None
-            spec.tables[device] = table
-            spec.per_request_s[device] = md.per_request_s
-            spec.batch_gap_s[device] = md.batch_gap_s
-            spec.idle[device] = md.idle
-            spec.pickup_s[device] = md.pickup_s if dynamic else 0.0
-        spec.instance_tables = np.stack([spec.tables[device] for device in devices]) if devices else None
-        spec.overhead_grid = _grid(profile.overhead_for(ms.name))
-        if mp.dispatch is not None:
-            spec.dispatch_grid = _grid(mp.dispatch)
-        models.append(spec)
-
-    for device, count in per_device_count.items():
-        info = profile.devices[device]
-        if info.max_instances is not None and count > info.max_instances:
-            raise InputError(src, f"devices.{device}.max_instances",
-                             f"the config places {count} instances on {device} but at most {info.max_instances} fit")
-        if info.memory_bytes is not None and per_device_memory.get(device, 0) > info.memory_bytes:
-            raise InputError(src, f"devices.{device}.memory_bytes",
-                             f"the config's instances need {per_device_memory[device]} bytes on {device}, "
-                             f"which has {info.memory_bytes}")
-
-    rules: dict[str, DeviceRule] = {}
-    for device in per_device_count:
-        names = {m.name: m.index for m in models}
-        info = profile.devices[device]
-        rule = DeviceRule(device, device_law(info))
-        for p in profile.pairs:
-            if p.device == device and all(n in names for n in p.models):
-                rule.pairs.setdefault(frozenset(names[n] for n in p.models), []).append(p.curve)
-        for curves in rule.pairs.values():
-            curves.sort(key=lambda c: c.batch)
-        host = profile.request_device
-        for m in models:
-            if device not in m.tables:
-                continue
-            md = served(m.name, device)
-            handoff = profile.models[m.name].request_demand
-            psi = handoff_share(profile.devices[host]) if host is not None else 1.0
-            if handoff is not None and host is not None:
-                handoff *= psi
-            for b in range(1, max(m.max_batch, 1) + 1):
-                curve = _curve_for(md.colocation, b)
-                rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b,
-                                                batch_demand(info, md, b, curve, handoff, psi), md.threads, curve,
-                                                phi=1.0 if info.kind == "gpu" else None)
-            if m.pickup_s.get(device, 0.0) > 0.0:  # a thread waking up: it waits for a core, its CPU is the batch's
-                # (stretched by the others, or, with a run queue, queued for a core and then run at full speed)
-                rule.kinds[(m.index, -1)] = Kind((m.index, -1), m.index, -1, 0.0,
-                                                 phi=0.0 if rule.law.queue > 0.0 else 1.0)
-        rules[device] = rule
-
-    ensembles: list[EnsembleSpec] = []
+        models.append(model_spec(served, index, ms, src))
+    placed = check_placement(served, src)
+    rules = {device: device_rule(served, models, device) for device in placed}
     names = {m.name: m.index for m in models}
+    ensembles: list[EnsembleSpec] = []
     for e_index, (name, members) in enumerate(config.ensembles):
         missing = [m for m in members if m not in names]
         if missing:
@@ -397,23 +297,145 @@ def build_spec(profile: Profile, config: ServingConfig, ensemble_deps: dict[str,
         deps = (ensemble_deps or {}).get(name) or config.steps_needed(name)
         ensembles.append(EnsembleSpec(e_index, name, tuple(names[m] for m in members), tuple(deps),
                                       profile.ensembles.get(name)))
-    host = profile.request_device
-    if host is not None and any(profile.models[m.name].request_demand is not None for m in models):
-        if host not in rules:
-            rules[host] = DeviceRule(host, device_law(profile.devices[host]))
-        psi = handoff_share(profile.devices[host])
-        for m in models:
-            demand = profile.models[m.name].request_demand
-            if demand is not None:
-                m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, psi * demand)
-    else:
-        host = None
+    host = request_host(profile, models, rules)
     instances = sum(len(m.instance_devices) for m in models)  # the host's threads follow them (wait_chance)
     wait = core_wait(profile.devices[host], instances) if host is not None else None
-    laws = profile.devices[profile.request_device].law if profile.request_device is not None else None
-    share = float((laws or {}).get("drift", 0.0))  # the request device's law: how much of the drift is followed
+    host_law = profile.devices[profile.request_device].sharing if profile.request_device is not None else None
+    share = host_law.value("drift") if host_law is not None else 0.0  # how much of the drift the phases follow
     drift, loadings = fit_drift({m.name: profile.models[m.name].drift for m in models
                                  if profile.models[m.name].drift is not None}) if share > 0.0 else (None, {})
     for m in models:  # the law's share of each measured loading
         m.drift = Loadings(*(share * x for x in astuple(loadings[m.name]))) if m.name in loadings else None
     return SimSpec(models, ensembles, rules, profile.ensemble_step_s, src, host, wait, drift)
+
+
+class Served:
+    """A profile as a serving config runs it: ``served(name, device)`` is ``name``'s measurements on ``device`` at
+    the runtime threads the config gives its instances there; ``counts`` and ``memory`` the instances and bytes
+    placed on each device so far (in the order the config first places one)."""
+
+    def __init__(self, profile: Profile, config: ServingConfig):
+        self.profile, self.config = profile, config
+        self.counts: dict[str, int] = {}
+        self.memory: dict[str, int] = {}
+
+    def __call__(self, name: str, device: str) -> ModelOnDevice:
+        md, info = self.profile.on_device(name, device), self.profile.devices[device]
+        return md.for_threads(self.config.instance_threads(info.cores or 1)) if info.kind == "cpu" else md
+
+
+def model_spec(served: Served, index: int, ms: ModelServing, src: str) -> ModelSpec:
+    """One served model resolved: its batching knobs, instances (placed in ``served``) and per device its tables."""
+    devices: list[str] = []
+    for device, count in ms.instances:
+        if count < 1:
+            raise InputError(src, f"{ms.name}.instances", f"instance count must be >= 1, got {count}")
+        md = served(ms.name, device)
+        devices += [device] * count
+        served.counts[device] = served.counts.get(device, 0) + count
+        if md.memory_bytes:
+            served.memory[device] = served.memory.get(device, 0) + count * md.memory_bytes
+    dynamic = ms.dynamic_batching and ms.max_batch_size > 0
+    if ms.queue_policy:
+        warnings.warn(f"{ms.name}: queue policy ({', '.join(ms.queue_policy)}) simulated as Triton batches "
+                      "without one; the bundled Triton 2.51 then stalls up to 0.5 s per batch, which is not "
+                      "modelled (docs/sim.md)", QueuePolicyNotModelledWarning, stacklevel=3)
+    preferred = tuple(sorted(set(ms.preferred_batch_sizes))) if dynamic else ()
+    if dynamic and not preferred:
+        preferred = (ms.max_batch_size,)  # Triton's normalisation: preferred defaults to max_batch_size
+    if any(p < 1 or p > ms.max_batch_size for p in preferred):
+        raise InputError(src, f"{ms.name}.preferred_batch_sizes",
+                         f"expected sizes between 1 and max_batch_size {ms.max_batch_size}, got {list(preferred)}")
+    spec = ModelSpec(index, ms.name, ms.max_batch_size, dynamic, ms.max_queue_delay_us * 1e-6 if dynamic else 0.0,
+                     preferred, ms.max_queue_size if dynamic else 0, ms.queue_timeout_us * 1e-6 if dynamic else 0.0,
+                     tuple(devices))
+    for device in sorted(set(devices)):
+        md = served(ms.name, device)
+        spec.tables[device] = service_table(md, ms, device, src)
+        spec.per_request_s[device] = md.per_request_s
+        spec.batch_gap_s[device] = md.batch_gap_s
+        spec.idle[device] = md.idle
+        spec.pickup_s[device] = md.pickup_s if dynamic else 0.0
+    spec.instance_tables = np.stack([spec.tables[device] for device in devices]) if devices else None
+    spec.overhead_grid = _grid(served.profile.overhead_for(ms.name))
+    if served.profile.models[ms.name].dispatch is not None:
+        spec.dispatch_grid = _grid(served.profile.models[ms.name].dispatch)
+    return spec
+
+
+def service_table(md: ModelOnDevice, ms: ModelServing, device: str, src: str) -> np.ndarray:
+    """table[b]: the quantile grid of the solo service time of an executed batch of b items (row 0: NaN)."""
+    table = np.full((max(ms.max_batch_size, 1) + 1, GRID_POINTS), np.nan)
+    for b in needed_batch_sizes(ms):
+        runs_at = md.executed_size(b)  # padded to a captured size, where the runtime has them
+        try:
+            table[b] = _grid(md.service(runs_at))
+        except KeyError:
+            padded = f" (padded to {runs_at})" if runs_at != b else ""
+            raise InputError(src, f"models.{ms.name}.devices.{device}.batches",
+                             f"the config needs batch size {b}{padded} (max_batch_size {ms.max_batch_size}) "
+                             f"but the profile measured {list(md.batch_sizes)}; sizes outside the measured "
+                             "range are not extrapolated") from None
+    return table
+
+
+def check_placement(served: Served, src: str) -> list[str]:
+    """The devices instances were placed on, each checked against its instance and memory limits."""
+    for device, count in served.counts.items():
+        info = served.profile.devices[device]
+        if info.max_instances is not None and count > info.max_instances:
+            raise InputError(src, f"devices.{device}.max_instances",
+                             f"the config places {count} instances on {device} but at most {info.max_instances} fit")
+        if info.memory_bytes is not None and served.memory.get(device, 0) > info.memory_bytes:
+            raise InputError(src, f"devices.{device}.memory_bytes",
+                             f"the config's instances need {served.memory[device]} bytes on {device}, "
+                             f"which has {info.memory_bytes}")
+    return list(served.counts)
+
+
+def device_rule(served: Served, models: list[ModelSpec], device: str) -> DeviceRule:
+    """The sharing rule of ``device``: its law, its pair curves and the kind of every batch it can run."""
+    profile = served.profile
+    names = {m.name: m.index for m in models}
+    info = profile.devices[device]
+    rule = DeviceRule(device, device_law(info))
+    for p in profile.pairs:
+        if p.device == device and all(n in names for n in p.models):
+            rule.pairs.setdefault(frozenset(names[n] for n in p.models), []).append(p.curve)
+    for curves in rule.pairs.values():
+        curves.sort(key=lambda c: c.batch)
+    host = profile.request_device
+    psi = handoff_share(profile.devices[host]) if host is not None else 1.0
+    for m in models:
+        if device not in m.tables:
+            continue
+        md = served(m.name, device)
+        handoff = profile.models[m.name].request_demand
+        if handoff is not None and host is not None:
+            handoff *= psi
+        for b in range(1, max(m.max_batch, 1) + 1):
+            curve = _curve_for(md.colocation, b)
+            rule.kinds[(m.index, b)] = Kind((m.index, b), m.index, b,
+                                            batch_demand(info, md, b, curve, handoff, psi), md.threads, curve,
+                                            phi=1.0 if info.kind == "gpu" else None)
+        if m.pickup_s.get(device, 0.0) > 0.0:  # a thread waking up: it waits for a core, its CPU is the batch's
+            # (stretched by the others, or, with a run queue, queued for a core and then run at full speed)
+            rule.kinds[(m.index, -1)] = Kind((m.index, -1), m.index, -1, 0.0,
+                                             phi=0.0 if rule.law.queue > 0.0 else 1.0)
+    return rule
+
+
+def request_host(profile: Profile, models: list[ModelSpec], rules: dict[str, DeviceRule]) -> str | None:
+    """The request device where some model's requests' ways in and out are work on its cores (their kinds added
+    to its rule, made if none), else None."""
+    host = profile.request_device
+    if host is None or all(profile.models[m.name].request_demand is None for m in models):
+        return None
+    if host not in rules:
+        rules[host] = DeviceRule(host, device_law(profile.devices[host]))
+    psi = handoff_share(profile.devices[host])
+    for m in models:
+        demand = profile.models[m.name].request_demand
+        if demand is not None:
+            m.request_kind = rules[host].kinds[(m.index, 0)] = Kind((m.index, 0), m.index, 0, psi * demand)
+    return host

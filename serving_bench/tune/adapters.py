@@ -15,7 +15,8 @@ from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.load.driver import TritonTarget
 from serving_bench.load.profile import LoadProfile, build_schedule
-from serving_bench.profiles import measure
+from serving_bench.calibrate import calibration, measure
+from serving_bench.calibrate.plan import MeasureConfig
 from serving_bench.profiles.importers import import_h200_eager
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import Records
@@ -146,13 +147,14 @@ def utilisation(records: Records, summary=None) -> float | None:
 
 def measure_profile(repo, models, out_path, log=None, **options):
     """Measure a simulator profile of ``models`` on the embedded Triton and save it (engineer D's profiling;
-    ``options``: its keyword arguments, e.g. ``seconds``, ``colocation``, ``pairs``)."""
-    return measure.measure_profile(repo, models, out_path, log=log, **options)
+    ``options``: the fields of its :class:`~serving_bench.calibrate.plan.MeasureConfig`, e.g. ``seconds``,
+    ``colocation``, ``pairs``)."""
+    return measure.measure_profile(repo, models, out_path, MeasureConfig(**options), log)
 
 
 def profile_uncertain(profile) -> bool:
-    """Is the profile's sharing law far off its own calibration runs (engineer D's ``measure.uncertain``)?"""
-    return measure.uncertain(profile)
+    """Is the profile's sharing law far off its own calibration runs (engineer D's ``calibration.uncertain``)?"""
+    return calibration.uncertain(profile)
 
 
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None, note=None):

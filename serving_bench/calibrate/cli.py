@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 
+from serving_bench.calibrate.measure import measure_profile
+from serving_bench.calibrate.plan import DEFAULT_CALIBRATION, DEFAULT_LAW, LAW_CHOICES, MeasureConfig
 from serving_bench.errors import InputError, require_count
 from serving_bench.profiles import importers
-from serving_bench.profiles.measure import DEFAULT_CALIBRATION, DEFAULT_LAW, measure_profile
-from serving_bench.sim.device import GPU_LAW
-from serving_bench.sim.interference import FORMS
+from serving_bench.profiles.law import GPU_LAW
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -41,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", type=int, default=DEFAULT_CALIBRATION,
                         help="instances per model in the co-located runs the device's sharing law is fitted to "
                              f"(default {DEFAULT_CALIBRATION}; 0: none)")
-    parser.add_argument("--law", choices=FORMS + ("none", "serial"),
+    parser.add_argument("--law", choices=LAW_CHOICES,
                         help=f"the sharing law to fit (default {DEFAULT_LAW} on a CPU host, {GPU_LAW} on a GPU; "
                              "see docs/sim.md)")
     parser.add_argument("--colocation", default="",
@@ -69,22 +69,23 @@ def main(args: argparse.Namespace) -> int:
     if args.import_h200:
         profile = importers.import_h200_eager()
     elif args.csv:
-        profile = importers.import_csv(args.csv, model=args.model, device=args.device, cores=args.cores,
-                                       execution_mode=args.execution_mode)
+        profile = importers.import_csv(args.csv, importers.CsvImport(model=args.model, device=args.device,
+                                                                     cores=args.cores,
+                                                                     execution_mode=args.execution_mode))
     else:
         if not args.models:
             raise InputError("--models", None, "expected the comma-separated entries to measure")
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         sizes = _ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None
         require_count("--threads", args.threads)
-        profile = measure_profile(args.repo, models, None, batch_sizes=sizes,
-                                  colocation=_ints(args.colocation, "--colocation") if args.colocation else (),
-                                  calibrate=args.calibrate, law=args.law,
-                                  colocation_batches=_ints(args.colocation_batches, "--colocation-batches")
-                                  if args.colocation_batches else None,
-                                  pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds,
-                                  threads=args.threads, url=args.url, trace=args.trace,
-                                  cuda_graphs=args.cuda_graphs, log=print)
+        config = MeasureConfig(batch_sizes=sizes,
+                               colocation=_ints(args.colocation, "--colocation") if args.colocation else (),
+                               calibrate=args.calibrate, law=args.law,
+                               colocation_batches=_ints(args.colocation_batches, "--colocation-batches")
+                               if args.colocation_batches else None,
+                               pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds,
+                               threads=args.threads, url=args.url, trace=args.trace, cuda_graphs=args.cuda_graphs)
+        profile = measure_profile(args.repo, models, None, config, log=print)
     profile.save(args.out)
     names = ", ".join(sorted(profile.models))
     print(f"wrote {args.out}: {len(profile.models)} models ({names}) on {', '.join(sorted(profile.devices))}")

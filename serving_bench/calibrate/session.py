@@ -1,14 +1,16 @@
 """Measurement sessions on real Triton: closed- and open-loop runs through the real target, the server's own
-per-batch statistics, and steps that resume on a new server when one dies (used by :mod:`serving_bench.profiles.measure`).
+per-batch statistics, and steps that resume on a new server when one dies (used by
+:mod:`serving_bench.calibrate.measure`).
 
 A :class:`Session` holds one server (embedded, with the runners' execution logs or Triton's request trace, or
-external); each run is a :class:`~serving_bench.profiles.estimators.LoopRun` (latencies, send/done times on
+external); each run is a :class:`~serving_bench.calibrate.runs.LoopRun` (latencies, send/done times on
 ``time.perf_counter``'s clock, the server's statistics and, where known, the executed batches).
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ import psutil
 
 from serving_bench.errors import InputError, ServerDied
 from serving_bench.load.driver import TritonTarget
-from serving_bench.profiles.estimators import LoopRun, Trace
+from serving_bench.calibrate.runs import LoopRun, Trace
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop
 from serving_bench.serve.control import Control
@@ -195,17 +197,33 @@ def run_steps(steps: Sequence[Step], results: dict, open_session: Callable[[], C
             notes.append(note)
 
 
+@dataclass(frozen=True)
+class ServerSetup:
+    """The server a session measures on: ``instances`` of every one of ``models`` of ``repo`` at ``threads`` runtime
+    threads each, and ``ensembles`` of them; Triton's request trace on with ``trace``, CUDA graphs as
+    ``serve --cuda-graphs`` says; or the external server at ``url`` as it is."""
+
+    repo: Path
+    models: tuple[str, ...]
+    instances: int = 1
+    threads: int = 1
+    trace: bool = False
+    cuda_graphs: str | None = None
+    url: str | None = None
+    ensembles: tuple[str, ...] = ()
+
+
 @contextlib.contextmanager
-def open_session(repo: Path, models: Sequence[str], instances: int, threads: int, trace: bool,
-                 cuda_graphs: str | None, notes: list[str], log: Callable[[str], None],
-                 url: str | None = None, ensembles: Sequence[str] = ()) -> Iterator[Session]:
-    """A session on a new embedded server with ``instances`` instances of every model, and ``ensembles`` of them —
-    execution logs on, or Triton's request trace with ``trace`` (attached to the runs once the server stopped) — or on
-    the external server at ``url`` as it is."""
+def open_session(setup: ServerSetup, notes: list[str], log: Callable[[str], None]) -> Iterator[Session]:
+    """A session on a new embedded server as ``setup`` says — execution logs on, or Triton's request trace
+    (attached to the runs once the server stopped, a note in ``notes`` where it is unusable) — or on the external
+    server at its ``url`` as it is."""
+    trace = setup.trace
     with tempfile.TemporaryDirectory(prefix="serving-bench-profile-") as tmp:
         trace_file = Path(tmp) / "trace.json"
-        server = connect(repo, url=url, models=[*models, *ensembles], instances={m: instances for m in models},
-                         threads_per_instance=threads, execution_log=not trace, cuda_graphs=cuda_graphs,
+        server = connect(setup.repo, url=setup.url, models=[*setup.models, *setup.ensembles],
+                         instances={m: setup.instances for m in setup.models}, threads_per_instance=setup.threads,
+                         execution_log=not trace, cuda_graphs=setup.cuda_graphs,
                          extra_args=trace_args(trace_file) if trace else ())
         embedded = isinstance(server, TritonServer)
         session = None

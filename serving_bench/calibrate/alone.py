@@ -1,0 +1,132 @@
+"""The phase with one instance per model (the module docstring of :mod:`serving_bench.calibrate.measure` says what
+each run is for): its steps, each a key and what to measure in a session, run into :attr:`Lab.runs`; and the solo
+runs again at one runtime thread per instance."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from serving_bench.calibrate.estimators import gpu_demand
+from serving_bench.calibrate.lab import Lab
+from serving_bench.calibrate.plan import HOST_DEVICE, PER_REQUEST_CONCURRENCY, QUIET_RATES_RPS
+from serving_bench.calibrate.runs import LoopRun
+from serving_bench.calibrate.session import Session, Step
+from serving_bench.telemetry.gpu import GpuBusy
+
+GAP_CONCURRENCY = 3
+COLD_QUIET_S = (0.0005, 0.002, 0.008, 0.032, 0.128)  # mean random quiet times after an answer, block by block
+COLD_BLOCK = 24  # requests per block of the cold-start runs (one block per mean quiet time, rising)
+
+
+def solo(lab: Lab, m: str, b: int, session: Session) -> LoopRun:
+    """Requests of ``b`` rows to ``m`` one at a time (on a GPU, with NVML's busy share of the run)."""
+    device, seconds = lab.plan.devices[m], lab.plan.config.seconds
+    if device == HOST_DEVICE:
+        run = session.run({m: (b, 1)}, seconds)
+    else:
+        with GpuBusy(int(device[3:] or 0)) as busy:
+            run = session.run({m: (b, 1)}, seconds)
+        lab.gpu_busy[(m, b)] = None if busy.share is None else gpu_demand(busy.share, run, m, seconds)
+    lab.log(f"{m}: batch {b}: {len(run.latency[m])} requests, server compute {run.compute_s(m) * 1e3:.3f} ms")
+    return run
+
+
+def cold(lab: Lab, name: str, r: int, session: Session) -> LoopRun:
+    """Round ``r`` of the cold-start runs of a model or an ensemble: one-row requests, each a random quiet time
+    after the previous one's back-to-back latency (an ensemble's: its members' summed, no less than its own)."""
+    models = lab.plan.models
+    index = models.index(name) if name in lab.plan.configs else len(models) + list(lab.plan.ensembles).index(name)
+    rng = np.random.default_rng([r, index])  # seeded: the same quiet times in every profile
+    quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
+    return session.open_loop(name, 1, np.cumsum(lab.cold_spacing(name) + quiet))
+
+
+def gap(lab: Lab, m: str, session: Session) -> LoopRun:
+    """Requests of the largest size, :data:`GAP_CONCURRENCY` in flight on one instance."""
+    return session.run({m: (lab.plan.sizes[m][-1], GAP_CONCURRENCY)}, max(lab.plan.config.seconds / 2, 0.5))
+
+
+def per_request(lab: Lab, m: str, session: Session) -> tuple:
+    """One-row requests at ``min(max_batch_size, 8)``: Triton's per-batch-size statistics before and after, and
+    the run."""
+    before = session.batch_stats([m])[m]
+    with session.untraced():  # statistics only; see Session.untraced
+        concurrency = min(lab.plan.configs[m].max_batch_size, PER_REQUEST_CONCURRENCY)
+        run = session.run({m: (1, concurrency)}, lab.plan.config.seconds)
+    return before, session.batch_stats([m])[m], run
+
+
+def split(lab: Lab, m: str, c: int, session: Session) -> LoopRun:
+    """One-row requests at concurrency ``c`` (the host CPU outside the runner, split per request and per batch)."""
+    with session.untraced():  # merged batch-1 requests: see Session.untraced (a trace has no CPU to split)
+        return session.run({m: (1, c)}, lab.plan.config.seconds)
+
+
+def pair(lab: Lab, a: str, b: str, pb: int, session: Session) -> tuple[list[float], list[float], list[float]]:
+    """Per round ``a`` alone, ``b`` alone, then both (batches of ``pb`` rows, one at a time each): the rounds'
+    ``S_pair(2)`` and the solo times."""
+    values, solo_a, solo_b = [], [], []
+    seconds = lab.plan.config.seconds / 2
+    for _ in range(lab.plan.config.rounds):
+        alone_a = session.run({a: (pb, 1)}, seconds).compute_s(a)
+        alone_b = session.run({b: (pb, 1)}, seconds).compute_s(b)
+        both = session.run({a: (pb, 1), b: (pb, 1)}, seconds)
+        if min(alone_a, alone_b, both.compute_s(a), both.compute_s(b)) > 0:
+            values.append(alone_a / both.compute_s(a) + alone_b / both.compute_s(b))
+            solo_a.append(alone_a)
+            solo_b.append(alone_b)
+    return values, solo_a, solo_b
+
+
+def quiet(lab: Lab, rate: float, session: Session) -> LoopRun:
+    """The open loop of every model together beside the longest's occasional batches (:meth:`Lab.quiet_run`)."""
+    return lab.quiet_run(session, rate)[1]
+
+
+def steps(lab: Lab) -> list[Step]:
+    """The phase's steps in order: per model its solo runs, the first cold-start round, the gap run and (batching)
+    the per-request and split runs; the later cold-start rounds, the ensembles', the pairs', and the quiet runs
+    (after every solo run: the longest model is found from them)."""
+    plan = lab.plan
+    out: list[Step] = []
+    for m in plan.models:
+        out += [((m, "solo", b), partial(solo, lab, m, b)) for b in plan.sizes[m]]
+        out.append(((m, "cold", 0), partial(cold, lab, m, 0)))
+        if not plan.config.url:
+            out.append(((m, "gap"), partial(gap, lab, m)))
+        if plan.batched(m):
+            out.append(((m, "per_request"), partial(per_request, lab, m)))
+            out += [((m, "split", c), partial(split, lab, m, c)) for c in plan.split_levels(m)]
+    rounds = range(plan.config.idle_rounds)
+    out += [((m, "cold", r), partial(cold, lab, m, r)) for r in rounds[1:] for m in plan.models]  # later rounds
+    out += [((e, "cold", r), partial(cold, lab, e, r)) for r in rounds for e in plan.ensembles]
+    for a, b in plan.pairs:
+        out += [((a, b, pb), partial(pair, lab, a, b, pb)) for pb in plan.pair_batches(a, b)]
+    if plan.quiet_waits:
+        out += [(("quiet", 1, rate), partial(quiet, lab, rate)) for rate in QUIET_RATES_RPS]
+    return out
+
+
+def measure_alone(lab: Lab) -> None:
+    """Run the phase with one instance per model into :attr:`Lab.runs`."""
+    lab.run_phase(steps(lab), lab.runs, lab.sessions(1), "one instance per model")
+
+
+def one_thread_models(lab: Lab) -> list[str]:
+    """The models whose solo batches are measured again at one runtime thread per instance: on the host's cores,
+    where the instances run several (embedded server)."""
+    plan = lab.plan
+    if plan.threads <= 1 or plan.config.url:
+        return []
+    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE]
+
+
+def measure_one_thread(lab: Lab) -> None:
+    """Run the solo batches at one runtime thread per instance into :attr:`Lab.runs` (key phase
+    ``"solo at 1 thread"``)."""
+    single = one_thread_models(lab)
+    if single:
+        lab.run_phase([((m, "solo at 1 thread", b), partial(solo, lab, m, b)) for m in single
+                       for b in lab.plan.sizes[m]], lab.runs, lab.sessions(1, 1, single), "one thread per instance")
