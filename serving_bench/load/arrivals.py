@@ -4,7 +4,9 @@ A registry keyed by name (``ARRIVALS``), each entry a small frozen dataclass con
 
 * ``from_mapping(data, where)`` — build from a load-profile mapping, raising one-line :class:`InputError` s;
 * ``times(duration_s, rng) -> np.ndarray`` — sorted float64 arrival times in seconds, all in ``[0, duration_s)``;
-* ``expected_rate(duration_s)`` — the expected number of arrivals per second over ``[0, duration_s)``.
+* ``expected_rate(duration_s)`` — the expected number of arrivals per second over ``[0, duration_s)``;
+* ``requests_bound(duration_s)`` — how many times it will hold in memory while generating them (the expected count;
+  a thinned process's candidates at its peak rate), known before any is drawn.
 
 Every process takes its randomness from the ``numpy.random.Generator`` it is handed, so the same seed gives the same
 times. Non-homogeneous processes (``step``, ``ramp``, ``diurnal``, ``mmpp``) are Poisson processes whose rate changes
@@ -61,6 +63,11 @@ class ArrivalProcess:
 
     def expected_rate(self, duration_s: float) -> float:
         raise NotImplementedError
+
+    def requests_bound(self, duration_s: float) -> float:
+        """The times it holds while generating ``duration_s`` seconds of arrivals (expected; bounds a schedule's
+        size before it is built)."""
+        return self.expected_rate(duration_s) * duration_s
 
     def describe(self) -> dict:
         """JSON-able description (for the schedule's meta)."""
@@ -325,6 +332,9 @@ class Ramp(ArrivalProcess):
         grid = np.linspace(0.0, duration_s, 10001)
         return float(np.trapz(self.rate_at(grid, duration_s), grid) / duration_s)
 
+    def requests_bound(self, duration_s):
+        return max(self.start_rate, self.end_rate) * duration_s  # thinning draws candidates at the peak
+
     def check(self, where):
         if self.start_rate == 0 and self.end_rate == 0:
             raise where.child("end_rate").error("expected start_rate or end_rate > 0")
@@ -372,6 +382,15 @@ class Diurnal(ArrivalProcess):
             return float(np.dot(np.diff(edges), rates) / duration_s)
         grid = np.linspace(0.0, duration_s, 10001)
         return float(np.trapz(self.rate_at(grid), grid) / duration_s)
+
+    def requests_bound(self, duration_s):
+        if self.rates is None:
+            return self.mean_rate * (1 + self.amplitude) * duration_s  # thinning draws candidates at the peak
+        rates = np.asarray(self.rates, dtype=np.float64)  # the expected count, without laying out every minute
+        cycles, rest = divmod(duration_s / self.minute_s, len(rates))
+        whole = int(rest)
+        tail = (rest - whole) * rates[whole] if whole < len(rates) else 0.0
+        return float((cycles * rates.sum() + rates[:whole].sum() + tail) * self.minute_s)
 
 
 # ``trace`` lives with the trace readers; importing it here registers it whenever the registry is used.
