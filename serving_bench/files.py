@@ -13,6 +13,7 @@ checked and held before the run (:func:`hold_folder`), written through a staging
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import lzma
@@ -189,6 +190,8 @@ def hold_folder(path: str | Path, *, need_bytes: int = 0, basis: str = "", optio
     existing = next(p for p in (real, *real.parents) if p.exists())
     if not existing.is_dir():
         raise InputError(option, None, f"{existing} is a file; expected {expected} at {shown}")
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        raise InputError(option, None, f"{shown}: cannot write there: {os.strerror(errno.EROFS)}")
     free = shutil.disk_usage(existing).free
     if need_bytes > free:
         raise InputError(option, None, f"{shown}: {size_text(free)} free on its file system, the run needs about "

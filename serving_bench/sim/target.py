@@ -255,9 +255,9 @@ def _check_batch_range(profile: Profile, config: ServingConfig) -> None:
             top = max(sizes, default=None)  # None: the spec names what is missing
             if top is not None and ms.max_batch_size > top:
                 raise InputError(profile.path or "profile", f"models.{ms.name}.devices.{device}.batches",
-                                 f"the config's max_batch_size {ms.max_batch_size} needs batch sizes up to it, but "
-                                 f"the profile measured up to {top}; sizes outside the measured range are not "
-                                 "extrapolated")
+                                 f"the config needs batch size {top + 1} (max_batch_size {ms.max_batch_size}) but "
+                                 f"the profile measured {list(sizes)}; sizes outside the measured range are not "
+                                 "extrapolated")  # as the spec says it, before it lays out a table that large
 
 
 def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

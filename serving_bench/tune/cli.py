@@ -184,9 +184,9 @@ def run_tune(opts: TuneOptions) -> dict:
         except OSError as err:
             if not _written_in(err, Path(opts.out)):
                 raise
-            raise OutputError(f"{opts.out}: cannot write {err.filename} ({err.strerror or err}); the observations "
-                              f"written before it are in {Path(opts.out) / 'observations.jsonl'}, and the same "
-                              "command resumes from them") from None
+            raise OutputError(f"{opts.out}: cannot write {err.filename2 or err.filename} ({err.strerror or err}); "
+                              f"the observations written before it are in {Path(opts.out) / 'observations.jsonl'}, "
+                              "and the same command resumes from them") from None
 
 
 def _written_in(err: OSError, folder: Path) -> bool:
