@@ -164,9 +164,7 @@ class HeldFolder:
             os.unlink(self.lock)  # while still locked: a waiting opener then sees another inode and retries
         os.close(self.fd)
         self.fd = -1
-        for folder in reversed(self.created):
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only an empty one
+        _remove_empty(self.created)
 
 
 def hold_folder(path: str | Path, *, need_bytes: int = 0, basis: str = "", option: str = "--out",
@@ -200,9 +198,7 @@ def hold_folder(path: str | Path, *, need_bytes: int = 0, basis: str = "", optio
     try:
         fd = _take_lock(real.parent / f".{real.name}{LOCK_SUFFIX}", shown, option)
     except BaseException:
-        for folder in reversed(created):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        _remove_empty(created)
         raise
     held = HeldFolder(real, real.parent / f".{real.name}{LOCK_SUFFIX}", fd, tuple(created))
     try:
@@ -226,12 +222,17 @@ def _make_folders(real: Path, shown: Path, option: str) -> list[Path]:
         except FileExistsError:
             continue
         except OSError as err:
-            for made in reversed(created):
-                with contextlib.suppress(OSError):
-                    made.rmdir()
+            _remove_empty(created)
             raise InputError(option, None, f"{shown}: cannot create {folder}: {err.strerror or err}") from None
         created.append(folder)
     return created
+
+
+def _remove_empty(folders) -> None:
+    """Remove ``folders`` (outermost first) that are empty, deepest first: what a refused run created."""
+    for folder in reversed(tuple(folders)):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _take_lock(lock: Path, shown: Path, option: str) -> int:

@@ -3,9 +3,13 @@
 Builds the schedule from the profile (or loads ``--schedule saved.npz``), starts the embedded tritonserver with only
 the models the profile needs (unless ``--url`` names a running server), replays the schedule open loop (or closed
 loop with ``--concurrency``) with a progress bar showing the live rate and p99, samples telemetry, and writes the
-results folder (:mod:`serving_bench.run.results`). On Ctrl-C or SIGTERM (to the process or its whole group, at any
-moment after the schedule is built), on server death or a dead model instance the records of what was sent are
-saved, marked partial; the exit status is then 130 or 3.
+results folder (:mod:`serving_bench.run.results`). Before any of it the schedule's size is checked
+(``--max-requests``) and the results folder checked and held for the run (writable, room for the results, no other
+run in it). On Ctrl-C or SIGTERM (to the process or its whole group, at any moment after the schedule is built), on
+server death or a dead model instance the records of what was sent are saved, marked partial; the exit status is
+then 130 or 3. Results that cannot be written after all are saved elsewhere, marked partial (exit 4). With
+``--url``, the server's metrics address is the one ``serve`` announced for it, ``--metrics-url``, or else guessed
+at the gRPC port + 1 (Triton's default layout; a guess that does not answer is an input error saying so).
 """
 
 from __future__ import annotations
@@ -129,7 +133,11 @@ def main(args) -> int:
         except KeyboardInterrupt:
             server, stopped_early = None, "interrupted (Ctrl-C) before the start"
         if server is not None and not args.no_telemetry:
-            _check_metrics(server)
+            try:
+                _check_metrics(server)
+            except InputError:
+                server.stop()
+                raise
         with deferred_interrupts() as signals:
             records, telemetry = _replay(args, server, schedule, mode, timeout_s, signals, stopped_early)
             summary = write_results(out, records, schedule, telemetry=telemetry, clear=args.overwrite)
