@@ -3,8 +3,11 @@
 Each subcommand lives in the package that does the work, as a module with ``configure(parser)`` and
 ``main(args) -> int``, imported only when that subcommand runs (or shows its help): ``serving-bench --help`` lists the
 commands from :data:`COMMANDS` without importing any of them, so it stays fast however much a command imports.
-Bad input (:class:`InputError`) prints one line and exits 2; a server failure exits 3; Ctrl-C or SIGTERM exits 130,
-after the command has unwound (its servers stopped, its worker pools shut down: :func:`interrupts.sigterm_unwinds`).
+Bad input (:class:`InputError`) prints one line and exits 2; a server failure exits 3; results that could not be
+written although their folder was checked before the run (:class:`OutputError`: the disk filled, the folder was
+removed or made read-only meanwhile) print one line saying where what was measured went, and exit 4; Ctrl-C or
+SIGTERM exits 130, after the command has unwound (its servers stopped, its worker pools shut down:
+:func:`interrupts.sigterm_unwinds`). Warnings print as one line each, without the source line that raised them.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
-from serving_bench.errors import InputError, ServerError
+from serving_bench.errors import InputError, OutputError, ServerError
 from serving_bench.interrupts import Terminated, sigterm_unwinds
 
 # subcommand -> (module, one-line help). Order is the data flow.
@@ -46,6 +50,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """``warning: <message>``: what a user needs, without the Python source line :mod:`warnings` adds."""
+    return f"warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     only = argv[0] if argv and argv[0] in COMMANDS else None
@@ -54,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    saved, warnings.formatwarning = warnings.formatwarning, one_line_warning
     try:
         with sigterm_unwinds():
             return int(args._main(args) or 0)
@@ -63,9 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     except ServerError as err:
         print(f"server error: {err}", file=sys.stderr)
         return 3
+    except OutputError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 4
     except KeyboardInterrupt as err:
         print("interrupted (SIGTERM)" if isinstance(err, Terminated) else "interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = saved
 
 
 if __name__ == "__main__":

@@ -32,9 +32,10 @@ from pathlib import Path
 from serving_bench.errors import InputError, ServerError
 from serving_bench.export.api import SETTLE_AFTER_EXPORT_S, export_models, settle_after_export
 from serving_bench.export.repository import load_manifest
+from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
 from serving_bench.run.metrics import simulated_inside
-from serving_bench.run.results import run_summary, write_results
+from serving_bench.run.results import hold_results, run_summary, write_results
 from serving_bench.serve.server import TritonServer
 from serving_bench.serving_config import ServingConfig
 from serving_bench.telemetry import Telemetry
@@ -236,7 +237,7 @@ class Demo:
             self.run_stage(i + 1, len(stages), name, fn)
         summary = {s.name: {"status": s.status, "seconds": round(s.seconds, 2), "detail": s.detail,
                             "steal_share": round(s.steal_share, 4)} for s in self.stages}
-        (self.out / "demo.json").write_text(json.dumps(summary, indent=1) + "\n")
+        atomic_write_text(self.out / "demo.json", json.dumps(summary, indent=1) + "\n")
         self.say("summary: " + ", ".join(f"{s.status}" for s in self.stages))
         report = self.out / "report.html"
         if report.is_file():
@@ -259,10 +260,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, args.reuse_repo, args.profile_seconds,
-                Path(args.profile) if args.profile else None)
-    return demo.run()
+    builder = adapters.ScheduleBuilder(str(args.load))
+    # held for the run, with room for its results folders: the replay, the simulation and the tune's verification
+    with hold_results(out, builder.size(), builder.profile().duration_s, folders=3):
+        demo = Demo(out, Path(args.repo), Path(args.load), args.tune_evals, args.reuse_repo, args.profile_seconds,
+                    Path(args.profile) if args.profile else None)
+        return demo.run()
 
 
 if __name__ == "__main__":  # pragma: no cover

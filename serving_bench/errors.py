@@ -35,6 +35,12 @@ def require_count(option: str, value: int | None, minimum: int = 1) -> None:
         raise InputError(option, str(value), f"expected an integer >= {minimum}")
 
 
+class OutputError(Exception):
+    """Results that could not be written where asked although the folder was checked before the run (the disk
+    filled, the folder was removed or made read-only meanwhile). The message names the folder, the reason and where
+    what was measured was saved instead, marked partial; the CLI prints it on one line and exits 4."""
+
+
 class ServerError(RuntimeError):
     """The Triton server failed to start, died, or refused a model; the message names its log file, and
     ``log_path`` is that file where the server was ours (None otherwise)."""

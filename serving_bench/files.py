@@ -1,26 +1,38 @@
 """Files: reading the user's YAML and JSON (every failure one :class:`InputError` line: file, line, reason), writing
-outputs atomically, and the cache folder.
+outputs atomically, the output folders of runs, and the cache folder.
 
 One place for each, so a load profile, a forecast, a serving config and a profile all report a missing file or a
 syntax error the same way, and no reader ever sees half a file: every output goes to a temporary name in the same
 folder and is renamed (:func:`atomic_write`, :func:`atomic_write_text`, :func:`atomic_write_json`; folders:
-:func:`publish_folder`). Validation of the content stays with each format's owner.
+:func:`publish_folder`). Validation of the content stays with each format's owner. A run's output folder is
+checked and held before the run (:func:`hold_folder`), written through a staging folder inside it
+(:func:`stage_folder`), and what a failed write would lose is saved elsewhere, named in an :class:`OutputError`
+(:func:`rescue_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import lzma
 import os
 import shutil
+import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import yaml
 
-from serving_bench.errors import InputError
+from serving_bench.errors import InputError, OutputError
+
+T = TypeVar("T")
+LOCK_SUFFIX = ".serving-bench-lock"  # beside the held folder: .<name>.serving-bench-lock
+STAGING_PREFIX = ".staging-"  # inside it: .staging-<pid>/
 
 
 def cache_dir() -> Path:
@@ -116,3 +128,191 @@ def read_json(path: str | Path, what: str = "file") -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(path, f"line {err.lineno}", f"not JSON: {err.msg}") from None
+
+
+# -- output folders of runs -------------------------------------------------------------------------------------------
+
+def size_text(n_bytes: float) -> str:
+    """``n_bytes`` for a person: ``1.5 GB``, ``320 MB``, ``12 kB`` (powers of 1000)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.3g} {unit}"
+    return f"{int(n_bytes)} bytes"
+
+
+@dataclass
+class HeldFolder:
+    """An output folder this process holds for a run (:func:`hold_folder`). ``release()`` (or leaving the ``with``
+    block) frees it and removes the folders the hold created that stayed empty, so a run refused after the hold
+    leaves nothing behind."""
+
+    path: Path
+    lock: Path
+    fd: int
+    created: tuple[Path, ...] = ()
+
+    def __enter__(self) -> "HeldFolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.lock)  # while still locked: a waiting opener then sees another inode and retries
+        os.close(self.fd)
+        self.fd = -1
+        _remove_empty(self.created)
+
+
+def hold_folder(path: str | Path, *, need_bytes: int = 0, basis: str = "", option: str = "--out",
+                empty: bool = False) -> HeldFolder:
+    """Check the output folder ``path`` and hold it for this run, before the run does any work.
+
+    Refused, each as one :class:`InputError` line naming ``option``: a file in its place; a folder with entries
+    when ``empty`` (``replay`` without ``--overwrite``); a file system with less free space than ``need_bytes`` (the
+    run's expected output; ``basis`` says how it was estimated); a folder that cannot be created or written; a
+    folder another live run holds. The hold is an exclusive ``flock`` on ``.<name>.serving-bench-lock`` beside the
+    folder, which names the holder (pid, command, start); the kernel frees it when the holder exits, however it
+    ends, so a lock left by a killed run is never mistaken for a live one. Stale staging folders inside (a run
+    killed while writing) are removed."""
+    shown = Path(path)
+    real = Path(os.path.abspath(shown))
+    expected = "a results folder (new, empty, or --overwrite)" if empty else "a results folder"
+    if real.exists() and not real.is_dir():
+        raise InputError(option, None, f"{shown} is a file; expected {expected}")
+    if empty and real.is_dir() and any(p.name != f"{STAGING_PREFIX}{os.getpid()}" for p in real.iterdir()):
+        raise InputError(option, None, f"{shown} exists and is not empty; choose another folder or pass --overwrite")
+    existing = next(p for p in (real, *real.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(option, None, f"{existing} is a file; expected {expected} at {shown}")
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        raise InputError(option, None, f"{shown}: cannot write there: {os.strerror(errno.EROFS)}")
+    free = shutil.disk_usage(existing).free
+    if need_bytes > free:
+        raise InputError(option, None, f"{shown}: {size_text(free)} free on its file system, the run needs about "
+                                       f"{size_text(need_bytes)} ({basis}); free some space or choose another folder")
+    created = _make_folders(real, shown, option)
+    try:
+        fd = _take_lock(real.parent / f".{real.name}{LOCK_SUFFIX}", shown, option)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    held = HeldFolder(real, real.parent / f".{real.name}{LOCK_SUFFIX}", fd, tuple(created))
+    try:
+        probe, name = tempfile.mkstemp(dir=real, prefix=".serving-bench-probe-")
+        os.close(probe)
+        os.unlink(name)
+    except OSError as err:
+        held.release()
+        raise InputError(option, None, f"{shown}: cannot write there: {err.strerror or err}") from None
+    for stale in real.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return held
+
+
+def _make_folders(real: Path, shown: Path, option: str) -> list[Path]:
+    """Create ``real`` and its missing parents; the ones created, outermost first."""
+    created: list[Path] = []
+    for folder in reversed([p for p in (real, *real.parents) if not p.exists()]):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as err:
+            _remove_empty(created)
+            raise InputError(option, None, f"{shown}: cannot create {folder}: {err.strerror or err}") from None
+        created.append(folder)
+    return created
+
+
+def _remove_empty(folders) -> None:
+    """Remove ``folders`` (outermost first) that are empty, deepest first: what a refused run created."""
+    for folder in reversed(tuple(folders)):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _take_lock(lock: Path, shown: Path, option: str) -> int:
+    """An open descriptor holding an exclusive ``flock`` on ``lock`` (created), with this process's facts in it."""
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise InputError(option, None, f"{shown}: cannot write there: {err.strerror or err}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace")
+            os.close(fd)
+            raise InputError(option, None, f"{shown} is in use by another run ({_holder_text(holder)}); wait for it "
+                                           "to end or choose another folder") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:  # its last holder removed it after we opened it: take the new one
+            same = False
+        if same:
+            break
+        os.close(fd)
+    facts = {"pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)[:300]}
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(facts).encode())
+    return fd
+
+
+def _holder_text(text: str) -> str:
+    try:
+        facts = json.loads(text)
+        return f"pid {facts['pid']} since {facts['since']}: {facts['command']}"
+    except (ValueError, KeyError, TypeError):
+        return "starting"
+
+
+def stage_folder(dest: str | Path, write: Callable[[Path], T], *, clear: bool = False) -> T:
+    """Write a folder's files through ``dest/.staging-<pid>/`` and move them into ``dest`` (created, with its
+    parents) only once ``write(staging)`` has finished: a failure leaves ``dest`` as it was and raises. ``clear``:
+    ``dest``'s other entries are removed first (``--overwrite``). Returns what ``write`` returned."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    staging = dest / f"{STAGING_PREFIX}{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        result = write(staging)
+        if clear:
+            for entry in dest.iterdir():
+                if entry != staging:
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        for entry in staging.iterdir():
+            target = dest / entry.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def rescue_folder(dest: str | Path, err: OSError, write: Callable[[Path], Any], note: str = "") -> OutputError:
+    """After writing into ``dest`` failed with ``err``, write the same (``write(folder)``) into a new folder under
+    the cache folder (``rescued/``), or under the system's temporary folder where that fails too. Returns the
+    :class:`OutputError` to raise: ``dest``, the reason, and where it went (``note`` after it, e.g. "marked
+    partial"), or that it could be saved nowhere."""
+    reason = err.strerror or str(err)
+    name = f"{Path(os.path.abspath(dest)).name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    failed = []
+    for base in (cache_dir() / "rescued", Path(tempfile.gettempdir()) / "serving-bench-rescued"):
+        folder = base / name
+        try:
+            folder.mkdir(parents=True)
+            write(folder)
+        except OSError as again:
+            shutil.rmtree(folder, ignore_errors=True)
+            failed.append(f"{base}: {again.strerror or again}")
+            continue
+        return OutputError(f"{dest}: the results could not be written ({reason}); what was measured is saved in "
+                           f"{folder}{', ' + note if note else ''}")
+    return OutputError(f"{dest}: the results could not be written ({reason}), nor saved elsewhere "
+                       f"({'; '.join(failed)})")

@@ -6,6 +6,10 @@ policy (``max_queue_size``, ``queue_timeout_us``; 0 = unlimited / none), and ins
 names. For the whole server: the runtime threads each instance gets (``threads_per_instance``; 0: the embedded
 server's default, :func:`default_threads` over all served instances). Frozen and hashable, so a search can use
 configs as keys.
+
+What Triton accepts of these knobs, checked the same wherever a config comes from a user's file
+(:func:`check_serving`), and what it answers to a request larger than a model takes (:func:`batch_refusal`,
+:func:`triton_batch_answer`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serving_bench.errors import InputError
 from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, ensemble_deps, ensemble_members, entry_dir,
                                              list_entries, read_config, resolve_models, write_config)
+
+
+INT32_MAX = 2**31 - 1  # max_batch_size, preferred sizes, max_queue_size and counts are int32 in Triton's config
+# Triton accepts any int32 instance count and starts every instance: in the python backend a stub process each (68 MB
+# resident for the sleep model here), elsewhere a copy of the model on its device. More than this many of one model
+# on one device is refused as a typo: more than an H200 has SMs (132) to run them side by side.
+MAX_INSTANCES = 128
 
 
 @dataclass(frozen=True)
@@ -210,3 +221,61 @@ def parse_instances(text: str, source: str = "--instances") -> Mapping[str, int]
             raise InputError(source, item, "expected MODEL=COUNT with COUNT >= 1, comma-separated")
         out[name.strip()] = int(count)
     return out
+
+
+def check_serving(model: ModelServing, source) -> None:
+    """An :class:`InputError` (``source``: the file; field ``models.NAME.KNOB``) for the first knob of ``model``
+    Triton would refuse, or that would have no effect: max_batch_size outside 0..int32; dynamic batching without a
+    batch dimension (``dynamic batching ... max_batch_size 0``); a dynamic-batching knob without dynamic batching; a
+    preferred size outside 1..max_batch_size (Triton: ``dynamic batching preferred size must be <= max batch
+    size``); a queue size above int32; a device other than ``cpu``/``gpuN``; a count outside 1..:data:`MAX_INSTANCES`."""
+    where = f"models.{model.name}"
+    if not 0 <= model.max_batch_size <= INT32_MAX:
+        raise InputError(source, f"{where}.max_batch_size", f"expected 0 (no batching) .. {INT32_MAX:,}, got "
+                                                             f"{model.max_batch_size}")
+    if model.dynamic_batching and model.max_batch_size == 0:
+        raise InputError(source, f"{where}.dynamic_batching", "set while max_batch_size is 0; expected max_batch_size "
+                                                              ">= 1 (a model without a batch dimension cannot batch)")
+    knobs = {"max_queue_delay_us": model.max_queue_delay_us, "preferred_batch_sizes": model.preferred_batch_sizes,
+             "max_queue_size": model.max_queue_size, "queue_timeout_us": model.queue_timeout_us}
+    unused = next((k for k, v in knobs.items() if v and not model.dynamic_batching), None)
+    if unused:
+        raise InputError(source, f"{where}.{unused}", "set without dynamic_batching: true, where Triton has no use "
+                                                      "for it; expected dynamic_batching: true or no such field")
+    bad = [b for b in model.preferred_batch_sizes if not 1 <= b <= model.max_batch_size]
+    if bad:
+        raise InputError(source, f"{where}.preferred_batch_sizes", f"{bad[0]}: expected sizes between 1 and "
+                                                                   f"max_batch_size {model.max_batch_size}")
+    if model.max_queue_size > INT32_MAX:
+        raise InputError(source, f"{where}.max_queue_size", f"expected at most {INT32_MAX:,}, got "
+                                                            f"{model.max_queue_size}")
+    for device, count in model.instances:
+        if device != "cpu" and not (device.startswith("gpu") and device[3:].isdigit()):
+            raise InputError(source, f"{where}.instances", f"device {device!r}: expected 'cpu' or 'gpuN'")
+        if not 1 <= count <= MAX_INSTANCES:
+            raise InputError(source, f"{where}.instances", f"{count} instances on {device}: expected 1 .. "
+                                                           f"{MAX_INSTANCES} of one model on one device")
+
+
+def batch_refusal(max_batch_size: int, batch: int) -> str | None:
+    """Why a model with ``max_batch_size`` cannot take a request of ``batch`` items, as an input error's expected
+    text (None: it takes it). Triton refuses a request above ``max_batch_size``, and any batched shape where it is 0
+    (:func:`triton_batch_answer`)."""
+    if max_batch_size == 0 and batch != 1:
+        return f"the served model does not batch (max_batch_size 0); expected batch 1, got {batch}"
+    if max_batch_size > 0 and batch > max_batch_size:
+        return f"expected <= the model's max_batch_size {max_batch_size}, got {batch}"
+    return None
+
+
+def triton_batch_answer(name: str, max_batch_size: int, batch: int) -> str:
+    """What Triton answers (gRPC ``INVALID_ARGUMENT``) to a request of ``batch`` items that model ``name`` refuses,
+    as a replay's records keep it. Seen on the bundled Triton 2.51 (2026-12-06): ``[request id: <id_unknown>]
+    inference request batch-size must be <= 4 for 's32'``, and for ``max_batch_size`` 0 ``[request id:
+    <id_unknown>] unexpected shape for input 'input' for model 's0'. Expected [4], got [4,4].`` (input names and
+    shapes are not known here, so that one names the items)."""
+    if max_batch_size > 0:
+        return (f"INVALID_ARGUMENT: [request id: <id_unknown>] inference request batch-size must be <= "
+                f"{max_batch_size} for '{name}'")
+    return (f"INVALID_ARGUMENT: [request id: <id_unknown>] unexpected shape for model '{name}': it takes no batch "
+            f"dimension (max_batch_size 0), got a request of {batch} items")

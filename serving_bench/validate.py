@@ -38,13 +38,13 @@ from typing import Callable, Mapping
 import numpy as np
 
 from serving_bench.errors import InputError, require_count
-from serving_bench.files import atomic_write, atomic_write_json
+from serving_bench.files import atomic_write, atomic_write_json, rescue_folder
 from serving_bench.load.driver import TritonTarget
-from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.load.profile import MAX_REQUESTS, LoadProfile, build_schedule, check_schedule_size
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import simulated_inside, summarize
 from serving_bench.run.records import Records, load_records
-from serving_bench.run.results import write_results
+from serving_bench.run.results import hold_results, write_results
 from serving_bench.run.schedule import Schedule
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import connect
@@ -71,6 +71,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads-per-instance", type=int,
                         help="runtime threads of every instance, served and simulated (default: the embedded "
                              "server's, cores // all served instances)")
+    parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                        help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
 
 
 def _measured_utilisation(records: Records, config, duration: float) -> dict[str, float | None]:
@@ -158,13 +160,13 @@ def sender_note(profile: Profile, real: Records) -> str | None:
 
 def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *, url: str | None = None,
                    seed: int = 0, threads_per_instance: int | None = None,
-                   note: Callable[[str], None] | None = None) -> list[dict]:
+                   note: Callable[[str], None] | None = None, max_requests: int = MAX_REQUESTS) -> list[dict]:
     """Run (or reuse) the replay and the simulation of one schedule; write results; return the error rows. What
     the comparison should be read with (:func:`sender_note`) goes to ``validation.json``'s ``notes`` and ``note``.
     ``threads_per_instance`` (None: the embedded server's default) is served and simulated alike."""
     require_count("--threads-per-instance", threads_per_instance)
     schedule = build_schedule(LoadProfile.load(load_profile) if not isinstance(load_profile, LoadProfile)
-                              else load_profile)
+                              else load_profile, max_requests)
     profile = Profile.load(profile_path)
     config = ServingConfig.from_repo(repo, list(schedule.models)).with_threads(threads_per_instance)
     target = SimTarget(profile, config, seed=seed)  # checks first; the config carries its ensembles' step graphs
@@ -191,10 +193,17 @@ def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *
     rows = compare(real_summary, sim_summary, _measured_utilisation(real, config, length),
                    sim.info.sim.utilisation, real.info.server_stats or {},
                    sim.info.sim.items_per_execution, sim.info.sim.server_mean_s)
-    atomic_write_json(out / "validation.json",
-                      {"load_profile": str(load_profile), "profile": str(profile_path), "notes": notes, "rows": rows},
-                      sort_keys=False)
-    atomic_write(out / "validation.csv", lambda tmp: _write_csv(tmp, rows))
+    doc = {"load_profile": str(getattr(load_profile, "path", load_profile)), "profile": str(profile_path),
+           "notes": notes, "rows": rows}
+
+    def write_table(folder: Path) -> None:
+        atomic_write_json(folder / "validation.json", doc, sort_keys=False)
+        atomic_write(folder / "validation.csv", lambda tmp: _write_csv(tmp, rows))
+
+    try:
+        write_table(out)
+    except OSError as err:
+        raise rescue_folder(out, err, write_table) from None
     return rows
 
 
@@ -224,9 +233,14 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    rows = run_validation(args.load_profile, args.repo, args.profile, args.out, replay_dir=args.replay,
-                          url=args.url, seed=args.seed, threads_per_instance=args.threads_per_instance,
-                          note=lambda line: print(f"note: {line}", file=sys.stderr))
+    require_count("--max-requests", args.max_requests)
+    load = LoadProfile.load(args.load_profile)
+    requests = check_schedule_size(load, args.max_requests)
+    with hold_results(args.out, requests, load.duration_s, folders=1 if args.replay else 2):
+        rows = run_validation(load, args.repo, args.profile, args.out, replay_dir=args.replay, url=args.url,
+                              seed=args.seed, threads_per_instance=args.threads_per_instance,
+                              note=lambda line: print(f"note: {line}", file=sys.stderr),
+                              max_requests=args.max_requests)
     print(format_table(rows))
     print(f"wrote {args.out}/validation.json, validation.csv, sim/" + ("" if args.replay else ", real/"))
     return 0

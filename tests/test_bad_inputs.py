@@ -4,6 +4,11 @@ nothing written where the command would have written. No server starts: input is
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +16,7 @@ from serving_bench.cli import main as cli
 from tune_fixtures import write_load, write_profile
 
 GOOD_LOAD = "name: ok\nduration: 2s\nseed: 1\nmodels:\n  m: {rate: 10, slo: {p99: 40ms}}\n"
+SERVING = "models:\n  m: {max_batch_size: 8, dynamic_batching: true, instances: [[cpu, 1]]}\n"
 
 
 def _files(**files):
@@ -90,6 +96,57 @@ CASES = [
      ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--finalists", "0", "--out", "FOLDER/out"], "out"),
     ("tune: unknown model", _files(**{"l.yaml": GOOD_LOAD}),
      ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--models", "zz", "--out", "FOLDER/out"], "out"),
+    ("rate beyond the schedule bound", _files(**{"l.yaml": GOOD_LOAD.replace("rate: 10", "rate: 1e9")}),
+     ["replay", "FOLDER/l.yaml", "--out", "FOLDER/out"], "out"),
+    ("rate of 3e6 over 20 s", _files(**{"l.yaml": GOOD_LOAD.replace("rate: 10", "rate: 3e6").replace("2s", "20s")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--out", "FOLDER/out"], "out"),
+    ("duration beyond the schedule bound", _files(**{"l.yaml": GOOD_LOAD.replace("2s", "1e9")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--out", "FOLDER/out"], "out"),
+    ("validate: schedule beyond --max-requests", _files(**{"l.yaml": GOOD_LOAD}),
+     ["validate", "FOLDER/l.yaml", "--profile", "PROFILE", "--repo", "FOLDER", "--max-requests", "5",
+      "--out", "FOLDER/out"], "out"),
+    ("replay: --max-requests 0", _files(**{"l.yaml": GOOD_LOAD}),
+     ["replay", "FOLDER/l.yaml", "--max-requests", "0", "--out", "FOLDER/out"], "out"),
+    ("replay: --metrics-url without --url", _files(**{"l.yaml": GOOD_LOAD}),
+     ["replay", "FOLDER/l.yaml", "--metrics-url", "127.0.0.1:8002", "--out", "FOLDER/out"], "out"),
+    ("replay: bad --metrics-url", _files(**{"l.yaml": GOOD_LOAD}),
+     ["replay", "FOLDER/l.yaml", "--url", "127.0.0.1:8001", "--metrics-url", "nowhere", "--out", "FOLDER/out"],
+     "out"),
+    ("out inside a file", _files(**{"l.yaml": GOOD_LOAD, "afile": "keep me"}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--out", "FOLDER/afile/out"], None),
+    ("serving yaml: unknown top-level key", _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING + "modles: {}\n"}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: 10000 instances", _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING.replace("1]]", "10000]]")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: max_batch_size 0, batch-4 requests",
+     _files(**{"l.yaml": GOOD_LOAD.replace("rate: 10", "rate: 10, batch: 4"),
+               "s.yaml": SERVING.replace("max_batch_size: 8, dynamic_batching: true, ", "max_batch_size: 0, ")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: batch-16 requests above max_batch_size 8",
+     _files(**{"l.yaml": GOOD_LOAD.replace("rate: 10", "rate: 10, batch: 16"), "s.yaml": SERVING}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: dynamic batching without a batch dimension",
+     _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING.replace("max_batch_size: 8", "max_batch_size: 0")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: preferred size above max_batch_size",
+     _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING.replace("true, ", "true, preferred_batch_sizes: [16], ")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: queue delay without dynamic batching",
+     _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING.replace("dynamic_batching: true", "max_queue_delay_us: 100")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: a count that is a boolean",
+     _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING.replace("8,", "true,")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: an ensemble of an unlisted model",
+     _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING + "ensembles: {e: [m, other]}\n"}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("serving yaml: max_batch_size beyond the profile's",
+     _files(**{"l.yaml": GOOD_LOAD, "s.yaml": SERVING.replace("max_batch_size: 8", "max_batch_size: 2000000000")}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--config", "FOLDER/s.yaml", "--out", "FOLDER/out"], "out"),
+    ("tune: --duration 1e9", _files(**{"l.yaml": GOOD_LOAD}),
+     ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--duration", "1e9", "--out", "FOLDER/out"], "out"),
+    ("tune: --duration -1", _files(**{"l.yaml": GOOD_LOAD}),
+     ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--duration", "-1", "--out", "FOLDER/out"], "out"),
     ("plan: forecast missing", _files(), ["plan", "FOLDER/none.yaml"], None),
     ("check-repo: missing repo", _files(), ["check-repo", "FOLDER/norepo"], None),
 ]
@@ -112,3 +169,106 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(case, files, argv, wri
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "something was written"
     if writes:
         assert not (tmp_path / writes).exists() or (tmp_path / writes).read_text() == "keep me"
+
+
+# -- the output folder, checked and held before any work ----------------------------------------------------------
+
+def _mount_tmpfs(path, size: str, read_only: bool = False) -> None:
+    """A real small (or read-only) file system at ``path``: a tmpfs, which needs root; skipped with the reason
+    elsewhere. The caller unmounts it (:func:`_unmount`)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and mount(8); this run has neither")
+    path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (",ro" if read_only else "")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+def _unmount(path) -> None:
+    subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.fixture()
+def read_only_folder(tmp_path):
+    """An existing folder no file can be written in: a read-only tmpfs as root, a mode-0555 folder otherwise."""
+    folder = tmp_path / "read_only"
+    if os.geteuid() == 0:
+        _mount_tmpfs(folder, "64m", read_only=True)
+        yield folder
+        _unmount(folder)
+    else:
+        folder.mkdir()
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", ["replay", "simulate", "tune", "validate"])
+def test_an_unwritable_out_is_refused_before_any_work(command, read_only_folder, tmp_path, capsys):
+    """``--out`` where nothing can be written, itself or below it: one line naming it, exit 2, before the schedule is
+    built or a server started (the issue's replay ran its whole schedule first and lost it)."""
+    (tmp_path / "l.yaml").write_text(GOOD_LOAD)
+    profile = write_profile(tmp_path / "p.json", {"m": (4.0, 1.0, 8)})
+    extra = {"replay": ["--repo", str(tmp_path)], "simulate": ["--profile", str(profile)],
+             "tune": ["--profile", str(profile)], "validate": ["--profile", str(profile), "--repo", str(tmp_path)]}
+    for out in (read_only_folder, read_only_folder / "results"):
+        assert cli([command, str(tmp_path / "l.yaml"), *extra[command], "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out: {out}") and "cannot" in err[0], err
+    assert list(read_only_folder.iterdir()) == []
+
+
+def test_an_out_without_room_for_the_run_is_refused(tmp_path, capsys):
+    """A file system with less free space than the run's results need (400 bytes per request and a fixed 1 MB:
+    ``run.results.results_bytes``): refused up front with both figures and the estimate's basis."""
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "2m")
+    try:
+        (tmp_path / "l.yaml").write_text(GOOD_LOAD.replace("rate: 10", "rate: 2000"))  # 4,000 requests: 2.6 MB
+        profile = write_profile(tmp_path / "p.json", {"m": (0.1, 0.01, 8)})
+        assert cli(["simulate", str(tmp_path / "l.yaml"), "--profile", str(profile), "--out",
+                    str(small / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and re.fullmatch(
+            rf"error: --out: {small}/out: 2\.\d+ MB free on its file system, the run needs about 2\.6 MB "
+            r"\(4,0\d\d requests: 400 bytes per request, 8 kB per second of telemetry\); free some space or choose "
+            r"another folder", err[0]), err
+        assert list(small.iterdir()) == []
+        (tmp_path / "l.yaml").write_text(GOOD_LOAD.replace("rate: 10", "rate: 200"))  # what fits is run
+        assert cli(["simulate", str(tmp_path / "l.yaml"), "--profile", str(profile), "--out",
+                    str(small / "out")]) == 0
+        assert (small / "out" / "records.parquet").is_file()
+    finally:
+        _unmount(small)
+
+
+def _holder(folder) -> subprocess.Popen:
+    """Another process holding ``folder`` as a run does (``files.hold_folder``), until it is killed."""
+    code = ("import sys, time\nfrom serving_bench.files import hold_folder\nheld = hold_folder(sys.argv[1])\n"
+            "print('held', flush=True)\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_folder_held_by_a_live_run_is_refused_and_freed_when_it_dies(tmp_path, capsys):
+    """The hold is a lock the kernel frees with its holder: while the holder lives a second run into the same folder
+    is one line naming it (pid, command) and exit 2; once it is killed (SIGKILL: no chance to clean up) the same
+    run goes ahead."""
+    (tmp_path / "l.yaml").write_text(GOOD_LOAD)
+    profile = write_profile(tmp_path / "p.json", {"m": (4.0, 1.0, 8)})
+    argv = ["simulate", str(tmp_path / "l.yaml"), "--profile", str(profile), "--out", str(tmp_path / "out")]
+    holder = _holder(tmp_path / "out")
+    try:
+        assert cli(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out: {tmp_path / 'out'} is in use by another run "
+                                                   f"(pid {holder.pid} since "), err
+        assert list((tmp_path / "out").iterdir()) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli(argv) == 0
+    assert (tmp_path / "out" / "summary.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.yaml", "out", "p.json"]  # the lock went with the run

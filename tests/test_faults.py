@@ -1,12 +1,15 @@
 """Faults on the real server, each as a user meets it: the server killed mid-replay, one model instance (its
 python-backend stub) killed mid-replay, Ctrl-C to the whole process group at several moments, a bad ``--out``, a
-server killed mid-profile. Every run keeps its records (marked partial), accounts for every request, says why it
+server killed mid-profile, the disk filling mid-run, a second run into a folder in use, the folder removed mid-run,
+a write failing in tune. Every run keeps its records (marked partial), accounts for every request, says why it
 stopped, and leaves no process or shared-memory region behind."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,11 +52,13 @@ def _terminal_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
-    """``serving-bench ARGS`` in a process group of its own (as a shell runs a command), output to a file."""
+def _start(args: list[str], tmp_path: Path, env: dict | None = None) -> subprocess.Popen:
+    """``serving-bench ARGS`` in a process group of its own (as a shell runs a command), output to a file; ``env``
+    added to the environment."""
     log = open(tmp_path / "cli.log", "w")
     return subprocess.Popen([sys.executable, "-m", "serving_bench.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=tmp_path, preexec_fn=_terminal_signals)
+                            start_new_session=True, cwd=tmp_path, preexec_fn=_terminal_signals,
+                            env={**os.environ, **(env or {})})
 
 
 def _output(tmp_path: Path) -> str:
@@ -197,3 +202,172 @@ def test_a_crash_whose_handler_hangs_is_a_death_not_a_hang(repo):
         with pytest.raises(ServerDied, match=r"died \(signal 11 in its log"):
             server.check_alive()
         assert server.process.poll() is not None
+
+
+# -- results that cannot be written where asked ---------------------------------------------------------------------
+
+def _mounted_tmpfs(path: Path, size: str) -> None:
+    """A real small file system at ``path`` (a tmpfs: root only; skipped with the reason elsewhere)."""
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is provoked on a small tmpfs, which needs root to mount")
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+def _fill(folder: Path) -> None:
+    """Fill ``folder``'s file system to the last byte."""
+    with open(folder / "filler", "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def _lock_of(out: Path) -> Path:
+    return out.parent / f".{out.name}.serving-bench-lock"
+
+
+def _rescued(tmp_path: Path, text: str) -> Path:
+    """The folder the one error line says the results were saved in (under this test's cache folder)."""
+    lines = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, text
+    match = re.search(r"what was measured is saved in (\S+), marked partial$", lines[0])
+    assert match, lines[0]
+    folder = Path(match.group(1))
+    assert folder.is_relative_to(tmp_path / "cache" / "rescued"), folder
+    return folder
+
+
+@pytest.mark.parametrize("command", ["replay", "simulate"])
+def test_disk_full_mid_run_keeps_the_results_elsewhere_marked_partial(command, repo, profile, tmp_path):
+    """The output folder had room when checked, then the disk filled while the run ran (the issue: a replay left
+    only ``records.parquet``, not marked partial; ``simulate`` an empty folder). The results go to the cache
+    folder's ``rescued/``, marked partial, every request accounted for; the one error line says where; exit 4 (not
+    3, a server failure, nor tune's 1); nothing half-written is left where they were asked."""
+    disk = tmp_path / "disk"
+    _mounted_tmpfs(disk, "4m" if command == "replay" else "200m")
+    proc = None
+    try:
+        out = disk / "out"
+        if command == "replay":
+            args = ["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"]
+        else:  # 480,000 requests, a few seconds to simulate: results of ~55 MB, 193 MB estimated
+            (tmp_path / "big.yaml").write_text("name: big\nduration: 12s\nseed: 3\nmodels:\n"
+                                               "  sleep_python: {rate: 40000}\n")
+            (tmp_path / "p.json").write_text(json.dumps(_sleep_profile_json()))
+            args = ["simulate", str(tmp_path / "big.yaml"), "--profile", str(tmp_path / "p.json"), "--out", str(out)]
+        proc = _start(args, tmp_path, env={"SERVING_BENCH_CACHE": str(tmp_path / "cache")})
+        _wait_for(lambda: _lock_of(out).exists() or proc.poll() is not None)  # held: the run goes on
+        _fill(disk)
+        assert proc.wait(timeout=120) == 4, _output(tmp_path)
+        rescued = _rescued(tmp_path, _output(tmp_path))
+        assert "No space left on device" in _output(tmp_path)
+        records = load_records(rescued)
+        c = assert_target_contract(Schedule.load(rescued / "schedule.npz"), records)
+        assert records.info.partial and "could not be written" in records.info.stop_reason
+        assert json.loads((rescued / "summary.json").read_text())["partial"] is True
+        assert c["ok"] == c["sent"] > 0
+        assert not out.exists() or not any(out.iterdir())
+        assert not _lock_of(out).exists()
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def _sleep_profile_json() -> dict:
+    """A simulator profile of the sleep model (2 ms + 0.5 ms per item), batches 1..32, on two cores."""
+    batches = {str(b): {"constant_s": 0.002 + 0.0005 * b} for b in range(1, 33)}
+    return {"format": "serving-bench-profile", "version": 1, "source": "tests", "overhead": {"constant_s": 0.0},
+            "devices": {"cpu": {"kind": "cpu", "name": "test", "cores": 2}},
+            "models": {"sleep_python": {"framework": "python", "precision": "fp32", "devices": {"cpu": {
+                "execution_mode": "n/a", "threads": 1, "batches": batches}}}}}
+
+
+def test_a_second_replay_into_a_folder_in_use_is_refused(repo, profile, tmp_path, capsys):
+    """``replay A --out X &`` then ``replay B --out X``: B is refused at once, one line naming A, exit 2; A keeps
+    its results (the issue: both said "results in X" and A's rows were gone)."""
+    from serving_bench.cli import main as cli
+
+    out = tmp_path / "X"
+    first = _start(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"], tmp_path)
+    _wait_for(lambda: _lock_of(out).exists())
+    assert cli(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --out: {out} is in use by another run (pid {first.pid} "), err
+    assert first.wait(timeout=120) == 0, _output(tmp_path)
+    records = load_records(out)
+    assert len(records) == len(Schedule.load(out / "schedule.npz")) and not records.info.partial
+
+
+def test_the_results_folder_removed_mid_replay_is_written_again(repo, profile, tmp_path):
+    """The folder removed while the run runs: the results are written where they were asked, whole."""
+    out = tmp_path / "out"
+    proc = _start(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"], tmp_path)
+    _wait_for(lambda: out.is_dir() and _lock_of(out).exists())
+    shutil.rmtree(out)
+    assert proc.wait(timeout=120) == 0, _output(tmp_path)
+    assert_target_contract(Schedule.load(out / "schedule.npz"), load_records(out))
+
+
+def test_a_tune_write_that_fails_is_one_line_and_exit_4_not_1(tmp_path):
+    """tune's exit 1 says no configuration meets the SLOs; a write that fails in its folder is one line naming the
+    file and where the observations are, exit 4."""
+    from tune_fixtures import write_load, write_profile
+
+    out = tmp_path / "tune"
+    (out / "observations.jsonl").mkdir(parents=True)  # where the checkpoint must go, a file cannot be written
+    load = write_load(tmp_path / "l.yaml", {"m": 50}, {"m": 40})
+    profile = write_profile(tmp_path / "p.json", {"m": (4.0, 1.0, 8)})
+    done = subprocess.run([sys.executable, "-m", "serving_bench.cli", "tune", str(load), "--profile", str(profile),
+                           "--out", str(out), "--max-evals", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stderr
+    err = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and f"cannot write {out / 'observations.jsonl'}" in err[0], done.stderr
+
+
+def test_the_simulator_answers_an_oversize_request_as_triton_does(tmp_path):
+    """Triton refuses a request above max_batch_size, and a batched one where max_batch_size is 0 (INVALID_ARGUMENT);
+    the simulator answers the same requests with the same status and, where it knows the shapes' words, the same
+    text (``serving_config.triton_batch_answer``)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.profiles.schema import Profile
+    from serving_bench.serve.server import TritonServer
+    from serving_bench.serving_config import ServingConfig
+    from serving_bench.sim.target import SimTarget
+
+    repo = tmp_path / "repo"
+    write_sleep_entry(repo, "batches4", base_ms=1.0, per_item_ms=0.0, max_batch_size=4)
+    write_sleep_entry(repo, "nobatch", base_ms=1.0, per_item_ms=0.0, max_batch_size=0)
+    answers = {}
+    with TritonServer(repo) as server:
+        client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+        for name, shape in (("batches4", [8, 4]), ("nobatch", [8, 4])):
+            tensor = grpcclient.InferInput("input", shape, "FP32")
+            tensor.set_data_from_numpy(np.zeros(shape, np.float32))
+            with pytest.raises(InferenceServerException) as refused:
+                client.infer(name, [tensor])
+            answers[name] = f"{refused.value.status().rsplit('.', 1)[-1]}: {refused.value.message()}"
+        client.close()
+    config = ServingConfig.from_repo(repo)
+    profile_json = _sleep_profile_json()
+    for name in ("batches4", "nobatch"):
+        profile_json["models"][name] = profile_json["models"]["sleep_python"]
+    (tmp_path / "p.json").write_text(json.dumps(profile_json))
+    schedule = Schedule(np.array([0.0, 0.1, 0.2, 0.3]), np.array([0, 0, 1, 1]), ("batches4", "nobatch"),
+                        np.zeros(4), np.array([1, 8, 1, 8]), {"duration_s": 0.4})
+    table = SimTarget(Profile.load(tmp_path / "p.json"), config).run(schedule).table
+    assert table["status"].astype(str).tolist() == ["ok", "error", "ok", "error"]
+    assert table["error"][1] == answers["batches4"]
+    prefix = "INVALID_ARGUMENT: [request id: <id_unknown>] unexpected shape for "
+    assert answers["nobatch"].startswith(prefix) and table["error"][3].startswith(prefix)
+    assert "'nobatch'" in answers["nobatch"] and "'nobatch'" in table["error"][3]

@@ -4,6 +4,7 @@ senders recording the same schedule alike (the tests without ``sender=`` use the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -125,19 +126,32 @@ def test_native_and_python_senders_record_a_mixed_schedule_alike(server):
     assert runs["native"].info.server_stats["sleep_ens"]["success_count"] == int((schedule.model == 1).sum())
 
 
-def test_sender_falls_back_to_python_when_the_native_one_cannot_be_built(tmp_path, monkeypatch):
+def test_sender_falls_back_to_python_when_the_native_one_cannot_be_built(tmp_path, monkeypatch, capsys):
+    """A failed build is remembered outside the package (the cache folder) and said once: a later run does not try,
+    nor announce, the build again, and nothing is written beside the package's source."""
     monkeypatch.setattr(native, "BINARY", tmp_path / "serving-bench-sender")
-    monkeypatch.setattr(native, "BUILD_NOTE", tmp_path / "build-note.txt")
+    monkeypatch.setenv("SERVING_BENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    before = sorted(p.name for p in native.NATIVE_DIR.iterdir())
     native.native_check.cache_clear()
     try:
         sender, note = native.choose_sender("auto")
-        reason = (tmp_path / "build-note.txt").read_text().strip()  # the compiler, or gRPC C++ where it is missing
+        assert "building the native sender" in capsys.readouterr().err
+        reason = json.loads((tmp_path / "cache" / "native-sender-build.json").read_text())["why"]
         assert sender == "python" and "could not be built" in note and reason in note
         assert "no-compiler" in reason or "gRPC C++ is missing" in reason
         with pytest.raises(ValueError, match="could not be built"):
             native.choose_sender("native")
         assert native.choose_sender("python") == ("python", "sender: python (asked for)")
+        native.native_check.cache_clear()  # the next run
+        sender, again = native.choose_sender("auto")
+        assert sender == "python" and reason in again and "an earlier try" in again
+        assert "building" not in capsys.readouterr().err
+        assert sorted(p.name for p in native.NATIVE_DIR.iterdir()) == before
+        monkeypatch.setenv("CXX", str(tmp_path / "another-compiler"))  # what the build depends on changed: tried
+        native.native_check.cache_clear()
+        native.choose_sender("auto")
+        assert "building the native sender" in capsys.readouterr().err
     finally:
         native.native_check.cache_clear()
 

@@ -3,6 +3,8 @@ SIGTERM with nothing left; bad options are one line before anything starts."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import subprocess
@@ -100,4 +102,42 @@ def test_unreachable_external_server_is_a_clear_error():
     proc = subprocess.run([sys.executable, "-m", "serving_bench.cli", "serve", "--url", f"127.0.0.1:{port}"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
-    assert f"server error: Triton at 127.0.0.1:{port - 1} (--url 127.0.0.1:{port}) is not answering" in proc.stderr
+    assert f"server error: Triton at --url 127.0.0.1:{port} is not answering" in proc.stderr  # no guessed port named
+    assert f":{port - 1}" not in proc.stderr
+
+
+def test_replay_url_finds_the_endpoints_serve_announced(sleep_repo, tmp_path):
+    """``serve`` picks free ports; ``replay --url <its gRPC address>`` finds its metrics from what serve announced
+    (the issue: replay guessed gRPC + 1, exit 3 "cannot read Triton metrics"), and ``--url`` given its HTTP port
+    says so and names the gRPC address. Once serve stops, its announcement is gone."""
+    env = {**os.environ, "SERVING_BENCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "serving_bench.cli", "serve", str(sleep_repo), "--models",
+                             "sleep_python"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out = _read_until(proc, r"^ready\?  curl")
+        grpc = re.search(r"^gRPC    (\S+)$", out, re.M).group(1)
+        http = re.search(r"^HTTP    http://(\S+)$", out, re.M).group(1)
+        metrics = re.search(r"^metrics http://(\S+)/metrics$", out, re.M).group(1)
+        if int(metrics.rsplit(":", 1)[1]) == int(grpc.rsplit(":", 1)[1]) + 1:
+            pytest.skip("serve's free ports happen to follow Triton's layout: a guess would be right too")
+        (tmp_path / "l.yaml").write_text("name: u\nduration: 1s\nseed: 1\nmodels:\n  sleep_python: {rate: 50}\n")
+
+        def replay(url: str, name: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "serving_bench.cli", "replay", str(tmp_path / "l.yaml"),
+                                   "--url", url, "--out", str(tmp_path / name), "--no-progress"], capture_output=True,
+                                  text=True, timeout=120, env=env)
+
+        done = replay(grpc, "by_grpc")
+        assert done.returncode == 0, done.stderr
+        telemetry = json.loads((tmp_path / "by_grpc" / "telemetry.json").read_text())
+        assert telemetry and (tmp_path / "by_grpc" / "records.parquet").is_file()
+        wrong = replay(http, "by_http")
+        assert wrong.returncode == 3
+        assert (f"Triton at --url {http} is not answering: no 'ready' from its gRPC health service ({http} is the "
+                f"http port of the server serve started (pid ") in wrong.stderr and f"its gRPC address is {grpc}" \
+            in wrong.stderr, wrong.stderr
+        assert not (tmp_path / "by_http").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert list((tmp_path / "cache" / "servers").iterdir()) == []

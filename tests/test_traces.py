@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
+from tune_fixtures import write_profile
 from serving_bench.load.fields import Where
 from serving_bench.load.traces import (Trace, TraceOrderWarning, convert, map_functions, read_azure,
                                        read_request_csv, scale_counts)
@@ -40,6 +43,19 @@ def test_committed_sample_trace_parses():
                                                               "tiny_mlp_torchscript"}
     azure = read_azure(AZURE)
     assert azure.counts.shape == (12, 1440) and azure.counts.min() >= 0
+
+
+def test_the_order_warning_is_one_line_for_a_user(tmp_path):
+    """Through the command line the warning is one line — no Python source line after it."""
+    _write(tmp_path, "t.csv", "timestamp_s,model\n0.0,m\n0.5,m\n0.2,m\n1.0,m\n")
+    _write(tmp_path, "l.yaml", "name: t\nduration: 2s\narrival: {process: trace, path: t.csv}\n")
+    profile = write_profile(tmp_path / "p.json", {"m": (1.0, 0.0, 1)})
+    done = subprocess.run([sys.executable, "-m", "serving_bench.cli", "simulate", str(tmp_path / "l.yaml"),
+                           "--profile", str(profile), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [f"warning: {tmp_path / 't.csv'}: line 4: timestamp_s goes backwards (1 "
+                                        "places); sorted the requests by time"], done.stderr
 
 
 @pytest.mark.parametrize("text, where", [

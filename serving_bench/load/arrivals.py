@@ -9,6 +9,8 @@ A registry keyed by name (``ARRIVALS``), each entry a small frozen dataclass con
   ``factor`` times as much): a renewal process keeps the shape of its gaps (gamma its ``cv``), a process whose rate
   changes over time keeps its timing (steps, ramp, the day's curve, the hidden chain's switching) with every rate
   multiplied; a trace is compressed in time and tiled (:meth:`serving_bench.load.traces.Trace.scaled`).
+* ``requests_bound(duration_s)`` — how many times it will hold in memory while generating them (the expected count;
+  a thinned process's candidates at its peak rate), known before any is drawn.
 
 Every process takes its randomness from the ``numpy.random.Generator`` it is handed, so the same seed gives the same
 times. Non-homogeneous processes (``step``, ``ramp``, ``diurnal``, ``mmpp``) are Poisson processes whose rate changes
@@ -68,6 +70,11 @@ class ArrivalProcess:
 
     def scaled(self, factor: float) -> "ArrivalProcess":
         raise NotImplementedError(f"the {self.name or type(self).__name__} process has no rate to scale")
+
+    def requests_bound(self, duration_s: float) -> float:
+        """The times it holds while generating ``duration_s`` seconds of arrivals (expected; bounds a schedule's
+        size before it is built)."""
+        return self.expected_rate(duration_s) * duration_s
 
     def describe(self) -> dict:
         """JSON-able description (for the schedule's meta)."""
@@ -347,6 +354,9 @@ class Ramp(ArrivalProcess):
         grid = np.linspace(0.0, duration_s, 10001)
         return float(np.trapz(self.rate_at(grid, duration_s), grid) / duration_s)
 
+    def requests_bound(self, duration_s):
+        return max(self.start_rate, self.end_rate) * duration_s  # thinning draws candidates at the peak
+
     def check(self, where):
         if self.start_rate == 0 and self.end_rate == 0:
             raise where.child("end_rate").error("expected start_rate or end_rate > 0")
@@ -402,6 +412,15 @@ class Diurnal(ArrivalProcess):
         if self.rates is not None:
             return replace(self, rates=tuple(r * factor for r in self.rates))
         return replace(self, mean_rate=self.mean_rate * factor)
+
+    def requests_bound(self, duration_s):
+        if self.rates is None:
+            return self.mean_rate * (1 + self.amplitude) * duration_s  # thinning draws candidates at the peak
+        rates = np.asarray(self.rates, dtype=np.float64)  # the expected count, without laying out every minute
+        cycles, rest = divmod(duration_s / self.minute_s, len(rates))
+        whole = int(rest)
+        tail = (rest - whole) * rates[whole] if whole < len(rates) else 0.0
+        return float((cycles * rates.sum() + rates[:whole].sum() + tail) * self.minute_s)
 
 
 # ``trace`` lives with the trace readers; importing it here registers it whenever the registry is used.

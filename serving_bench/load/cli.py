@@ -3,16 +3,19 @@
 Builds the schedule from the profile (or loads ``--schedule saved.npz``), starts the embedded tritonserver with only
 the models the profile needs (unless ``--url`` names a running server), replays the schedule open loop (or closed
 loop with ``--concurrency``) with a progress bar showing the live rate and p99, samples telemetry, and writes the
-results folder (:mod:`serving_bench.run.results`). On Ctrl-C or SIGTERM (to the process or its whole group, at any
-moment after the schedule is built), on server death or a dead model instance the records of what was sent are
-saved, marked partial; the exit status is then 130 or 3.
+results folder (:mod:`serving_bench.run.results`). Before any of it the schedule's size is checked
+(``--max-requests``) and the results folder checked and held for the run (writable, room for the results, no other
+run in it). On Ctrl-C or SIGTERM (to the process or its whole group, at any moment after the schedule is built), on
+server death or a dead model instance the records of what was sent are saved, marked partial; the exit status is
+then 130 or 3. Results that cannot be written after all are saved elsewhere, marked partial (exit 4). With
+``--url``, the server's metrics address is the one ``serve`` announced for it, ``--metrics-url``, or else guessed
+at the gRPC port + 1 (Triton's default layout; a guess that does not answer is an input error saying so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -25,11 +28,12 @@ from serving_bench.load import scenarios
 from serving_bench.load.driver import TritonTarget
 from serving_bench.load.fields import Where, seconds
 from serving_bench.load.native import choose_sender
-from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.load.profile import MAX_REQUESTS, LoadProfile, build_schedule, check_schedule_size
 from serving_bench.run.records import not_sent_records
-from serving_bench.run.results import write_results
+from serving_bench.run.results import hold_results, write_results
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
+from serving_bench.serve.control import metrics_answer
 from serving_bench.serve.server import connect
 from serving_bench.telemetry import Telemetry
 
@@ -38,6 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", metavar="PROFILE.yaml", help="load profile (see docs/load.md)")
     parser.add_argument("--repo", default="model_repo", help="model repository for the embedded server")
     parser.add_argument("--url", help="gRPC host:port of a running Triton (then no server is started)")
+    parser.add_argument("--metrics-url", help="with --url: that server's metrics host:port (default: what a running "
+                                              "serve announced for the --url, else the gRPC port + 1)")
     parser.add_argument("--out", required=True, help="results folder")
     parser.add_argument("--schedule", help="replay this saved schedule (.npz) instead of building one")
     parser.add_argument("--concurrency", type=int, help="closed loop: requests in flight per model")
@@ -56,6 +62,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-telemetry", action="store_true", help="do not sample /metrics, CPU and GPU")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results folder")
+    parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                        help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
     group = parser.add_argument_group("MLPerf-style scenarios (the profile gives the traffic mix and SLOs)")
     group.add_argument("--scenario", choices=["server", "offline", "singlestream", "peak"],
                        help="server: Poisson at --qps, valid if p99 <= bound; offline: --queries at t=0; "
@@ -65,13 +73,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-duration", default="10s", help="server/singlestream/peak minimum duration")
     group.add_argument("--min-queries", type=int, default=256, help="server/singlestream/peak minimum queries")
     group.add_argument("--queries", type=int, default=1024, help="offline: number of queries")
-
-
-def _schedule(args) -> Schedule:
-    profile = LoadProfile.load(args.profile)
-    if args.schedule:
-        return Schedule.load(args.schedule)
-    return build_schedule(profile)
 
 
 def _instances(values) -> dict[str, int]:
@@ -108,75 +109,104 @@ class _Bar:
 
 def main(args) -> int:
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", None, f"{out} is a file; expected a results folder (new, empty, or --overwrite)")
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise InputError("--out", None, f"{out} exists and is not empty; choose another folder or pass --overwrite")
-    if args.url and args.instances:
-        raise InputError("--instances", None, "only for the embedded server; it cannot change a server at --url")
-    require_count("--concurrency", args.concurrency)
-    require_count("--max-in-flight", args.max_in_flight)
-    timeout_s = seconds(args.timeout, Where("--timeout"), allow_zero=False)
-    instances = _instances(args.instances)
-    try:
-        choose_sender(args.sender)  # --sender native where it cannot run: say why before starting anything
-    except ValueError as err:
-        raise InputError("--sender", None, str(err)) from None
+    timeout_s, instances = _checked_options(args)
     if args.scenario:
         return _run_scenario(args, out, timeout_s, instances)
-    schedule = _schedule(args)
+    profile = LoadProfile.load(args.profile)
+    saved = Schedule.load(args.schedule) if args.schedule else None
+    requests = len(saved) if saved is not None else check_schedule_size(profile, args.max_requests)
     mode = ClosedLoop(concurrency=args.concurrency) if args.concurrency else \
         OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap)
     repo = Path(args.repo)
     if not args.url and not repo.is_dir():
         raise InputError("--repo", None, f"{repo} is not a folder; export models first (serving-bench export)")
-
-    # A Ctrl-C or SIGTERM from here on stops the run where it is safe and the results folder is still written: the
-    # records of what was sent, marked partial (every request not_sent when it came before the start).
-    server = connect(repo, url=args.url, models=list(schedule.models), instances=instances)
-    stopped_early = None
-    try:
-        server.start()  # a Ctrl-C while it starts: it cleans up after itself
-    except KeyboardInterrupt:
-        server, stopped_early = None, "interrupted (Ctrl-C) before the start"
-    with deferred_interrupts() as signals:
-        bar = None
-        telemetry = None
+    duration_s = saved.duration_s if saved is not None else profile.duration_s
+    with hold_results(out, requests, duration_s, empty=not args.overwrite):
+        schedule = saved if saved is not None else build_schedule(profile, args.max_requests)
+        # A Ctrl-C or SIGTERM from here on stops the run where it is safe and the results folder is still written:
+        # the records of what was sent, marked partial (every request not_sent when it came before the start).
+        server = connect(repo, url=args.url, metrics_url=args.metrics_url, models=list(schedule.models),
+                         instances=instances)
+        stopped_early = None
         try:
-            stopped_early = stopped_early or signals.reason and f"{signals.reason} before the start"
-            if stopped_early:
-                records = not_sent_records(schedule, TritonTarget.name, stopped_early)
-            else:
-                target = TritonTarget(server, mode=mode, timeout_s=timeout_s, senders=args.senders,
-                                      source=args.profile, sender=args.sender)
-                print(target.sender_note, file=sys.stderr)
-                target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything
-                bar = _Bar(len(schedule), not args.no_progress)
-                target.progress = bar
-                if not args.no_telemetry:
-                    telemetry = Telemetry(server.endpoints.metrics_url, interval_s=0.5, pid=server.pid)
-                    telemetry.start()
-                try:
-                    records = target.run(schedule) if not signals.reason else \
-                        not_sent_records(schedule, target.name, f"{signals.reason} before the start")
-                except RunInterrupted as stop:
-                    records = stop.records
-        finally:
-            if telemetry is not None:
-                telemetry.stop()
-            if bar is not None:
-                bar.close()
-            if server is not None:
+            server.start()  # a Ctrl-C while it starts: it cleans up after itself
+        except KeyboardInterrupt:
+            server, stopped_early = None, "interrupted (Ctrl-C) before the start"
+        if server is not None and not args.no_telemetry:
+            try:
+                _check_metrics(server)
+            except InputError:
                 server.stop()
-        if out.exists() and args.overwrite:
-            shutil.rmtree(out)
-        summary = write_results(out, records, schedule, telemetry=telemetry)
+                raise
+        with deferred_interrupts() as signals:
+            records, telemetry = _replay(args, server, schedule, mode, timeout_s, signals, stopped_early)
+            summary = write_results(out, records, schedule, telemetry=telemetry, clear=args.overwrite)
     _print_summary(summary, out)
     reason = records.info.stop_reason or ""
     if records.info.partial:
         print(f"run stopped early ({reason}); partial records saved in {out}/", file=sys.stderr)
         return 130 if reason.startswith("interrupted") else 3
     return 0
+
+
+def _checked_options(args) -> tuple[float, dict[str, int]]:
+    """The options checked before anything is read or started: the per-request timeout (s) and the instance
+    overrides."""
+    if args.url and args.instances:
+        raise InputError("--instances", None, "only for the embedded server; it cannot change a server at --url")
+    if args.metrics_url and not args.url:
+        raise InputError("--metrics-url", None, "only with --url: the embedded server's metrics address is known")
+    require_count("--concurrency", args.concurrency)
+    require_count("--max-in-flight", args.max_in_flight)
+    require_count("--max-requests", args.max_requests)
+    timeout_s = seconds(args.timeout, Where("--timeout"), allow_zero=False)
+    instances = _instances(args.instances)
+    try:
+        choose_sender(args.sender)  # --sender native where it cannot run: say why before starting anything
+    except ValueError as err:
+        raise InputError("--sender", None, str(err)) from None
+    return timeout_s, instances
+
+
+def _replay(args, server, schedule: Schedule, mode, timeout_s: float, signals, stopped_early: str | None):
+    """Run ``schedule`` on the started ``server`` (None: it did not start); returns the records and the stopped
+    telemetry (None when off). The server is stopped on the way out, however the run ended."""
+    bar = telemetry = None
+    try:
+        stopped_early = stopped_early or signals.reason and f"{signals.reason} before the start"
+        if stopped_early:
+            return not_sent_records(schedule, TritonTarget.name, stopped_early), None
+        target = TritonTarget(server, mode=mode, timeout_s=timeout_s, senders=args.senders, source=args.profile,
+                              sender=args.sender)
+        print(target.sender_note, file=sys.stderr)
+        target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything
+        bar = _Bar(len(schedule), not args.no_progress)
+        target.progress = bar
+        if not args.no_telemetry:
+            telemetry = Telemetry(server.endpoints.metrics_url, interval_s=0.5, pid=server.pid).start()
+        try:
+            records = target.run(schedule) if not signals.reason else \
+                not_sent_records(schedule, target.name, f"{signals.reason} before the start")
+        except RunInterrupted as stop:
+            records = stop.records
+        return records, telemetry
+    finally:
+        if telemetry is not None:
+            telemetry.stop()
+        if bar is not None:
+            bar.close()
+        if server is not None:
+            server.stop()
+
+
+def _check_metrics(server) -> None:
+    """An external server's metrics at a guessed address that does not answer: an input error naming the address
+    and what to give instead, before anything is sent."""
+    endpoints = server.endpoints
+    if "metrics" in endpoints.guessed and not metrics_answer(endpoints.metrics_url):
+        raise InputError("--url", None, f"cannot read Triton metrics at {endpoints.metrics_url}"
+                                        f"{endpoints.guess_note('metrics')}; give --metrics-url HOST:PORT (serve "
+                                        "prints it) or --no-telemetry")
 
 
 def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
@@ -190,8 +220,14 @@ def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
         missing = [m.name for m in profile.models if "p99" not in dict(m.slo)]
         if missing:
             raise InputError(args.profile, f"models.{missing[0]}.slo.p99", "missing; give --bound or a p99 SLO")
-    with connect(Path(args.repo), url=args.url, models=[m.name for m in profile.models],
-                 instances=instances) as server:
+    requests = max(args.queries, args.min_queries, int((args.qps or 0) * min_duration))
+    if requests > args.max_requests:
+        raise InputError("--qps" if args.qps and args.qps * min_duration > args.queries else "--queries", None,
+                         f"the {args.scenario} scenario would send {requests:,} requests; expected at most "
+                         f"{args.max_requests:,} (--max-requests raises the bound)")
+    with hold_results(out, requests, min_duration, empty=not args.overwrite), \
+            connect(Path(args.repo), url=args.url, metrics_url=args.metrics_url,
+                    models=[m.name for m in profile.models], instances=instances) as server:
         target = TritonTarget(server, mode=OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap),
                               timeout_s=timeout_s, senders=args.senders, source=args.profile, sender=args.sender)
         print(target.sender_note, file=sys.stderr)
@@ -207,11 +243,10 @@ def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
                                         on_step=lambda s: print(f"qps {s['qps']:9.1f}: "
                                                                 f"{'valid' if s['valid'] else 'invalid'} "
                                                                 f"{'; '.join(s['reasons'])}", file=sys.stderr))
-    figures = scenarios.scenario_figures(result)
-    out.mkdir(parents=True, exist_ok=True)
-    if hasattr(result, "records"):
-        write_results(out, result.records)
-    atomic_write_json(out / "scenario.json", figures)
+        figures = scenarios.scenario_figures(result)
+        if hasattr(result, "records"):
+            write_results(out, result.records, clear=args.overwrite)
+        atomic_write_json(out / "scenario.json", figures)
     print(json.dumps(figures, indent=2, default=str))
     return 0
 

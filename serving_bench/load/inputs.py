@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
 from serving_bench.errors import InputError
-from serving_bench.serving_config import queue_policy_settings
+from serving_bench.serving_config import batch_refusal, queue_policy_settings
 
 NUMPY_OF = {"BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
             "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -154,9 +154,6 @@ def infer_request(model: ModelSpec, inputs: Mapping[str, np.ndarray]) -> bytes:
 
 def check_batch(model: ModelSpec, batch: int, source) -> None:
     """Raise :class:`InputError` if the model cannot take a request of ``batch`` items."""
-    if model.max_batch_size == 0 and batch != 1:
-        raise InputError(source, f"models.{model.name}.batch",
-                         f"the served model does not batch (max_batch_size 0); expected batch 1, got {batch}")
-    if model.max_batch_size > 0 and batch > model.max_batch_size:
-        raise InputError(source, f"models.{model.name}.batch",
-                         f"expected <= the model's max_batch_size {model.max_batch_size}, got {batch}")
+    problem = batch_refusal(model.max_batch_size, batch)
+    if problem:
+        raise InputError(source, f"models.{model.name}.batch", problem)

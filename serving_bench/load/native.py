@@ -19,6 +19,8 @@ handles them and says ``stop``; if the parent dies, its stdin closes and it canc
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import shlex
 import subprocess
@@ -32,6 +34,7 @@ from typing import IO, Any
 import numpy as np
 
 from serving_bench.errors import ServerError
+from serving_bench.files import atomic_write_json, cache_dir
 from serving_bench.load.infer_channel import STATUS_CODES
 from serving_bench.load.outcomes import (ERROR, IN_FLIGHT, OK, Arrays, FailureJudge, dropped_error,
                                          unreachable_error)
@@ -41,14 +44,35 @@ PROTOCOL = 1  # sender.cc: kProtocol; a binary that answers another number is st
 NATIVE_DIR = Path(__file__).with_name("native")
 SOURCE = NATIVE_DIR / "sender.cc"
 BINARY = NATIVE_DIR / "serving-bench-sender"  # a build output (git-ignored)
-BUILD_NOTE = NATIVE_DIR / "build-note.txt"  # why the last build failed (one line; git-ignored)
 SENDERS = ("native", "python")
 APT = "apt-get install g++ pkg-config libgrpc++-dev"
 
 
+def build_note() -> Path:
+    """Where a failed build is remembered (:func:`remembered_failure`): in the cache folder, never in the installed
+    package."""
+    return cache_dir() / "native-sender-build.json"
+
+
+def _build_key() -> str:
+    """What a build's outcome depends on that a user may change: the source and the compiler asked for."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    return f"{digest} {os.environ.get('CXX', 'g++')}"
+
+
+def remembered_failure() -> str | None:
+    """Why the last build of this same source with this same compiler failed, where it did (None: not tried, or
+    built). ``scripts/build_sender.sh`` tries again (after installing what was missing)."""
+    try:
+        note = json.loads(build_note().read_text())
+    except (OSError, ValueError):
+        return None
+    return str(note.get("why")) if isinstance(note, dict) and note.get("key") == _build_key() else None
+
+
 def build(force: bool = False) -> str | None:
     """Compile :data:`SOURCE` into :data:`BINARY` unless it is newer already (``force``: always). Returns ``None``
-    when built, else why not (one line, also left in :data:`BUILD_NOTE`). ``CXX`` names the compiler (default
+    when built, else why not (one line, also remembered in :func:`build_note`). ``CXX`` names the compiler (default
     ``g++``); the flags come from ``pkg-config grpc++`` (Debian's libgrpc++-dev). Takes ~6 s on two cores."""
     if not force and BINARY.is_file() and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
         return None
@@ -71,15 +95,15 @@ def build(force: bool = False) -> str | None:
         first = next((line for line in compiled.stderr.splitlines() if "error" in line), compiled.stderr.strip())
         return _build_failed(f"{cxx} failed: {first[:200]}")
     tmp.replace(BINARY)  # atomic: a concurrent build or run sees the old binary or the new one
-    BUILD_NOTE.unlink(missing_ok=True)
+    build_note().unlink(missing_ok=True)
     return None
 
 
 def _build_failed(why: str) -> str:
     try:
-        BUILD_NOTE.write_text(why + "\n")
+        atomic_write_json(build_note(), {"key": _build_key(), "why": why})
     except OSError:
-        pass
+        pass  # not remembered: the next run tries again
     return why
 
 
@@ -97,6 +121,10 @@ def native_check() -> NativeCheck:
     """Build the binary if it is missing or older than its source, then run it once (``--protocol``): loadable,
     the protocol this module speaks, realtime permitted?"""
     if not BINARY.is_file() or BINARY.stat().st_mtime < SOURCE.stat().st_mtime:
+        why = remembered_failure()
+        if why:  # said once, when it failed: not tried (nor announced) again on every run
+            return NativeCheck(f"the native sender could not be built: {why} (an earlier try; "
+                               "scripts/build_sender.sh tries again)")
         print("serving-bench: building the native sender (once, ~6 s)", file=sys.stderr)
         why = build()
         if why:

@@ -9,6 +9,10 @@ model ``m`` with probability ``share_m / sum(shares)``, so a bursty stream burst
 stream per model (its own ``arrival``, or ``rate: X`` as shorthand for a Poisson stream at X req/s), or both.
 Randomness is split per purpose and per model name from the profile seed, so adding a model does not change the
 arrivals of the others.
+
+A schedule's size is known before it is built (:func:`schedule_size`, from each stream's rate and the duration, or a
+trace's rows); above a bound (:data:`MAX_REQUESTS`, ``--max-requests`` raises it) it is refused with one line that
+names the field, the number of requests and the memory they would take (:func:`check_schedule_size`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from serving_bench.files import read_yaml
+from serving_bench.errors import InputError
+from serving_bench.files import read_yaml, size_text
 from serving_bench.export.repository import check_entry_name
 from serving_bench.load import fields as fv
 from serving_bench.load.arrivals import ArrivalProcess, Poisson, arrival_from_mapping
@@ -32,6 +37,10 @@ SLO_STATS = ("p50", "p90", "p95", "p99", "p99.9", "mean")
 TOP_FIELDS = ("name", "duration", "seed", "warmup", "cooldown", "arrival", "samples", "models")
 MODEL_FIELDS = ("share", "rate", "arrival", "batch", "samples", "inputs", "shapes", "slo")
 DEFAULT_SAMPLES = 16
+MAX_REQUESTS = 10_000_000  # a schedule's default bound; --max-requests raises it
+# Memory per request: building a schedule peaked at 74 bytes per request and simulating it at ~360 more (1,000,000
+# requests, 2-core VM, 2026-12-06; a replay keeps about as much per request).
+MEMORY_BYTES_PER_REQUEST = 440
 
 
 @dataclass(frozen=True)
@@ -198,12 +207,54 @@ def sample_seed(seed: int, model: str) -> int:
     return int(np.random.SeedSequence([seed, zlib.crc32(b"inputs"), zlib.crc32(model.encode())]).generate_state(1)[0])
 
 
-def build_schedule(profile: LoadProfile) -> Schedule:
+@dataclass(frozen=True)
+class ScheduleSize:
+    """A profile's schedule before it is built: ``requests`` (expected), and per stream its field in the profile
+    (``arrival`` or ``models.NAME``) with the requests it gives."""
+
+    requests: int
+    streams: tuple[tuple[str, float], ...]
+
+
+def schedule_size(profile: LoadProfile) -> ScheduleSize:
+    """How many requests ``profile``'s schedule will hold, from each stream's ``requests_bound`` (no arrival drawn)."""
+    streams = []
+    if profile.arrival is not None:
+        streams.append(("arrival", float(profile.arrival.requests_bound(profile.duration_s))))
+    for m in profile.models:
+        if m.arrival is not None:
+            streams.append((f"models.{m.name}", float(m.arrival.requests_bound(profile.duration_s))))
+    return ScheduleSize(int(round(sum(n for _, n in streams))), tuple(streams))
+
+
+def check_schedule_size(profile: LoadProfile, max_requests: int = MAX_REQUESTS, *,
+                        duration_option: str | None = None) -> int:
+    """The expected number of requests of ``profile``'s schedule; above ``max_requests`` an :class:`InputError`
+    naming the field at fault — the busiest stream's, or the duration where a minute of that stream would fit
+    (``duration_option``: the command-line option that set it, e.g. ``--duration``) — the requests and the memory
+    (:data:`MEMORY_BYTES_PER_REQUEST`)."""
+    size = schedule_size(profile)
+    if size.requests <= max_requests:
+        return size.requests
+    field, count = max(size.streams, key=lambda stream: stream[1])
+    duration = profile.duration_s
+    rate = count / duration
+    what = (f"{size.requests:,} requests (~{size_text(size.requests * MEMORY_BYTES_PER_REQUEST)} of memory); "
+            f"expected at most {max_requests:,} (--max-requests raises the bound)")
+    if rate * min(duration, 60.0) <= max_requests:  # a minute of the stream fits: the duration is at fault
+        source, at = (duration_option, None) if duration_option else (profile.path, "duration")
+        raise InputError(source, at, f"{duration:g} s at {rate:,.6g} req/s ({field}) would be {what}")
+    raise InputError(profile.path, field, f"{rate:,.6g} req/s over {duration:g} s would be {what}")
+
+
+def build_schedule(profile: LoadProfile, max_requests: int = MAX_REQUESTS) -> Schedule:
     """Every request of the run, from the profile and its seed. Same profile and seed -> same schedule, bit for bit.
+    Refused before anything is drawn when it would hold more than ``max_requests`` (:func:`check_schedule_size`).
 
     ``meta``: ``profile`` (path), ``name``, ``seed``, ``duration_s``, ``warmup_s``, ``cooldown_s``, ``slos``
     (``{model: {"p99": 0.02}}``, seconds), ``inputs`` (per model: samples, seed, .npy files, shapes) and
     ``arrivals`` (the processes, described)."""
+    check_schedule_size(profile, max_requests)
     seed, duration = profile.seed, profile.duration_s
     parts_t: list[np.ndarray] = []
     parts_m: list[list[str] | np.ndarray] = []

@@ -358,6 +358,22 @@ class Trace(ArrivalProcess):
     def expected_rate(self, duration_s):
         return len(self.times(duration_s, np.random.default_rng(0))) / duration_s
 
+    def requests_bound(self, duration_s):
+        """The trace's requests after ``rate_scale`` (a request CSV: its rows; Azure: the counts of the chosen
+        minutes; times the copies a scaled trace tiles), whatever ``duration_s`` cuts off: known from the file without spreading any arrival."""
+        if self.format == "csv":
+            with _open_csv(Path(self.path)) as handle:
+                rows = sum(1 for line in handle if line.strip()) - 1
+            return max(rows, 0) * min(self.rate_scale, 1.0) * self._copies_bound()
+        counts = read_azure(self.path).counts
+        first = self.start_minute - 1
+        last = counts.shape[1] if self.minutes is None else first + self.minutes
+        return float(counts[:, first:last].sum()) * self.rate_scale * self._copies_bound()
+
+    def _copies_bound(self) -> int:
+        """At most how many copies :meth:`_tiled` lays end to end over the trace's own span (1 unless scaled)."""
+        return 1 if self.speedup == 1.0 else int(math.ceil(self.speedup))
+
 
 def _text(value, where: Where) -> str:
     if not isinstance(value, str) or not value:

@@ -10,7 +10,10 @@ verification, for either target:
       schedule.npz                                 the exact schedule, for ``replay --schedule``
       telemetry.*                                  when telemetry ran (serving_bench.telemetry)
 
-Every file is written to a temporary name and renamed.
+The files are written into a staging folder inside ``NAME/`` and moved into place once all are written, so a
+failed write leaves no half set: what was measured is then saved elsewhere, marked partial, and the
+:class:`OutputError` says where (:func:`serving_bench.files.rescue_folder`). The folder is checked and held before
+the run (:func:`hold_results`), with free space for :func:`results_bytes`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from serving_bench.files import atomic_write, atomic_write_json
+from serving_bench.files import HeldFolder, atomic_write, atomic_write_json, hold_folder, rescue_folder, stage_folder
 from serving_bench.run.metrics import Slo, summarize
 from serving_bench.run.records import Records, RunInfo, save_records
 from serving_bench.run.schedule import Schedule
@@ -31,6 +34,14 @@ PA_COLUMNS = ("Model", "Mode", "Concurrency", "Request Rate", "Inferences/Second
               "Network+Server Send/Recv", "Server Queue", "Server Compute Input", "Server Compute Infer",
               "Server Compute Output", "Client Recv", "p50 latency", "p90 latency", "p95 latency", "p99 latency",
               "Avg latency", "request/response", "response wait", "p99 latency from intended", "Delayed Requests")
+# A results folder's size: records.csv + records.parquet + schedule.npz took 110 bytes per request (simulate, 1,000,000
+# requests) and 145 (replay of sleep_python, 297) on 2026-12-06; failed rows carry an error text of up to ~200
+# characters, so 400 per request bounds a run whose every request fails. Telemetry: ~6 kB per second of run.
+RESULT_BYTES_PER_REQUEST = 400
+RESULT_BYTES_PER_SECOND = 8_000
+RESULT_BYTES_FIXED = 1_000_000  # summary.json, perf_analyzer.csv, records.json, telemetry.json and margin
+RESULT_BYTES_BASIS = (f"{RESULT_BYTES_PER_REQUEST} bytes per request, {RESULT_BYTES_PER_SECOND // 1000} kB per second "
+                      "of telemetry")
 RUN_FACTS = ("mode", "senders", "url", "elapsed_s", "timeout_s", "stop_reason", "dropped", "concurrency", "restarts")
 
 
@@ -110,12 +121,41 @@ def perf_analyzer_csv(records: Records, summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(PA_COLUMNS))
 
 
+def results_bytes(requests: int, duration_s: float = 0.0, folders: int = 1) -> int:
+    """An upper estimate of ``folders`` results folders of a run of ``requests`` over ``duration_s`` seconds
+    (:data:`RESULT_BYTES_BASIS`)."""
+    per_folder = RESULT_BYTES_FIXED + RESULT_BYTES_PER_REQUEST * requests + RESULT_BYTES_PER_SECOND * duration_s
+    return int(folders * per_folder)
+
+
+def hold_results(out_dir: str | Path, requests: int, duration_s: float = 0.0, *, folders: int = 1,
+                 empty: bool = False, option: str = "--out") -> HeldFolder:
+    """:func:`serving_bench.files.hold_folder` for a run writing ``folders`` results folders of ``requests`` over
+    ``duration_s`` seconds: writable, free space for :func:`results_bytes`, held until released."""
+    return hold_folder(out_dir, need_bytes=results_bytes(requests, duration_s, folders), option=option, empty=empty,
+                       basis=f"{requests:,} requests: {RESULT_BYTES_BASIS}")
+
+
 def write_results(out_dir: str | Path, records: Records, schedule: Schedule | None = None, *,
-                  telemetry: StoppedTelemetry | None = None, slos: Mapping[str, Slo] | None = None) -> dict:
-    """Write the results folder; ``telemetry`` is a stopped ``Telemetry`` (saved, and its summary goes into
-    ``summary.json``); ``slos`` override the schedule's. Returns the summary."""
+                  telemetry: StoppedTelemetry | None = None, slos: Mapping[str, Slo] | None = None,
+                  clear: bool = False) -> dict:
+    """Write the results folder ``out_dir`` (created) through a staging folder (``clear``: remove its
+    other entries, ``--overwrite``); ``telemetry`` is a stopped ``Telemetry`` (saved, and its summary goes into
+    ``summary.json``); ``slos`` override the schedule's. Returns the summary. A write that fails raises
+    :class:`serving_bench.errors.OutputError` after saving the results elsewhere, marked partial."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return stage_folder(out_dir, lambda folder: _write_folder(folder, records, schedule, telemetry, slos),
+                            clear=clear)
+    except OSError as err:
+        kept = records.with_info(partial=True, stop_reason=records.info.stop_reason or
+                                 f"the results could not be written to {out_dir}: {err.strerror or err}")
+        raise rescue_folder(out_dir, err, lambda folder: _write_folder(folder, kept, schedule, telemetry, slos),
+                            note="marked partial") from None
+
+
+def _write_folder(out_dir: Path, records: Records, schedule: Schedule | None, telemetry: StoppedTelemetry | None,
+                  slos: Mapping[str, Slo] | None) -> dict:
     tel_summary = None
     if telemetry is not None:
         telemetry.save(out_dir)

@@ -3,8 +3,10 @@
     serving-bench serve model_repo/ --models tiny_cnn_onnxruntime --instances tiny_cnn_onnxruntime=2
 
 Prints the endpoints, the served models with their instance counts, and a ``curl`` line for the readiness probe;
-then watches the server until a signal (clean stop, exit 0) or its death (exit 3, naming the log). With ``--url`` it
-starts nothing: it checks the external server, prints the same facts and exits.
+then watches the server until a signal (clean stop, exit 0) or its death (exit 3, naming the log). While it runs, its
+endpoints are announced in the cache folder (:mod:`serving_bench.serve.announce`), so ``replay --url`` and the other
+``--url`` commands find its metrics and HTTP ports from the gRPC address alone. With ``--url`` it starts nothing: it
+checks the external server, prints the same facts and exits.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import threading
 
 from serving_bench.interrupts import raise_on_signal
+from serving_bench.serve.announce import announce, withdraw
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import LOOPBACK, TritonServer, connect
 from serving_bench.serving_config import parse_instances, queue_policy_settings
@@ -64,9 +67,9 @@ def _print_facts(server) -> None:
     endpoints = server.endpoints
     host, port = endpoints.http_url.rsplit(":", 1)
     probe_host = LOOPBACK if host in ("0.0.0.0", "::") else host
-    print(f"HTTP    http://{endpoints.http_url}")
+    print(f"HTTP    http://{endpoints.http_url}{endpoints.guess_note('http')}")
     print(f"gRPC    {endpoints.grpc_url}")
-    print(f"metrics http://{endpoints.metrics_url}/metrics")
+    print(f"metrics http://{endpoints.metrics_url}/metrics{endpoints.guess_note('metrics')}")
     if server.log_path:
         print(f"log     {server.log_path}")
     print("models:")
@@ -94,10 +97,15 @@ def main(args: argparse.Namespace) -> int:
         try:
             with server:
                 print(f"tritonserver ready (pid {server.pid}); Ctrl-C or SIGTERM stops it")
-                _print_facts(server)
-                while True:
-                    server.check_alive()  # a dead server ends the command with its log named (exit 3)
-                    threading.Event().wait(POLL_S)
+                endpoints = server.endpoints
+                told = announce(endpoints.grpc_url, endpoints.http_url, endpoints.metrics_url, server.pid)
+                try:
+                    _print_facts(server)
+                    while True:
+                        server.check_alive()  # a dead server ends the command with its log named (exit 3)
+                        threading.Event().wait(POLL_S)
+                finally:
+                    withdraw(told)
         except _Stop as stop:
             print(f"{stop.args[0]}: stopped tritonserver; nothing left running", file=sys.stderr)
             return 0

@@ -27,11 +27,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from serving_bench.errors import InputError, ServerDied, ServerError
+from serving_bench.serve.announce import announced, other_service
 from serving_bench.serve.control import Control, metrics_answer
 from serving_bench.serve.execution_log import Executions, read_execution_logs
 from serving_bench.serve.install import TritonInstall, die_with_parent_prefix, find_tritonserver, mkdir
@@ -45,24 +46,43 @@ MAX_RESTARTS = 2  # a measurement whose server died mid-step starts a new one an
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Addresses of one Triton server, each ``host:port``."""
+    """Addresses of one Triton server, each ``host:port``; ``guessed`` names those assumed, not known (``"http"``,
+    ``"metrics"``: an external server's, at Triton's default layout), so errors can say so."""
 
     grpc_url: str
     http_url: str
     metrics_url: str
+    guessed: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_url(cls, url: str, http_url: str | None = None, metrics_url: str | None = None) -> "Endpoints":
         """Endpoints of an external server from its gRPC ``host:port``.
 
-        Unless given, HTTP and metrics are assumed at Triton's default layout: gRPC port - 1 and gRPC port + 1
-        (8000 / 8001 / 8002).
+        HTTP and metrics, unless given: those a live ``serving-bench serve`` on this machine announced for that gRPC
+        address (:mod:`serving_bench.serve.announce`), else Triton's default layout, gRPC port - 1 and gRPC port + 1
+        (8000 / 8001 / 8002), marked ``guessed``.
         """
-        match = re.fullmatch(r"(?:grpc://)?([^:/\s]+):(\d{1,5})", url.strip())
-        if not match:
-            raise InputError("--url", None, f"{url!r}: expected the server's gRPC address as host:port")
-        host, port = match.group(1), int(match.group(2))
-        return cls(f"{host}:{port}", http_url or f"{host}:{port - 1}", metrics_url or f"{host}:{port + 1}")
+        host, port = _host_port(url, "--url", "the server's gRPC address")
+        if metrics_url is not None:
+            metrics_url = "{}:{}".format(*_host_port(metrics_url, "--metrics-url", "the server's metrics address"))
+        found = announced(host, port)
+        if found is not None:
+            return cls(f"{host}:{port}", http_url or found.http_url, metrics_url or found.metrics_url)
+        guessed = tuple(name for name, given in (("http", http_url), ("metrics", metrics_url)) if given is None)
+        return cls(f"{host}:{port}", http_url or f"{host}:{port - 1}", metrics_url or f"{host}:{port + 1}", guessed)
+
+    def guess_note(self, name: str) -> str:
+        """`` (guessed: ...)`` where ``name``'s address (``"http"``, ``"metrics"``) is only guessed, else ``""``."""
+        if name not in self.guessed:
+            return ""
+        return f" (guessed: the gRPC port {'- 1' if name == 'http' else '+ 1'}, Triton's default layout)"
+
+
+def _host_port(url: str, option: str, what: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(?:[a-z]+://)?([^:/\s]+):(\d{1,5})(?:/metrics)?/?", url.strip())
+    if not match:
+        raise InputError(option, None, f"{url!r}: expected {what} as host:port")
+    return match.group(1), int(match.group(2))
 
 
 _CRASH_MARK = "Signal (11) received."
@@ -346,8 +366,8 @@ class ExternalServer:
     :class:`TritonServer` (``endpoints``, ``pid`` = None, ``check_alive``, ``guard``, ``served_models``, context
     manager) so every command can take either; entering checks it is ready, nothing is started or stopped."""
 
-    def __init__(self, url: str | Endpoints, *, timeout_s: float = 5.0):
-        self.endpoints = url if isinstance(url, Endpoints) else Endpoints.from_url(url)
+    def __init__(self, url: str | Endpoints, *, timeout_s: float = 5.0, metrics_url: str | None = None):
+        self.endpoints = url if isinstance(url, Endpoints) else Endpoints.from_url(url, metrics_url=metrics_url)
         self.timeout_s = timeout_s
         self.served_models: list[str] = []
         self.process = None
@@ -379,8 +399,10 @@ class ExternalServer:
         with Control(self.endpoints.grpc_url, timeout_s=self.timeout_s) as control:
             answered = control.ready() if ready else control.live()
         if not answered:
-            raise ServerError(f"Triton at {self.endpoints.http_url} (--url {self.endpoints.grpc_url}) is not "
-                              f"answering: no '{what}' from its gRPC health service")
+            host, port = self.endpoints.grpc_url.rsplit(":", 1)
+            hint = other_service(host, int(port))
+            raise ServerError(f"Triton at --url {self.endpoints.grpc_url} is not answering: no '{what}' from its "
+                              "gRPC health service" + (f" ({hint})" if hint else ""))
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -397,11 +419,15 @@ class ExternalServer:
             raise
 
 
-def connect(repo: str | Path | None = None, *, url: str | None = None, **server_kwargs) -> "TritonServer | ExternalServer":
-    """The server a command should use: the external one at ``url`` (``host:port``, gRPC) when given, else a local
-    :class:`TritonServer` for ``repo`` (``server_kwargs`` go to it). Use as a context manager."""
+def connect(repo: str | Path | None = None, *, url: str | None = None, metrics_url: str | None = None,
+            **server_kwargs) -> "TritonServer | ExternalServer":
+    """The server a command should use: the external one at ``url`` (``host:port``, gRPC; ``metrics_url``: its
+    metrics address where known) when given, else a local :class:`TritonServer` for ``repo`` (``server_kwargs`` go
+    to it). Use as a context manager."""
     if url:
-        return ExternalServer(url)
+        return ExternalServer(url, metrics_url=metrics_url)
+    if metrics_url:
+        raise InputError("--metrics-url", None, "only with --url: the embedded server's metrics address is known")
     if repo is None:
         raise InputError("--repo", None, "expected a model repository to serve, or --url of a running Triton server")
     return TritonServer(repo, **server_kwargs)

@@ -5,7 +5,9 @@ Builds the schedule from the load profile exactly as ``replay`` does (``load.pro
 through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
 ``schedule.npz``, ``records.parquet/.csv/.json``, ``summary.json`` (its ``sim`` section: utilisation, busy time,
 executions, items per execution, time inside the server, device busy time) and ``perf_analyzer.csv``. Everything is
-checked before anything is written. ``--concurrency N`` runs a closed loop instead (``N`` clients per model or
+checked before anything is written: the inputs, the schedule's size (``--max-requests``), the output folder (held
+for the run: :func:`serving_bench.run.results.hold_results`), and requests larger than their model takes (refused
+as ``replay`` refuses them). ``--concurrency N`` runs a closed loop instead (``N`` clients per model or
 ensemble, each sending its next request when the previous one is answered, for the load's duration: what
 ``replay --concurrency N`` does on Triton, and what a perf_analyzer or Model Analyzer concurrency sweep reads).
 ``--client-cpu-us X`` simulates a client that costs ``X`` µs more host CPU per request than the sender the profile
@@ -16,7 +18,10 @@ sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that 
 (the profile's table for that count: docs/sim.md, "Threads per instance").
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
-or, with neither, from the profile's models with one instance each on their first device and no batching.
+or, with neither, from the profile's models with one instance each on their first device and no batching. The YAML
+is checked as strictly as a load profile: unknown fields anywhere are refused, and every knob as Triton takes it
+(:func:`serving_bench.serving_config.check_serving`: dynamic-batching knobs only with ``dynamic_batching: true``,
+preferred sizes up to ``max_batch_size``, 1 to ``MAX_INSTANCES`` instances of a model per device).
 
 ``--config`` YAML::
 
@@ -35,14 +40,16 @@ from pathlib import Path
 
 from serving_bench.errors import InputError, require_count
 from serving_bench.files import read_yaml
-from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.load.profile import MAX_REQUESTS, LoadProfile, build_schedule, check_schedule_size
 from serving_bench.profiles.schema import Profile
-from serving_bench.run.results import write_results
+from serving_bench.run.results import hold_results, write_results
 from serving_bench.run.target import ClosedLoop
-from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.export.repository import check_entry_name
+from serving_bench.serving_config import ModelServing, ServingConfig, check_serving
 from serving_bench.sim.client import client_cpu_s, through_client
-from serving_bench.sim.target import SimTarget
+from serving_bench.sim.target import SimTarget, check_batches
 
+TOP_FIELDS = ("models", "ensembles")
 CONFIG_FIELDS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes",
                  "max_queue_size", "queue_timeout_us", "instances")
 
@@ -64,46 +71,70 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads-per-instance", type=int,
                         help="runtime threads of every instance, as serve --threads-per-instance (default: the "
                              "server's, cores // all served instances)")
+    parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                        help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
 
 
-def load_serving_yaml(path: str | Path):
-    """A :class:`ServingConfig` from the YAML layout in the module docstring."""
+def load_serving_yaml(path: str | Path) -> ServingConfig:
+    """A :class:`ServingConfig` from the YAML layout in the module docstring, checked as strictly as a load profile:
+    unknown fields refused at every level, every knob as Triton takes it (:func:`check_serving`), ensembles of
+    listed models."""
     path = Path(path)
     data = read_yaml(path, "serving config")
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
+    if not isinstance(data, dict):
+        raise InputError(path, "(top level)", f"expected a mapping with {' and '.join(TOP_FIELDS)}")
+    unknown = sorted(str(k) for k in set(data) - set(TOP_FIELDS))
+    if unknown:
+        raise InputError(path, unknown[0], f"unknown field; expected {', '.join(TOP_FIELDS)}")
+    if not isinstance(data.get("models"), dict) or not data["models"]:
         raise InputError(path, "models", "expected a mapping model name -> serving settings")
-    models = []
-    for name, spec in data["models"].items():
-        spec = spec or {}
-        if not isinstance(spec, dict):
-            raise InputError(path, f"models.{name}", "expected a mapping of serving settings")
-        unknown = sorted(set(spec) - set(CONFIG_FIELDS))
-        if unknown:
-            raise InputError(path, f"models.{name}.{unknown[0]}", f"unknown field; expected {', '.join(CONFIG_FIELDS)}")
-        kwargs = {}
-        for key in CONFIG_FIELDS[:-1]:
-            if key in spec:
-                value = spec[key]
-                if key == "dynamic_batching":
-                    if not isinstance(value, bool):
-                        raise InputError(path, f"models.{name}.{key}", "expected true or false")
-                elif key == "preferred_batch_sizes":
-                    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 1 for v in value):
-                        raise InputError(path, f"models.{name}.{key}", "expected a list of batch sizes >= 1")
-                    value = tuple(value)
-                elif not isinstance(value, int) or value < 0:
-                    raise InputError(path, f"models.{name}.{key}", f"expected an integer >= 0, got {value!r}")
-                kwargs[key] = value
-        instances = spec.get("instances", [["cpu", 1]])
-        if not isinstance(instances, list) or not all(
-                isinstance(i, list) and len(i) == 2 and isinstance(i[0], str) and isinstance(i[1], int) and i[1] >= 1
-                for i in instances):
-            raise InputError(path, f"models.{name}.instances", "expected a list of [device, count] pairs, count >= 1")
-        models.append(ModelServing(name=name, instances=tuple((d, c) for d, c in instances), **kwargs))
+    models = tuple(_model_serving(path, name, spec) for name, spec in data["models"].items())
     ensembles = data.get("ensembles") or {}
-    if not isinstance(ensembles, dict) or not all(isinstance(v, list) for v in ensembles.values()):
+    if not isinstance(ensembles, dict):
         raise InputError(path, "ensembles", "expected a mapping ensemble name -> list of member names")
-    return ServingConfig(tuple(models), tuple((k, tuple(v)) for k, v in ensembles.items()))
+    for name, members in ensembles.items():
+        check_entry_name(name, path, f"ensembles.{name}")
+        if not isinstance(members, list) or not members:
+            raise InputError(path, f"ensembles.{name}", "expected a list of member names")
+        for i, member in enumerate(members):
+            if member not in data["models"]:
+                raise InputError(path, f"ensembles.{name}[{i}]", f"{member!r}: expected a model listed under models")
+    return ServingConfig(models, tuple((k, tuple(v)) for k, v in ensembles.items()))
+
+
+def _model_serving(path: Path, name, spec) -> ModelServing:
+    """One model's settings of the serving YAML, checked."""
+    check_entry_name(name, path, f"models.{name}")
+    spec = {} if spec is None else spec
+    if not isinstance(spec, dict):
+        raise InputError(path, f"models.{name}", "expected a mapping of serving settings")
+    unknown = sorted(str(k) for k in set(spec) - set(CONFIG_FIELDS))
+    if unknown:
+        raise InputError(path, f"models.{name}.{unknown[0]}", f"unknown field; expected {', '.join(CONFIG_FIELDS)}")
+    kwargs = {}
+    for key, value in spec.items():
+        where = f"models.{name}.{key}"
+        if key == "dynamic_batching" and not isinstance(value, bool):
+            raise InputError(path, where, f"expected true or false, got {value!r}")
+        if key == "preferred_batch_sizes":
+            if not isinstance(value, list) or not all(_count(v) and v >= 1 for v in value):
+                raise InputError(path, where, f"expected a list of batch sizes >= 1, got {value!r}")
+            value = tuple(value)
+        elif key == "instances":
+            if not isinstance(value, list) or not all(
+                    isinstance(i, list) and len(i) == 2 and isinstance(i[0], str) and _count(i[1]) for i in value):
+                raise InputError(path, where, f"expected a list of [device, count] pairs, got {value!r}")
+            value = tuple((d, c) for d, c in value)
+        elif key != "dynamic_batching" and not (_count(value) and value >= 0):
+            raise InputError(path, where, f"expected an integer >= 0, got {value!r}")
+        kwargs[key] = value
+    model = ModelServing(name=name, **kwargs)
+    check_serving(model, path)
+    return model
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def default_config(profile, names):
@@ -116,11 +147,11 @@ def default_config(profile, names):
     return ServingConfig(tuple(models))
 
 
-def serving_config_for(args_config: str | None, args_repo: str | None, profile, schedule):
-    """The serving config from --config, --repo (its ensembles' step graphs with it) or the profile (in that order
-    of precedence)."""
-    if args_config:
-        return load_serving_yaml(args_config)
+def serving_config_for(given: ServingConfig | None, args_repo: str | None, profile, schedule) -> ServingConfig:
+    """The serving config: ``given`` (from --config), else from --repo (its ensembles' step graphs with it), else
+    from the profile (in that order of precedence)."""
+    if given is not None:
+        return given
     if args_repo:
         return ServingConfig.from_repo(args_repo, list(schedule.models))
     return default_config(profile, schedule.models)
@@ -129,12 +160,18 @@ def serving_config_for(args_config: str | None, args_repo: str | None, profile, 
 def main(args: argparse.Namespace) -> int:
     require_count("--concurrency", args.concurrency)
     require_count("--threads-per-instance", args.threads_per_instance)
-    schedule = build_schedule(LoadProfile.load(args.load_profile))
+    require_count("--max-requests", args.max_requests)
+    load = LoadProfile.load(args.load_profile)
+    requests = check_schedule_size(load, args.max_requests)
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
-    config = serving_config_for(args.config, args.repo, profile, schedule).with_threads(args.threads_per_instance)
-    target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
-    records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
-    summary = write_results(Path(args.out), records, schedule)
+    given = load_serving_yaml(args.config) if args.config else None
+    with hold_results(args.out, requests):
+        schedule = build_schedule(load, args.max_requests)
+        config = serving_config_for(given, args.repo, profile, schedule).with_threads(args.threads_per_instance)
+        target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
+        check_batches(schedule, config, args.load_profile)
+        records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
+        summary = write_results(Path(args.out), records, schedule)
     print_summary(summary)
     print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, perf_analyzer.csv)")
     return 0

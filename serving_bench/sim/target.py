@@ -12,12 +12,13 @@ overhead), utilisation (busy instance-seconds over instances x makespan), per-de
 seed.
 
     from serving_bench.profiles import Profile
-    from serving_bench.serving_config import ServingConfig
+    from serving_bench.serving_config import ServingConfig, batch_refusal, triton_batch_answer
     records = SimTarget(Profile.load("p.json"), ServingConfig.from_repo("model_repo/")).run(schedule)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import numpy as np
@@ -28,12 +29,12 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import STATUSES, Records, RunInfo, SimFacts, new_table
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
-from serving_bench.serving_config import ServingConfig
+from serving_bench.serving_config import ServingConfig, batch_refusal, triton_batch_answer
 from serving_bench.sim.core import Server
 from serving_bench.sim.fast import run_fast
 from serving_bench.sim.reference import run_simpy
 from serving_bench.sim.spec import SimSpec, build_spec
-from serving_bench.sim.workload import EXCEEDS_BATCH, FAILURE_TEXT, Workload
+from serving_bench.sim.workload import FAILURE_TEXT, Workload
 
 ENGINES = ("fast", "simpy")
 
@@ -52,13 +53,16 @@ class SimTarget:
         self.config = serving_config
         self.seed = int(seed)
         self.engine = engine
-        self.spec: SimSpec = build_spec(profile, serving_config, ensemble_deps)
+        _check_batch_range(profile, serving_config)
+        self.spec: SimSpec = build_spec(profile, _as_engine_runs(serving_config), ensemble_deps)
 
     # -- the Target interface ----------------------------------------------------------------------------------------
     def run(self, schedule: Schedule, mode: OpenLoop | ClosedLoop | None = None) -> Records:
         """Records of ``schedule`` in open loop (``mode`` None or open) or closed loop (``mode.name == "closed"``:
         ``mode.per_model(models)`` clients per model or ensemble for ``mode.duration_s`` or the schedule's
-        duration; requests never reached are not in the records, and ``intended_s = sent_s`` is the send time)."""
+        duration; requests never reached are not in the records, and ``intended_s = sent_s`` is the send time).
+        A request larger than its model takes is answered as Triton answers it (status ``error``,
+        :func:`triton_batch_answer`) in open loop, and refused up front in closed loop (:func:`check_batches`)."""
         spec = self.spec
         kinds = []
         for name in schedule.models:
@@ -70,6 +74,7 @@ class SimTarget:
             kinds.append(kind)
         closed = None
         if isinstance(mode, ClosedLoop):
+            check_batches(schedule, self.config, schedule.meta.get("profile") or "schedule")  # no answer to wait on
             per = mode.per_model(schedule.models)
             closed = ({i: per[name] for i, name in enumerate(schedule.models)},
                       float(mode.duration_s or schedule.duration_s))
@@ -151,10 +156,10 @@ class SimTarget:
                     status[owner] = STATUSES.index("rejected")
                     failures.append((owner, FAILURE_TEXT["rejected"]))
                     seen[owner] = True
-        errors = np.asarray(workload.errors, dtype=np.int64)
+        errors = np.asarray(workload.errors, dtype=np.int64)  # requests larger than their model takes
         if len(errors):
             done[errors] = sent[errors]
-            failures.append((errors, EXCEEDS_BATCH))
+            failures += self._refusals(schedule, errors)
             seen[errors] = True
         for entry in workload.ensembles:
             if entry.failure is not None:
@@ -207,6 +212,52 @@ class SimTarget:
             utilisation={st.spec.name: st.busy_s / (len(st.spec.instance_devices) * duration)
                          for st in server.models},
             device_busy_s={name: dev.busy_s for name, dev in server.devices.items()})
+
+
+    def _refusals(self, schedule: Schedule, rows: np.ndarray) -> list[tuple[np.ndarray, str]]:
+        """Triton's answer to each refused request of ``rows`` (:func:`triton_batch_answer`), as (rows, text)."""
+        out = []
+        keys = schedule.model[rows].astype(np.int64) * (int(schedule.batch.max()) + 1) + schedule.batch[rows]
+        for key in np.unique(keys):
+            same = rows[keys == key]
+            name, batch = schedule.models[schedule.model[same[0]]], int(schedule.batch[same[0]])
+            out.append((same, triton_batch_answer(name, self.config[name].max_batch_size, batch)))
+        return out
+
+
+def check_batches(schedule: Schedule, config: ServingConfig, source) -> None:
+    """Refuse, as ``replay`` does before sending anything, a schedule with requests larger than their model takes
+    (:func:`batch_refusal`: above max_batch_size, or batched where it is 0): one :class:`InputError` naming
+    ``source`` (the load profile) and the model's ``batch`` field."""
+    for index, name in enumerate(schedule.models):
+        if name in config.names:
+            sizes = np.unique(schedule.batch[schedule.model == index])
+            problem = next(filter(None, (batch_refusal(config[name].max_batch_size, int(b)) for b in sizes)), None)
+            if problem:
+                raise InputError(source, f"models.{name}.batch", problem)
+
+
+def _as_engine_runs(config: ServingConfig) -> ServingConfig:
+    """``config`` as the engine runs it: a model without a batch dimension (``max_batch_size`` 0) takes requests of
+    one item only — Triton refuses any batched shape — which the engine does as ``max_batch_size`` 1 without
+    dynamic batching: the same executions at the same cost, and the same refusals."""
+    return dataclasses.replace(config, models=tuple(
+        m.replace(max_batch_size=1, dynamic_batching=False) if m.max_batch_size == 0 else m for m in config.models))
+
+
+def _check_batch_range(profile: Profile, config: ServingConfig) -> None:
+    """A ``max_batch_size`` above every batch size the profile measured on a device of the model, refused before the
+    engine lays out a cost table that large (sizes outside the measured range are not extrapolated)."""
+    for ms in config.models:
+        model = profile.models.get(ms.name)
+        for device, _ in ms.instances:
+            sizes = model.devices[device].batch_sizes if model is not None and device in model.devices else ()
+            top = max(sizes, default=None)  # None: the spec names what is missing
+            if top is not None and ms.max_batch_size > top:
+                raise InputError(profile.path or "profile", f"models.{ms.name}.devices.{device}.batches",
+                                 f"the config needs batch size {top + 1} (max_batch_size {ms.max_batch_size}) but "
+                                 f"the profile measured {list(sizes)}; sizes outside the measured range are not "
+                                 "extrapolated")  # as the spec says it, before it lays out a table that large
 
 
 def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ Everything here is picklable (Ray ships it to workers).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from serving_bench import validate as validation
 from serving_bench.errors import InputError
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config
 from serving_bench.load.driver import TritonTarget
-from serving_bench.load.profile import LoadProfile, build_schedule
+from serving_bench.load.profile import MAX_REQUESTS, LoadProfile, build_schedule, check_schedule_size
 from serving_bench.calibrate import calibration, measure
 from serving_bench.calibrate.plan import MeasureConfig
 from serving_bench.profiles.importers import import_h200_eager
@@ -33,17 +34,26 @@ class ScheduleBuilder:
 
     path: str
     duration_s: float | None = None
+    max_requests: int = MAX_REQUESTS
 
     def profile(self) -> LoadProfile:
         prof = LoadProfile.load(self.path)
         if self.duration_s is not None:
+            if not math.isfinite(self.duration_s) or self.duration_s <= 0:
+                raise InputError("--duration", None, f"expected seconds > 0, got {self.duration_s:g}")
             prof = dataclasses.replace(prof, duration_s=float(self.duration_s))
         return prof
+
+    def size(self) -> int:
+        """The requests of the load at scale 1, known before it is built; refused above ``max_requests``, naming
+        ``--duration`` where that override is at fault (:func:`check_schedule_size`)."""
+        return check_schedule_size(self.profile(), self.max_requests,
+                                   duration_option="--duration" if self.duration_s is not None else None)
 
     def __call__(self, seed: int | None = None, factor: float = 1.0) -> Schedule:
         prof = self.profile()
         prof = prof if factor == 1.0 else prof.scaled(factor)
-        return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)))
+        return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)), self.max_requests)
 
 
 BUILTIN_PROFILES = {"builtin:h200-eager": "the bundled H200 torch-eager table (engineer D's import_h200_eager)"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -25,9 +26,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from serving_bench.errors import InputError, require_count
-from serving_bench.files import atomic_write_text
+from serving_bench.errors import InputError, OutputError, require_count
+from serving_bench.files import atomic_write_text, rescue_folder
 from serving_bench.report.cli import write_report
+from serving_bench.run.results import hold_results
 from serving_bench.serve.runners import cpu_cores
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim.client import client_cpu_s, through_client
@@ -37,6 +39,7 @@ from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import GENERATORS, choose_generator
 from serving_bench.tune.load import (GROWTHS, SCREEN_ABOVE, SCREEN_FORM, SCREEN_REQUESTS, Load, load_from_file,
+                                     load_size,
                                      screen_asked)
 from serving_bench.tune.objective import OBJECTIVES, EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, tune_recommendation
@@ -83,6 +86,7 @@ class TuneOptions:
     quiet: bool = False
     client_cpu_us: float = 0.0
     threads_per_instance: int | None = None  # None: the embedded server's default for each candidate
+    max_requests: int = adapters.MAX_REQUESTS  # the load's bound at scale 1 (--max-requests)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +125,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS,
                         help=f"screened candidates simulated on the whole load at a time (default {DEFAULT_FINALISTS})")
     parser.add_argument("--duration", type=float, help="override the load profile's duration (s)")
+    parser.add_argument("--max-requests", type=int, default=adapters.MAX_REQUESTS,
+                        help=f"refuse a load of more requests at scale 1 (default {adapters.MAX_REQUESTS:,})")
     parser.add_argument("--seed", type=int, help="load seed (default: the load profile's); also seeds the search")
     parser.add_argument("--verify-top", type=int, default=1, help="verify the best K on real Triton (0: skip)")
     parser.add_argument("--url", help="verify on an external Triton at this gRPC host:port instead of embedded")
@@ -154,7 +160,8 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         budget_minutes=args.budget_minutes, max_evals=args.max_evals, batch=args.batch, seed=args.seed,
         max_scale=args.max_scale, growth=args.growth, screen=args.screen, finalists=args.finalists,
         duration_s=args.duration, verify_top=args.verify_top, url=args.url, restart=args.restart,
-        client_cpu_us=args.client_cpu_us, threads_per_instance=args.threads_per_instance)
+        client_cpu_us=args.client_cpu_us, threads_per_instance=args.threads_per_instance,
+        max_requests=args.max_requests)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
@@ -174,13 +181,37 @@ def _log(opts: TuneOptions, text: str) -> None:
 
 
 def run_tune(opts: TuneOptions) -> dict:
-    """The whole tune; returns what it writes to ``OUT/tune.json``."""
-    t0 = time.perf_counter()
-    out = Path(opts.out)
+    """The whole tune; returns what it writes to ``OUT/tune.json``. The load's size is checked and ``OUT`` held
+    (free space for the verification replays' results) before the load is built; a write into ``OUT`` that fails
+    later is an :class:`OutputError` saying what was kept where."""
     require_count("--threads-per-instance", opts.threads_per_instance)
+    require_count("--max-requests", opts.max_requests)
     if not opts.max_scale >= 1:
         raise InputError("--max-scale", opts.max_scale, "expected a load multiple >= 1")
-    load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s, growth=opts.growth)
+    requests, duration_s = load_size(opts.load, opts.duration_s, opts.max_requests)
+    # each verified candidate is replayed at 1x, at its capacity and one rung above (at most max_scale's requests)
+    replayed = int(requests * (1 + 2 * opts.max_scale))
+    with hold_results(opts.out, replayed, duration_s, folders=3 * max(opts.verify_top, 0) + 1):
+        try:
+            return _tune(opts)
+        except OSError as err:
+            if not _written_in(err, Path(opts.out)):
+                raise
+            raise OutputError(f"{opts.out}: cannot write {err.filename2 or err.filename} ({err.strerror or err}); "
+                              f"the observations written before it are in {Path(opts.out) / 'observations.jsonl'}, "
+                              "and the same command resumes from them") from None
+
+
+def _written_in(err: OSError, folder: Path) -> bool:
+    """Whether ``err`` came from a file inside ``folder``."""
+    return err.filename is not None and Path(os.path.abspath(err.filename)).is_relative_to(Path(os.path.abspath(folder)))
+
+
+def _tune(opts: TuneOptions) -> dict:
+    t0 = time.perf_counter()
+    out = Path(opts.out)
+    load = load_from_file(opts.load, seed=opts.seed, duration_s=opts.duration_s, growth=opts.growth,
+                          max_requests=opts.max_requests)
     slos = resolve_slos(opts.slos, load.base)
     profile = through_client(adapters.load_profile(opts.profile), client_cpu_s(opts.client_cpu_us))
     if opts.gpus >= 1:
@@ -277,7 +308,11 @@ def run_tune(opts: TuneOptions) -> dict:
         "best": top[0] if top else None, "top": top, "verification": verification,
         "tuned_repo": tuned_repo, "recommendation": recommendation, "wall_s": time.perf_counter() - t0,
     }
-    atomic_write_text(out / "tune.json", json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
+    text = json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n"
+    try:
+        atomic_write_text(out / "tune.json", text)
+    except OSError as err:
+        raise rescue_folder(out, err, lambda folder: atomic_write_text(folder / "tune.json", text)) from None
     for line in recommendation:
         _log(opts, line)
     if opts.report:

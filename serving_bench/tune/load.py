@@ -256,14 +256,25 @@ def screen(load: Load, fraction: float) -> Load:
                 nominal_rps=load.offered_rps, growth=load.growth)
 
 
+def load_size(path: str | Path, duration_s: float | None = None,
+              max_requests: int = adapters.MAX_REQUESTS) -> tuple[int, float]:
+    """The requests and seconds of the load at ``path`` at scale 1, before it is built (a load profile's expected
+    requests, refused above ``max_requests``; a saved schedule's own)."""
+    if Path(path).suffix == ".npz":
+        schedule = Schedule.load(path)
+        return len(schedule), schedule.duration_s
+    builder = adapters.ScheduleBuilder(str(path), duration_s, max_requests)
+    return builder.size(), builder.profile().duration_s
+
+
 def load_from_file(path: str | Path, seed: int | None = None, duration_s: float | None = None,
-                   growth: str = "superpose") -> Load:
+                   growth: str = "superpose", max_requests: int = adapters.MAX_REQUESTS) -> Load:
     """A :class:`Load` from a load profile (YAML; ``seed`` defaults to the profile's own) or a saved schedule
     (``.npz``), grown by ``growth`` (:data:`GROWTHS`)."""
     path = Path(path)
     if path.suffix == ".npz":
         return Load(Schedule.load(path), seed=seed or 0, growth=growth)
-    build = adapters.ScheduleBuilder(str(path), duration_s)
+    build = adapters.ScheduleBuilder(str(path), duration_s, max_requests)
     if seed is None:
         seed = build.profile().seed
     return Load(build(seed), seed=seed, build=build, growth=growth)

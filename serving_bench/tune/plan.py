@@ -46,6 +46,7 @@ from serving_bench.errors import InputError
 from serving_bench.files import atomic_write_text, read_yaml
 from serving_bench.report.cli import write_report
 from serving_bench.run.metrics import summarize
+from serving_bench.run.results import hold_results
 from serving_bench.serving_config import ServingConfig
 from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint, file_id
@@ -384,8 +385,8 @@ def main(args: argparse.Namespace) -> int:
     forecast = load_forecast(args.forecast)
     if args.growth:
         forecast = dataclasses.replace(forecast, growth_rule=args.growth)
-    doc = run_plan(forecast, args.out, args.executor, args.ray_address, args.ray_cpus, args.restart, args.quiet)
-
-    if not args.quiet:
-        print(f"report: {write_report(args.out, title='serving-bench capacity plan')}")
+    with hold_results(args.out, 0):  # held for the run: checkpoints and plan.json (no results folder of requests)
+        doc = run_plan(forecast, args.out, args.executor, args.ray_address, args.ray_cpus, args.restart, args.quiet)
+        if not args.quiet:
+            print(f"report: {write_report(args.out, title='serving-bench capacity plan')}")
     return 0 if all(r["gpus"] is not None for r in doc["rows"]) else 1
