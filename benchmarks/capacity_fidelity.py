@@ -1,0 +1,395 @@
+"""Capacity fidelity: the load each configuration carries while its SLOs hold, measured on the embedded Triton (CPU)
+and predicted by the simulator from one profile measured first and then frozen, beside a no-interference baseline
+— the figures a user decides with: capacity, the ranking of configurations, and the regret of the simulator's pick.
+
+Configurations (``capacity_cases.CASES``, 14; ``--quick`` 5): tiny_cnn on ONNX Runtime at 1, 2 and 4 instances,
+max batch 1, 8 and 32, queue delay 0 and 2 ms (eight points of that grid); mixes of two to five entries of ONNX
+Runtime, TorchScript and the python backend; the ensemble (tiny_cnn on ONNX Runtime and TorchScript, combined);
+resnet50 on ONNX Runtime. Each entry's SLO is a p99 bound of ten times its solo latency, each configuration's load
+at scale 1 one client's worth of Poisson traffic (``capacity_cases``' docstring says both).
+
+1. Export, then the profile (``calibrate.measure_profile``: every entry alone at the host's cores and at one
+   thread, and the calibration runs the profile fits its sharing law to by default — closed loops of each entry
+   alone at two instances, each beside the longest, all together — no pair curves). It is saved in the measurements
+   and frozen: nothing after it is fitted, and no configuration has run yet.
+2. Per configuration, on a server of its own (warmed by a short replay at scale 1): ``tune.capacity.bisect_capacity``
+   on tune's ladder (8 rungs per doubling; scales 1/4 to 16 of the load), each rung judged by tune's SLO check
+   (``check_slos``: every p99 within its bound, at most 0.1 % failed) on an open-loop replay of the load grown by
+   tune's rule (superpose: more independent users; for Poisson load the same as the other rule), the same seeded
+   schedule on every attempt. The two decisive steps are repeated (three replays each, majority; ``--quick`` two,
+   both must meet). Between replays the server is left to go idle.
+3. The same bisection on the simulator, the same schedules, a repeat another seed: with the profile as measured (the
+   full model) and with its law set to ``none`` (the baseline: no interference).
+
+Capacity is interpolated inside each bisection's final bracket where the worst p99/bound crosses 1, log-linearly
+between the two decisive rungs (``tune.capacity.interpolate``), on both targets alike; the rung (the highest that
+met) is printed beside it. The targets use the interpolated figure: a rung is 9 % wide, larger than the median
+error asked for. Its repeat spread is the range of the crossings each repeat pair of the decisive steps gives, over
+the capacity.
+
+Per configuration: measured capacity (req/s at the interpolated scale, the rung's in brackets) and repeat spread,
+the full model's and the baseline's prediction and error, whether held out (no run of the profile served it; at
+least a third, the mix "ort+ts+python" whole among them). Then Kendall's tau between predicted and measured
+capacities and regret = 1 - (measured capacity of the configuration the simulator ranks first) / (the measured
+best), each over all configurations and within the grid. The last line takes the capacity error over every
+configuration (held-out ones included) and tau and regret within the grid: there a user chooses between
+configurations of one model for one load, and the ranking is the decision; across all configurations it orders
+resnet50 against tiny_cnn, which any model gets right and nobody chooses between. Targets (issue 44, quiet machine,
+full run): median <= 5 %, worst <= 15 %, tau >= 0.8, regret <= 5 %, each at least as good as the baseline.
+
+    .venv/bin/python benchmarks/capacity_fidelity.py [--quick | --smoke] [--out DIR] [--data SAVED.json.xz]
+
+The measurements are saved first (``capacity_fidelity_data[_quick]_<date>_<host>.json.xz``: the frozen profile,
+each configuration's serving, load and every replay's verdict and p99s, the host's steal and load average per
+configuration); ``--data`` evaluates them again without a server (the real bisection is replayed from the saved
+verdicts, the simulated ones run again). A run stopped early saves what it measured, marked partial. ``--smoke``
+(the test's): two grid configurations, a short profile, a coarse ladder — the code path, not a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import kendalltau
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import capacity_cases as cc  # noqa: E402
+from serving_bench.calibrate.measure import measure_profile  # noqa: E402
+from serving_bench.calibrate.plan import MeasureConfig  # noqa: E402
+from serving_bench.errors import InputError  # noqa: E402
+from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.files import read_json  # noqa: E402
+from serving_bench.peers.report import write_result  # noqa: E402
+from serving_bench.profiles.law import Law  # noqa: E402
+from serving_bench.profiles.schema import Profile  # noqa: E402
+from serving_bench.serving_config import ServingConfig  # noqa: E402
+from serving_bench.sim.interference import Observation, serving_from_json, with_law  # noqa: E402
+from serving_bench.telemetry.cpu import StealClock  # noqa: E402
+from serving_bench.tune.capacity import Interpolated, Ladder, Repeats, bisect_capacity, interpolate  # noqa: E402
+
+TARGETS = {"median": 0.05, "worst": 0.15, "tau": 0.8, "regret": 0.05}
+GROWTH = "superpose"
+SIDES = ("full", "baseline")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How much a run measures: the profile's options, replays (shortest and longest seconds, requests the
+    sparsest entry gets at scale 1), the ladder, the repeats of the decisive steps, the quiet (s) that means idle."""
+
+    name: str
+    profile: MeasureConfig
+    replay: tuple[float, float, int]
+    ladder: Ladder
+    repeats: Repeats
+    idle_s: float = 0.3
+
+
+MODES = {
+    "full": Mode("full", MeasureConfig(seconds=2.0, rounds=2, idle_rounds=1, pairs=False), (4.0, 12.0, 40),
+                 Ladder(0.25, 16.0, 8), Repeats(3, "majority")),
+    "quick": Mode("quick", MeasureConfig(seconds=1.0, rounds=1, idle_rounds=1, pairs=False), (2.5, 5.0, 20),
+                  Ladder(0.25, 16.0, 8), Repeats(2, "majority")),
+    "smoke": Mode("smoke", MeasureConfig(seconds=0.5, rounds=1, idle_rounds=1, calibrate=0, pairs=False),
+                  (1.5, 1.5, 5), Ladder(0.5, 4.0, 2), Repeats(2, "majority"), 0.2),
+}
+STARTED = time.perf_counter()
+
+
+def stage(title: str) -> None:
+    print(f"== {title} [{time.perf_counter() - STARTED:.0f} s]", flush=True)
+
+
+def export(repo: Path, cases: tuple[cc.Case, ...]) -> None:
+    """The entries the cases use, into ``repo`` (max batch 32 where the grid may batch that much)."""
+    entries = set(cc.profiled_entries(cases))
+    tiny = [f for f in ("onnxruntime", "torchscript") if f"tiny_cnn_{f}" in entries or cc.ENSEMBLE in entries]
+    export_models(["tiny_cnn"], tiny, repo, max_batch_size=32,
+                  ensembles=[f"{cc.ENSEMBLE}=tiny_cnn_onnxruntime,tiny_cnn_torchscript"] if cc.ENSEMBLE in entries
+                  else [])
+    if "tiny_mlp_torchscript" in entries:
+        export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=32)
+    if "sleep_python" in entries:
+        export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
+    if "resnet50_onnxruntime" in entries:
+        export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=4)
+
+
+def config_json(config: ServingConfig) -> dict:
+    return {"models": [dataclasses.asdict(m) for m in config.models], "ensembles": config.ensembles,
+            "ensemble_deps": config.ensemble_deps}
+
+
+def config_from_json(data: dict) -> ServingConfig:
+    return ServingConfig(tuple(serving_from_json(m) for m in data["models"]),
+                         tuple((e, tuple(m)) for e, m in data["ensembles"]),
+                         tuple((e, tuple(tuple(d) for d in deps)) for e, deps in data["ensemble_deps"]))
+
+
+def measure_case(case: cc.Case, repo: Path, exported: ServingConfig, spec: dict, mode: Mode) -> dict:
+    """One configuration bisected on Triton; its record (every probe, the host's steal and load average)."""
+    config = cc.serving_config(case, exported)
+    record = {"name": case.name, "group": case.group, "held_out": case.held_out, "entries": list(case.entries),
+              "serving": config_json(config), "load": spec, "started_unix": time.time(),
+              "load_average_1m": os.getloadavg()[0]}
+    steal, begun = StealClock(), time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="capacity-case-") as tmp:
+        load, slos = cc.case_load(spec, Path(tmp)), cc.slos_of(spec)
+        with cc.real_target(repo, config, load, slos, Path(tmp) / "repo",
+                            (mode.idle_s, cc.deadline_s(slos))) as target:
+            try:
+                bisect_capacity(target.probe, mode.ladder, mode.repeats)
+            finally:
+                record.update(probes=target.probes, notes=target.notes, seconds=time.perf_counter() - begun,
+                              steal_share=round(steal.share(), 4))
+    return record
+
+
+def measure(mode: Mode, cases: tuple[cc.Case, ...], save) -> dict:
+    """Export, profile (then frozen), then every case on Triton; ``save(data)`` writes what was measured, also when
+    a case fails or the run is interrupted (marked ``partial``), before the error goes on."""
+    data: dict = {"mode": mode.name, "growth": GROWTH, "ladder": dataclasses.asdict(mode.ladder),
+                  "repeats": dataclasses.asdict(mode.repeats), "cases": []}
+    with tempfile.TemporaryDirectory(prefix="capacity-fidelity-") as tmp:
+        repo = Path(tmp) / "repo"
+        stage("export")
+        begun = time.perf_counter()
+        export(repo, cases)
+        if mode.name != "smoke":
+            settle_after_export(begun, print)
+        entries = cc.profiled_entries(cases)
+        stage(f"profile of {', '.join(entries)} (then frozen)")
+        profile = measure_profile(repo, entries, Path(tmp) / "profile.json",
+                                  dataclasses.replace(mode.profile, threads=cc.THREADS), log=print)
+        cc.check_held_out(cases, profile)
+        exported = ServingConfig.from_repo(repo, entries)
+        solo = {e: cc.solo_latency(profile, exported, e) for e in entries}
+        data.update(profile=profile.to_json(), profile_frozen_unix=time.time(), solo_latency_s=solo,
+                    exported=config_json(exported))
+        try:
+            for case in cases:
+                spec = cc.load_spec(case, solo, mode.replay)
+                stage(f"{case.name}: bisection on Triton ({spec['duration']:.1f} s replays)")
+                data["cases"].append(measure_case(case, repo, exported, spec, mode))
+                print_probes(data["cases"][-1])
+        except BaseException as err:  # what was measured is kept, marked partial; the error goes on
+            data["partial"] = f"{type(err).__name__}: {err}"
+            save(data)
+            raise
+    return data
+
+
+def print_probes(record: dict) -> None:
+    """One line: each replay's scale (``#2`` a repeat), verdict and worst p99/bound; the case's time and host."""
+    def one(p: dict) -> str:
+        repeat = f"#{p['attempt'] + 1}" if p["attempt"] else ""
+        return f"{p['scale']:.2f}x{repeat} {'met' if p['ok'] else 'missed'} {p['violation']:.2f}"
+    notes = "; ".join(record["notes"])
+    print("  " + ", ".join(map(one, record["probes"])) + f"; {record['seconds']:.0f} s, steal "
+          f"{record['steal_share']:.1%}, load average {record['load_average_1m']:.1f}" + (f"; {notes}" if notes else ""),
+          flush=True)
+
+
+def figures(found, offered_rps: float) -> dict:
+    """A bisection's capacity (req/s): interpolated (``rps``) and the rung's (``rung_rps``), how it was placed, its
+    repeat crossings and spread, the bracket's scales. ``interval``: the prediction interval, where one is given."""
+    inner: Interpolated = interpolate(found)
+    bracket = [s.scale if s is not None else None for s in (found.met, found.failed)]
+    return {"rps": inner.scale * offered_rps, "rung_rps": found.capacity_scale * offered_rps, "scale": inner.scale,
+            "how": inner.how, "capped": found.capped, "bracket": bracket, "spread": inner.spread,
+            "repeats_rps": [r * offered_rps for r in inner.repeats], "probes": len(found.probes), "interval": None}
+
+
+def evaluate(data: dict) -> list[dict]:
+    """Every configuration of ``data``: the measured capacity (its bisection replayed from the saved verdicts) and
+    the full model's and the baseline's (bisected on the simulator now), each side's relative error. A configuration
+    whose bisection was cut short (a partial run) is left out, said so."""
+    profile = Profile.from_json(data["profile"], "saved profile")
+    device = profile.request_device or "cpu"
+    models = {"full": profile, "baseline": with_law(profile, device, Law("none"))}
+    ladder, repeats = Ladder(**data["ladder"]), Repeats(**data["repeats"])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="capacity-loads-") as tmp:
+        for record in data["cases"]:
+            load, slos = cc.case_load(record["load"], Path(tmp)), cc.slos_of(record["load"])
+            try:
+                real = bisect_capacity(cc.saved_probe(record["probes"]), ladder, repeats)
+            except KeyError:
+                print(f"  {record['name']}: its bisection did not finish (a partial run): left out")
+                continue
+            offered = load.offered_rps
+            row = {"name": record["name"], "group": record["group"], "held_out": record["held_out"],
+                   "offered_rps": offered, "slos": slos, "measured": figures(real, offered)}
+            config = config_from_json(record["serving"])
+            for side, model in models.items():
+                row[side] = figures(bisect_capacity(cc.sim_probe(model, config, load, slos), ladder, repeats), offered)
+                measured = row["measured"]["rps"]
+                row[side]["error"] = row[side]["rps"] / measured - 1 if measured > 0 else None
+            rows.append(row)
+    return rows
+
+
+def ranking(rows: list[dict], side: str) -> dict:
+    """Kendall's tau (tau-b) between ``side``'s predicted and the measured capacities, and the regret of ``side``'s
+    pick: 1 - measured capacity of its first / the measured best; where several tie first (capped at the ladder's
+    top, say), the mean of their measured capacities (a user takes any of them). None with fewer than two rows."""
+    if len(rows) < 2:
+        return {"tau": None, "regret": None}
+    predicted = [r[side]["rps"] for r in rows]
+    measured = [r["measured"]["rps"] for r in rows]
+    tau = kendalltau(predicted, measured).statistic
+    picks = [i for i, p in enumerate(predicted) if p == max(predicted)]  # tied firsts: a user takes any of them
+    return {"tau": None if np.isnan(tau) else float(tau),
+            "regret": 1 - statistics.mean(measured[i] for i in picks) / max(measured),
+            "pick": " = ".join(rows[i]["name"] for i in picks), "best": rows[int(np.argmax(measured))]["name"]}
+
+
+def errors(rows: list[dict], side: str) -> dict:
+    """Median and worst |error| of ``side`` over ``rows`` (those with a measured capacity)."""
+    values = [abs(r[side]["error"]) for r in rows if r[side]["error"] is not None]
+    return {"median": statistics.median(values), "worst": max(values), "rows": len(values)} if values else \
+        {"median": None, "worst": None, "rows": 0}
+
+
+def scores(rows: list[dict]) -> dict:
+    """Per side: capacity errors over all rows and the held-out ones; tau and regret over all rows and the grid's."""
+    grid = [r for r in rows if r["group"] == "grid"]
+    held = [r for r in rows if r["held_out"]]
+    return {side: {"errors": errors(rows, side), "held_out_errors": errors(held, side),
+                   "ranking": ranking(rows, side), "grid_ranking": ranking(grid, side)} for side in SIDES}
+
+
+def pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value * 100:+.1f} %" if signed else f"{value * 100:.1f} %"
+
+
+def print_rows(rows: list[dict]) -> None:
+    """The table: per configuration, measured capacity (rung) and repeat spread, each side's prediction and error;
+    an ``interval`` column where the rows carry prediction intervals."""
+    intervals = any(r["full"]["interval"] is not None for r in rows)
+    print(f"\n== capacity (req/s at the SLO, interpolated; the rung in brackets; growth {GROWTH})")
+    print(f"  {'configuration':<24} {'held out':<8} {'measured':>17} {'spread':>8} | {'full':>7} {'error':>8}"
+          + ("  interval" if intervals else "") + f" | {'baseline':>8} {'error':>8}")
+    for r in rows:
+        m, full, base = r["measured"], r["full"], r["baseline"]
+        interval = f"  {full['interval']}" if intervals else ""
+        print(f"  {r['name']:<24} {'yes' if r['held_out'] else '-':<8} {at_least(m)}{m['rps']:>7.1f} "
+              f"({m['rung_rps']:>6.1f}) {pct(m['spread']):>8} | {at_least(full)}{full['rps']:>6.1f} "
+              f"{pct(full['error'], True):>8}{interval} | {at_least(base)}{base['rps']:>7.1f} "
+              f"{pct(base['error'], True):>8}" + ("" if m["how"] == "interpolated" else f"  ({m['how']})"))
+    print("  (>= : capped, met at the ladder's top; an error from it is a lower bound of the error's size)")
+
+
+def at_least(side: dict) -> str:
+    return ">=" if side["capped"] else "  "
+
+
+def print_scores(rows: list[dict], found: dict) -> None:
+    spreads = [r["measured"]["spread"] for r in rows if r["measured"]["spread"] is not None]
+    if spreads:
+        print(f"\nrepeat spread of the measured capacity (what one measurement resolves): median "
+              f"{pct(statistics.median(spreads))}, worst {pct(max(spreads))} over {len(spreads)} configurations")
+    for side in SIDES:
+        s = found[side]
+        every, held = s["errors"], s["held_out_errors"]
+        print(f"{side}: capacity error median {pct(every['median'])}, worst {pct(every['worst'])} over "
+              f"{every['rows']} configurations; held out ({held['rows']}): median {pct(held['median'])}, worst "
+              f"{pct(held['worst'])}")
+        for label, rank in (("all configurations", s["ranking"]), ("the grid", s["grid_ranking"])):
+            if rank["tau"] is not None:
+                print(f"  over {label}: tau {rank['tau']:.2f}, regret {pct(rank['regret'])} (picks {rank['pick']}; "
+                      f"measured best {rank['best']})")
+
+
+def verdicts(found: dict) -> dict[str, bool]:
+    """Each target of issue 44 met or not by the full model (and at least as good as the baseline)."""
+    full, base = found["full"], found["baseline"]
+    figures_ = {"median": (full["errors"]["median"], base["errors"]["median"]),
+                "worst": (full["errors"]["worst"], base["errors"]["worst"]),
+                "regret": (full["grid_ranking"]["regret"], base["grid_ranking"]["regret"])}
+    out = {k: f is not None and f <= TARGETS[k] and (b is None or f <= b) for k, (f, b) in figures_.items()}
+    tau, tau_base = full["grid_ranking"]["tau"], base["grid_ranking"]["tau"]
+    out["tau"] = tau is not None and tau >= TARGETS["tau"] and (tau_base is None or tau >= tau_base)
+    return out
+
+
+def last_line(found: dict) -> str:
+    def part(side: str) -> tuple[str, str, str, str]:
+        s = found[side]
+        tau = s["grid_ranking"]["tau"]
+        return (f"{s['errors']['median'] * 100:.1f}", f"{s['errors']['worst'] * 100:.1f}",
+                "n/a" if tau is None else f"{tau:.2f}", f"{s['grid_ranking']['regret'] * 100:.1f}")
+    a, b, c, d = part("full")
+    a_, b_, c_, d_ = part("baseline")
+    return (f"capacity error: median {a} %, worst {b} %; ranking tau {c}; regret {d} % (baseline: median {a_} %, "
+            f"worst {b_} %, tau {c_}, regret {d_} %)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="five configurations, shorter runs (under 8 minutes)")
+    size.add_argument("--smoke", action="store_true", help="two configurations, a coarse ladder: the code path only")
+    parser.add_argument("--out", help="results folder (default benchmarks/results)")
+    parser.add_argument("--data", help="evaluate the measurements an earlier run saved (its _data JSON) instead")
+    args = parser.parse_args()
+    name = "capacity_fidelity" + ("_smoke" if args.smoke else "")
+    if args.data:
+        data_path = args.data
+        data = read_json(data_path, "saved measurements")
+        quick = data["mode"] == "quick"
+    else:
+        mode = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
+        quick = args.quick
+
+        def save(measured: dict) -> Path:
+            return write_result(f"{name}_data", measured, quick=quick, out_dir=args.out, compressed=True)
+        data = measure(mode, cc.chosen(mode.name), save)
+        data_path = str(save(data))
+        print(f"measurements: {data_path}")
+    stage("the same bisections on the simulator (full model and baseline)")
+    rows = evaluate(data)
+    found = scores(rows)
+    print_rows(rows)
+    print_calibration(data)
+    print_scores(rows, found)
+    met = verdicts(found)
+    print("targets (issue 44; quiet machine, full run): " + ", ".join(
+        f"{k} {'met' if ok else 'not met'}" for k, ok in met.items()))
+    path = write_result(name, {"rows": rows, "scores": found, "targets": TARGETS, "met": met, "growth": GROWTH,
+                               "mode": data["mode"], "partial": data.get("partial"), "data": data_path},
+                        quick=quick, out_dir=args.out, timed=not args.data,
+                        same_suffix_as=None if args.data else Path(data_path))
+    print(f"results: {path}")
+    print(last_line(found))
+    return 0
+
+
+def print_calibration(data: dict) -> None:
+    """The runs the profile's law was fitted to (none of them a held-out configuration)."""
+    runs = Profile.from_json(data["profile"], "saved profile").calibration
+    if runs:
+        print("the profile's law was fitted to: " + "; ".join(Observation.from_json(o).label() for o in runs))
+    else:
+        print("the profile has no calibration runs (its law as measured alone)")
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except InputError as err:  # saved measurements that cannot be read: one line, exit 2
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
