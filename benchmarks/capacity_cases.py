@@ -5,9 +5,10 @@ A configuration serves some entries of the exported repository (settings other t
 sends Poisson load to some of them (an ensemble by its name). At scale 1 every entry it sends to gets
 ``1 / len(entries)`` of the rate one client would send it alone (one over its solo latency): one client's worth of
 load, shared. The grid's configurations all carry the same load (tiny_cnn's), so their capacities order the choice
-a user makes. Each entry's SLO is a p99 bound of :data:`SLO_FACTOR` times its solo latency, the profile's (the median
-of its one-row requests simulated alone, no interference): every configuration meets it at low load (a 2 ms queue
-delay and a batch of 32 of tiny_cnn take a third of it), and well below saturation none does.
+a user makes. Each entry's SLO is a p99 bound of :data:`SLO_FACTOR` times its solo latency, measured on Triton once
+the profile is frozen (:func:`solo_latency`: the median of one client's closed loop; a user's statement of what the
+model costs, not the simulator's): every configuration meets it at low load (a 2 ms queue delay and a batch of 32 of
+tiny_cnn take a fifth of it), and well below saturation none does.
 
 Every instance runs one runtime thread (:data:`THREADS`; ``serve``/``tune --threads-per-instance 1``), and the
 profile is measured at one: what ``serving-bench profile`` does for these entries on a 2-core host (the cores over
@@ -28,17 +29,18 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 import numpy as np
+import psutil
 import yaml
 
+from serving_bench.calibrate.session import Session
 from serving_bench.errors import ServerError
 from serving_bench.load.driver import TritonTarget
-from serving_bench.profiles.law import Law
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import summarize
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import TritonServer
 from serving_bench.serving_config import ServingConfig
-from serving_bench.sim.interference import Observation, alone_latency, with_law
+from serving_bench.sim.interference import Observation
 from serving_bench.sim.target import SimTarget
 from serving_bench.tune.capacity import Probe
 from serving_bench.tune.load import Load, load_from_file
@@ -144,12 +146,12 @@ def serving_config(case: Case, exported: ServingConfig) -> ServingConfig:
     return ServingConfig(tuple(models), ensembles, deps, threads_per_instance=THREADS)
 
 
-def solo_latency(profile: Profile, exported: ServingConfig, entry: str) -> float:
-    """The median latency (s) of ``entry``'s one-row requests alone, one every 20 ms, as the profile gives it with
-    no interference (law ``none``)."""
-    alone = with_law(profile, profile.request_device or "cpu", Law("none"))
-    config = serving_config(Case(entry, "solo", (entry,)), exported)
-    return float(np.nanmedian(alone_latency(alone, config, entry, np.arange(1, 101) * 0.02)))
+def solo_latency(repo: Path, entries: list[str], seconds: float) -> dict[str, float]:
+    """Each entry's median latency (s) alone on Triton: one client in a closed loop for ``seconds``, the entries as
+    exported (one instance each, :data:`THREADS` threads), one after the other on one server."""
+    with TritonServer(repo, models=entries, threads_per_instance=THREADS) as server:
+        session = Session(server.endpoints, server)
+        return {e: float(np.median(session.run({e: (1, 1)}, seconds).latency[e])) for e in entries}
 
 
 def load_spec(case: Case, solo_s: Mapping[str, float], seconds: tuple[float, float, int]) -> dict:
@@ -201,7 +203,7 @@ def saved_probe(probes: list[dict]):
 
     def probe(scale: float, attempt: int) -> Probe:
         p = table[(round(scale, 9), attempt)]
-        return Probe(scale, p["ok"], p["violation"], p["detail"])
+        return Probe(scale, p["ok"], math.inf if p["violation"] is None else p["violation"], p["detail"])
     return probe
 
 
@@ -231,9 +233,9 @@ class RealTarget:
     slos: Mapping
     settle_s: float
     timeout_s: float
-    probes: list = dataclasses.field(default_factory=list)
-    notes: list = dataclasses.field(default_factory=list)
-    server: TritonServer | None = None
+    probes: list = dataclasses.field(default_factory=list, init=False)
+    notes: list = dataclasses.field(default_factory=list, init=False)
+    server: TritonServer | None = dataclasses.field(default=None, init=False)
 
     @property
     def served(self) -> list[str]:
@@ -256,7 +258,8 @@ class RealTarget:
         death runs again on a new one (at most :data:`MAX_RESTARTS` times a case)."""
         schedule = self.load.at(scale)
         while True:
-            begun = time.perf_counter()
+            ours, machine, begun = Session(self.server.endpoints, self.server).cpu_seconds(), busy_s(), \
+                time.perf_counter()
             records = TritonTarget(self.server, timeout_s=self.timeout_s).run(schedule)
             if not records.info.partial:
                 break
@@ -266,11 +269,13 @@ class RealTarget:
             self.stop()
             self.start()
         wall = time.perf_counter() - begun
+        cores = {"host_cores": round((Session(self.server.endpoints, self.server).cpu_seconds() - ours) / wall, 2)
+                 if ours is not None else None, "machine_cores": round((busy_s() - machine) / wall, 2)}
         drained = idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
         found = dataclasses.replace(judged(summarize(records, slos=self.slos), self.slos), scale=scale)
-        self.probes.append({"scale": scale, "attempt": attempt, "ok": found.ok, "violation": found.violation,
+        self.probes.append({"scale": scale, "attempt": attempt, "ok": found.ok, "violation": finite(found.violation),
                             "detail": dict(found.detail), "requests": len(schedule), "wall_s": round(wall, 2),
-                            "drain_s": round(drained, 2)})
+                            "drain_s": round(drained, 2), **cores})
         return found
 
 
@@ -290,6 +295,12 @@ def real_target(repo: Path, config: ServingConfig, load: Load, slos: Mapping, fo
         shutil.rmtree(copy, ignore_errors=True)
 
 
+def busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every process, ours or not; steal included) since boot."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+
+
 def deadline_s(slos: Mapping) -> float:
     """Each request's deadline in a replay: 20 times the largest bound, at least 2 s (an overloaded replay ends
     within it; every request that counts toward a p99 near the bound is answered long before)."""
@@ -297,5 +308,5 @@ def deadline_s(slos: Mapping) -> float:
 
 
 def finite(value: float) -> float | None:
-    """``value`` for JSON (None for inf or NaN)."""
+    """``value`` for JSON (None for inf or NaN: a model with no answer in the window)."""
     return value if math.isfinite(value) else None

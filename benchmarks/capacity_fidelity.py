@@ -5,8 +5,9 @@ and predicted by the simulator from one profile measured first and then frozen, 
 Configurations (``capacity_cases.CASES``, 14; ``--quick`` 5): tiny_cnn on ONNX Runtime at 1, 2 and 4 instances,
 max batch 1, 8 and 32, queue delay 0 and 2 ms (eight points of that grid); mixes of two to five entries of ONNX
 Runtime, TorchScript and the python backend; the ensemble (tiny_cnn on ONNX Runtime and TorchScript, combined);
-resnet50 on ONNX Runtime. Each entry's SLO is a p99 bound of ten times its solo latency, each configuration's load
-at scale 1 one client's worth of Poisson traffic (``capacity_cases``' docstring says both).
+resnet50 on ONNX Runtime. Each entry's SLO is a p99 bound of ten times its solo latency (measured on Triton after the
+profile), each configuration's load at scale 1 one client's worth of Poisson traffic (``capacity_cases``' docstring
+says both).
 
 1. Export, then the profile (``calibrate.measure_profile``: every entry alone at the host's cores and at one
    thread, and the calibration runs the profile fits its sharing law to by default — closed loops of each entry
@@ -174,7 +175,9 @@ def measure(mode: Mode, cases: tuple[cc.Case, ...], save) -> dict:
                                   dataclasses.replace(mode.profile, threads=cc.THREADS), log=print)
         cc.check_held_out(cases, profile)
         exported = ServingConfig.from_repo(repo, entries)
-        solo = {e: cc.solo_latency(profile, exported, e) for e in entries}
+        stage("each entry's solo latency on Triton (its SLO: ten times it)")
+        solo = cc.solo_latency(repo, entries, mode.profile.seconds)
+        print("  " + ", ".join(f"{e} {s * 1e3:.2f} ms" for e, s in solo.items()))
         data.update(profile=profile.to_json(), profile_frozen_unix=time.time(), solo_latency_s=solo,
                     exported=config_json(exported))
         try:
@@ -244,7 +247,7 @@ def ranking(rows: list[dict], side: str) -> dict:
     """Kendall's tau (tau-b) between ``side``'s predicted and the measured capacities, and the regret of ``side``'s
     pick: 1 - measured capacity of its first / the measured best; where several tie first (capped at the ladder's
     top, say), the mean of their measured capacities (a user takes any of them). None with fewer than two rows."""
-    if len(rows) < 2:
+    if len(rows) < 2 or max(r["measured"]["rps"] for r in rows) <= 0:
         return {"tau": None, "regret": None}
     predicted = [r[side]["rps"] for r in rows]
     measured = [r["measured"]["rps"] for r in rows]
@@ -327,15 +330,29 @@ def verdicts(found: dict) -> dict[str, bool]:
 
 
 def last_line(found: dict) -> str:
+    def number(value: float | None, scale: float = 100.0, digits: int = 1) -> str:
+        return "n/a" if value is None else f"{value * scale:.{digits}f}"
+
     def part(side: str) -> tuple[str, str, str, str]:
         s = found[side]
-        tau = s["grid_ranking"]["tau"]
-        return (f"{s['errors']['median'] * 100:.1f}", f"{s['errors']['worst'] * 100:.1f}",
-                "n/a" if tau is None else f"{tau:.2f}", f"{s['grid_ranking']['regret'] * 100:.1f}")
+        return (number(s["errors"]["median"]), number(s["errors"]["worst"]),
+                number(s["grid_ranking"]["tau"], 1.0, 2), number(s["grid_ranking"]["regret"]))
     a, b, c, d = part("full")
     a_, b_, c_, d_ = part("baseline")
     return (f"capacity error: median {a} %, worst {b} %; ranking tau {c}; regret {d} % (baseline: median {a_} %, "
             f"worst {b_} %, tau {c_}, regret {d_} %)")
+
+
+def saved(path: str) -> dict:
+    """The measurements an earlier run saved at ``path``; :class:`InputError` (one line) where it is not such a file."""
+    data = read_json(path, "saved measurements")
+    for key in ("mode", "profile", "ladder", "repeats", "cases"):
+        if not isinstance(data, dict) or key not in data:
+            raise InputError(path, key, "missing; expected the measurements capacity_fidelity.py saves (its _data "
+                                        "JSON)")
+    if data["mode"] not in MODES:
+        raise InputError(path, "mode", f"expected one of {', '.join(MODES)}, got {data['mode']!r}")
+    return data
 
 
 def main() -> int:
@@ -346,12 +363,13 @@ def main() -> int:
     parser.add_argument("--out", help="results folder (default benchmarks/results)")
     parser.add_argument("--data", help="evaluate the measurements an earlier run saved (its _data JSON) instead")
     args = parser.parse_args()
-    name = "capacity_fidelity" + ("_smoke" if args.smoke else "")
     if args.data:
         data_path = args.data
-        data = read_json(data_path, "saved measurements")
+        data = saved(data_path)
         quick = data["mode"] == "quick"
+        name = "capacity_fidelity" + ("_smoke" if data["mode"] == "smoke" else "")
     else:
+        name = "capacity_fidelity" + ("_smoke" if args.smoke else "")
         mode = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
         quick = args.quick
 

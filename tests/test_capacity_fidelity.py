@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-LAST_LINE = re.compile(r"^capacity error: median [0-9.]+ %, worst [0-9.]+ %; ranking tau (-?[0-9.]+|n/a); regret "
-                       r"[0-9.]+ % \(baseline: median [0-9.]+ %, worst [0-9.]+ %, tau (-?[0-9.]+|n/a), regret "
-                       r"[0-9.]+ %\)$")
+FIGURE = r"([0-9.]+|n/a)"
+TAU = r"(-?[0-9.]+|n/a)"
+LAST_LINE = re.compile(rf"^capacity error: median {FIGURE} %, worst {FIGURE} %; ranking tau {TAU}; regret {FIGURE} % "
+                       rf"\(baseline: median {FIGURE} %, worst {FIGURE} %, tau {TAU}, regret {FIGURE} %\)$")
 
 
 def _benchmark():
@@ -55,9 +56,21 @@ def test_scores_worked_by_hand():
     assert bench.verdicts(found) == {"median": False, "worst": False, "regret": True, "tau": True}
 
 
-def test_a_single_row_has_no_ranking():
+def test_no_ranking_from_a_single_row_or_nothing_measured():
     bench = _benchmark()
     assert bench.ranking([_row("a", 100, 104, 150)], "full") == {"tau": None, "regret": None}
+    nothing = [{**_row("a", 1, 1, 1), "measured": {"rps": 0.0}}, {**_row("b", 1, 1, 1), "measured": {"rps": 0.0}}]
+    assert bench.ranking(nothing, "full") == {"tau": None, "regret": None}
+
+
+def test_data_that_is_not_saved_measurements_is_one_line_and_exit_2(tmp_path):
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"mode": "full", "cases": []}))
+    run = subprocess.run([sys.executable, str(BENCHMARKS / "capacity_fidelity.py"), "--data", str(wrong), "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+        f"error: {wrong}: profile: missing; expected the measurements capacity_fidelity.py saves (its _data JSON)"]
+    assert not list(tmp_path.glob("capacity_fidelity_*"))
 
 
 @pytest.mark.server
