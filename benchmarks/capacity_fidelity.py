@@ -6,15 +6,15 @@ Configurations (``capacity_cases.CASES``, 14; ``--quick`` 5): tiny_cnn on ONNX R
 max batch 1, 8 and 32, queue delay 0 and 2 ms (eight points of that grid); mixes of two to five entries of ONNX
 Runtime, TorchScript and the python backend; the ensemble (tiny_cnn on ONNX Runtime and TorchScript, combined);
 resnet50 on ONNX Runtime. Each entry's SLO is a p99 bound of ten times its solo latency (measured on Triton after the
-profile), each configuration's load at scale 1 one client's worth of Poisson traffic (``capacity_cases``' docstring
-says both).
+profile), at least 50 ms; each configuration's load at scale 1 one client's worth of Poisson traffic
+(``capacity_cases``' docstring says both).
 
 1. Export, then the profile (``calibrate.measure_profile``: every entry alone at the host's cores and at one
    thread, and the calibration runs the profile fits its sharing law to by default — closed loops of each entry
    alone at two instances, each beside the longest, all together — no pair curves). It is saved in the measurements
    and frozen: nothing after it is fitted, and no configuration has run yet.
 2. Per configuration, on a server of its own (warmed by a short replay at scale 1): ``tune.capacity.bisect_capacity``
-   on tune's ladder (8 rungs per doubling; scales 1/4 to 16 of the load), each rung judged by tune's SLO check
+   on tune's ladder (8 rungs per doubling; scales 1/8 to 8 of the load), each rung judged by tune's SLO check
    (``check_slos``: every p99 within its bound, at most 0.1 % failed) on an open-loop replay of the load grown by
    tune's rule (superpose: more independent users; for Poisson load the same as the other rule), the same seeded
    schedule on every attempt. The two decisive steps are repeated (three replays each, majority; ``--quick`` two,
@@ -99,11 +99,11 @@ class Mode:
 
 MODES = {
     "full": Mode("full", MeasureConfig(seconds=2.0, rounds=2, idle_rounds=1, pairs=False), (4.0, 12.0, 40),
-                 Ladder(0.25, 16.0, 8), Repeats(3, "majority")),
+                 Ladder(0.125, 8.0, 8), Repeats(3, "majority")),
     "quick": Mode("quick", MeasureConfig(seconds=1.0, rounds=1, idle_rounds=1, pairs=False), (2.5, 5.0, 20),
-                  Ladder(0.25, 16.0, 8), Repeats(2, "majority")),
+                  Ladder(0.125, 8.0, 8), Repeats(2, "majority")),
     "smoke": Mode("smoke", MeasureConfig(seconds=0.5, rounds=1, idle_rounds=1, calibrate=0, pairs=False),
-                  (1.5, 1.5, 5), Ladder(0.5, 4.0, 2), Repeats(2, "majority"), 0.2),
+                  (1.5, 1.5, 5), Ladder(0.25, 2.0, 2), Repeats(2, "majority"), 0.2),
 }
 STARTED = time.perf_counter()
 
@@ -138,12 +138,14 @@ def config_from_json(data: dict) -> ServingConfig:
                          tuple((e, tuple(tuple(d) for d in deps)) for e, deps in data["ensemble_deps"]))
 
 
-def measure_case(case: cc.Case, repo: Path, exported: ServingConfig, spec: dict, mode: Mode) -> dict:
-    """One configuration bisected on Triton; its record (every probe, the host's steal and load average)."""
+def measure_case(case: cc.Case, repo: Path, exported: ServingConfig, spec: dict, mode: Mode, into: list) -> None:
+    """One configuration bisected on Triton; its record (every probe, the host's steal and load average) is added
+    to ``into`` first and filled as it goes, so that a run stopped during it keeps the probes done."""
     config = cc.serving_config(case, exported)
     record = {"name": case.name, "group": case.group, "held_out": case.held_out, "entries": list(case.entries),
               "serving": config_json(config), "load": spec, "started_unix": time.time(),
-              "load_average_1m": os.getloadavg()[0]}
+              "load_average_1m": os.getloadavg()[0], "probes": [], "notes": []}
+    into.append(record)
     steal, begun = StealClock(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="capacity-case-") as tmp:
         load, slos = cc.case_load(spec, Path(tmp)), cc.slos_of(spec)
@@ -154,7 +156,6 @@ def measure_case(case: cc.Case, repo: Path, exported: ServingConfig, spec: dict,
             finally:
                 record.update(probes=target.probes, notes=target.notes, seconds=time.perf_counter() - begun,
                               steal_share=round(steal.share(), 4))
-    return record
 
 
 def measure(mode: Mode, cases: tuple[cc.Case, ...], save) -> dict:
@@ -175,7 +176,7 @@ def measure(mode: Mode, cases: tuple[cc.Case, ...], save) -> dict:
                                   dataclasses.replace(mode.profile, threads=cc.THREADS), log=print)
         cc.check_held_out(cases, profile)
         exported = ServingConfig.from_repo(repo, entries)
-        stage("each entry's solo latency on Triton (its SLO: ten times it)")
+        stage("each entry's solo latency on Triton (its SLO: ten times it, at least 50 ms)")
         solo = cc.solo_latency(repo, entries, mode.profile.seconds)
         print("  " + ", ".join(f"{e} {s * 1e3:.2f} ms" for e, s in solo.items()))
         data.update(profile=profile.to_json(), profile_frozen_unix=time.time(), solo_latency_s=solo,
@@ -184,7 +185,7 @@ def measure(mode: Mode, cases: tuple[cc.Case, ...], save) -> dict:
             for case in cases:
                 spec = cc.load_spec(case, solo, mode.replay)
                 stage(f"{case.name}: bisection on Triton ({spec['duration']:.1f} s replays)")
-                data["cases"].append(measure_case(case, repo, exported, spec, mode))
+                measure_case(case, repo, exported, spec, mode, data["cases"])
                 print_probes(data["cases"][-1])
         except BaseException as err:  # what was measured is kept, marked partial; the error goes on
             data["partial"] = f"{type(err).__name__}: {err}"
@@ -197,11 +198,22 @@ def print_probes(record: dict) -> None:
     """One line: each replay's scale (``#2`` a repeat), verdict and worst p99/bound; the case's time and host."""
     def one(p: dict) -> str:
         repeat = f"#{p['attempt'] + 1}" if p["attempt"] else ""
-        return f"{p['scale']:.2f}x{repeat} {'met' if p['ok'] else 'missed'} {p['violation']:.2f}"
+        violation = "inf" if p["violation"] is None else f"{p['violation']:.2f}"
+        return f"{p['scale']:.2f}x{repeat} {'met' if p['ok'] else 'missed'} {violation}"
     notes = "; ".join(record["notes"])
+    others = others_cores(record)
     print("  " + ", ".join(map(one, record["probes"])) + f"; {record['seconds']:.0f} s, steal "
-          f"{record['steal_share']:.1%}, load average {record['load_average_1m']:.1f}" + (f"; {notes}" if notes else ""),
+          f"{record['steal_share']:.1%}, load average {record['load_average_1m']:.1f}" +
+          (f", other tenants {others:.2f} cores" if others is not None else "") + (f"; {notes}" if notes else ""),
           flush=True)
+
+
+def others_cores(record: dict) -> float | None:
+    """The median over a case's replays of the cores the machine was busy beyond ours (other tenants): what a quiet
+    machine has near 0 and a shared one does not (None for data saved without it)."""
+    busy = [p["machine_cores"] - p["host_cores"] for p in record["probes"]
+            if p.get("machine_cores") is not None and p.get("host_cores") is not None]
+    return statistics.median(busy) if busy else None
 
 
 def figures(found, offered_rps: float) -> dict:
@@ -233,7 +245,8 @@ def evaluate(data: dict) -> list[dict]:
                 continue
             offered = load.offered_rps
             row = {"name": record["name"], "group": record["group"], "held_out": record["held_out"],
-                   "offered_rps": offered, "slos": slos, "measured": figures(real, offered)}
+                   "offered_rps": offered, "slos": slos, "measured": figures(real, offered),
+                   "other_tenants_cores": others_cores(record), "load_average_1m": record["load_average_1m"]}
             config = config_from_json(record["serving"])
             for side, model in models.items():
                 row[side] = figures(bisect_capacity(cc.sim_probe(model, config, load, slos), ladder, repeats), offered)
@@ -301,6 +314,10 @@ def at_least(side: dict) -> str:
 
 
 def print_scores(rows: list[dict], found: dict) -> None:
+    others = [r["other_tenants_cores"] for r in rows if r["other_tenants_cores"] is not None]
+    if others:
+        print(f"\nother tenants kept the machine busy during the replays: median {statistics.median(others):.2f} cores "
+              f"(worst configuration {max(others):.2f}) of {os.cpu_count()}; a quiet machine has near 0")
     spreads = [r["measured"]["spread"] for r in rows if r["measured"]["spread"] is not None]
     if spreads:
         print(f"\nrepeat spread of the measured capacity (what one measurement resolves): median "
@@ -378,6 +395,8 @@ def main() -> int:
         data = measure(mode, cc.chosen(mode.name), save)
         data_path = str(save(data))
         print(f"measurements: {data_path}")
+    if data.get("partial"):
+        print(f"a partial run ({data['partial']}): the configurations it finished")
     stage("the same bisections on the simulator (full model and baseline)")
     rows = evaluate(data)
     found = scores(rows)
