@@ -281,7 +281,8 @@ def test_serial_law_is_the_machine_repair_model_on_a_gpu(k):
     at a time. k identical batches of 6 ms at demand 0.25 run together at S(k) / k of their solo speed, S(k) the
     machine-repair model's throughput in solo jobs (k = 2: each job's kernels wait d x Q(1) = 0.25 x 0.25, so each
     runs at 1 / (1 + 1/16) = 16/17). It saturates at 1 / d = 4 jobs' worth (no linear extrapolation)."""
-    from serving_bench.sim.device import Law, serial_rates
+    from serving_bench.sim.device import Law
+    from serving_bench.sim.serial import serial_rates
 
     speedup = _machine_repair_throughput(k, 0.25)
     assert Law("serial").speedup(k, 0.25) == pytest.approx(speedup)
@@ -303,7 +304,8 @@ def test_serial_law_slows_a_pair_below_the_devices_capacity():
     6 ms run at 1 / (1 + 0.3 x 0.2) — until b's 6 ms of work is done (b at 1 / (1 + 0.2 x 0.3), the same rate),
     both at 6.36 ms. A model of demand 0 is neither slowed nor slows. Beyond the exact population (Schweitzer's
     approximation) the rates stay within a few % of the exact ones; the law is refused on a CPU host."""
-    from serving_bench.sim.device import EXACT_STATES, Law, serial_rates
+    from serving_bench.sim.device import Law
+    from serving_bench.sim.serial import EXACT_STATES, serial_rates
 
     profile = _demand_profile({"a": 0.3, "b": 0.2}, kind="gpu")
     assert _together(profile, ("a", "b"), "gpu0") == pytest.approx([0.006 * 1.06] * 2)
