@@ -420,7 +420,7 @@ def predict(result: dict) -> dict:
 
     * ``profile``: the profile's own, fitted to its calibration runs (the configurations with ``calibrate`` instances
       per model, and the pair, count as fitted); from the x1 runs, the device's default (on a GPU ``serial``, its
-      kernels one at a time: :func:`serving_bench.sim.device.serial_rates`), fitted to nothing: the solo demands
+      kernels one at a time: :func:`serving_bench.sim.serial.serial_rates`), fitted to nothing: the solo demands
       alone;
     * ``pool``: processor sharing of the summed demand, fitted to nothing (where the profile's law is another);
     * ``pool_eff on N <= 4``: ``pool_eff`` fitted on the sweep's runs of 1, 2 and 4 instances (those count as fitted;
