@@ -50,7 +50,7 @@ def test_entry_names_are_safe_and_distinct():
     ("onnx", "--variants: onnx: unknown framework 'onnx'; expected one of torchscript, onnxruntime, tvm, tensorrt"),
     ("onnxruntime:intra=0", "--variants: onnxruntime:intra=0: intra='0': expected an integer >= 1"),
     ("onnxruntime:inter=2", "--variants: onnxruntime:inter=2: inter=N needs mode=par"),
-    ("tvm:int8", "--variants: tvm:int8: 'int8' is not a setting of tvm; expected intra=N, trials=N, fp32"),
+    ("tvm:int8", "--variants: tvm:int8: 'int8' is not a setting of tvm; expected intra=N, trials=N, fp32, fp16"),
     ("onnxruntime:opt=max", "--variants: onnxruntime:opt=max: opt='max': expected one of disable, basic, extended"),
     ("onnxruntime:intra=1,intra=2", "--variants: onnxruntime:intra=1,intra=2: intra threads given twice"),
     ("onnxruntime:fp16,int8", "--variants: onnxruntime:fp16,int8: precision given twice"),

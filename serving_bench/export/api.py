@@ -2,7 +2,7 @@
 
     records = export_models(["tiny_cnn"], ["onnxruntime", "tvm"], "model_repo", max_batch_size=8)
 
-    records = export_models(["resnet50"], repo="model_repo", variants="onnxruntime,onnxruntime:int8,onnxruntime:intra=1")
+    records = export_models(["resnet50"], repo="model_repo", variants="onnxruntime,onnxruntime:int8,tvm:intra=2")
 
 Order of work: validate everything first (model, framework and variant names, options, ensemble specs, existing
 entries without ``overwrite``) so bad input changes nothing; then, per model, build the seeded torch module once and,

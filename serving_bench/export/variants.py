@@ -2,7 +2,7 @@
 
     v = Variant.parse("onnxruntime:opt=basic,intra=2,int8")
     v.id                       # "onnxruntime:opt=basic,intra=2,int8" (canonical: fixed order, defaults left out)
-    v.entry_name("resnet50")   # "resnet50_onnxruntime_opt-basic_intra-2_int8"; the default variant: "resnet50_onnxruntime"
+    v.entry_name("resnet50")   # "resnet50_onnxruntime_opt-basic_intra-2_int8" (default variant: resnet50_onnxruntime)
     parse_variants("onnxruntime,onnxruntime:int8,tvm:trials=64")   # a CLI list -> [Variant, ...]
 
 Settings (``framework:setting,setting,...``):
@@ -16,8 +16,8 @@ setting                 meaning                                        framework
 ``mode=seq|par``        execution mode: sequential or parallel          onnxruntime (default seq)
 ``trials=N``            MetaSchedule tuning with a budget of N trials   tvm (default 0: untuned)
 ``graphs``              CUDA graphs per batch size (a GPU only)         torchscript
-``fp32|fp16|int8``      precision; fp16 on a GPU only; int8 = ONNX      fp16: torchscript, onnxruntime,
-                        Runtime's dynamic quantisation, gated           tensorrt; int8: onnxruntime
+``fp32|fp16|int8``      precision; fp16 on a GPU only; int8 = ONNX      fp16: all (tvm: never served, it
+                        Runtime's dynamic quantisation, gated           runs on the CPU); int8: onnxruntime
 ======================  =============================================  ======================================
 
 Where the settings live: *runtime* settings (threads, graph level, execution mode, CUDA graphs) do not change the
@@ -57,7 +57,7 @@ CUDA_GRAPHS_PARAMETER = "cuda_graphs"  # read by serve/runners/native_model.py
 ALLOWED = {
     "torchscript": ("intra", "inter", "graphs", "fp32", "fp16"),
     "onnxruntime": ("intra", "inter", "opt", "mode", "fp32", "fp16", "int8"),
-    "tvm": ("intra", "trials", "fp32"),
+    "tvm": ("intra", "trials", "fp32", "fp16"),
     "tensorrt": ("fp32", "fp16"),
 }
 _SEPARATORS = re.compile(r"[\s,;]+")
@@ -162,6 +162,8 @@ class Variant:
         framework's own reason (TensorRT not importable, ...) is checked separately."""
         if self.precision == "fp16" and not gpu:
             return "fp16 variants run only on a GPU, and no CUDA GPU is visible here"
+        if self.precision == "fp16" and self.framework == "tvm":
+            return "TVM compiles for the host CPU here, and fp16 variants run only on a GPU"
         if self.cuda_graphs and not gpu:
             return "CUDA graphs run only on a GPU, and no CUDA GPU is visible here"
         if self.precision == "int8" and gpu:
