@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.ensemble import ENSEMBLE_FRAMEWORK, EnsembleSpec, write_ensemble
-from serving_bench.export.entry import PlannedEntry, Written, artifact_record, export_entry, io_record
+from serving_bench.export.entry import ExportRun, PlannedEntry, artifact_record, export_entry, io_record
 from serving_bench.export.frameworks import FRAMEWORKS, ExportOptions, get_framework, gpu_available
 from serving_bench.export.quantize import GateRejected
 from serving_bench.export.repository import (CONFIG_NAME, ModelConfig, entry_dir, read_config, update_manifest)
@@ -68,8 +68,8 @@ def _check_options(opts: ExportOptions) -> None:
 
 
 def plan(models: Sequence[str], variants: Sequence[Variant], repo: Path, opts: ExportOptions, *, overwrite: bool,
-         ensembles: Sequence[EnsembleSpec], model_options: Mapping[str, object], by_framework: bool = True,
-         gpu: bool = False) -> list[PlannedEntry]:
+         ensembles: Sequence[EnsembleSpec], model_options: Mapping[str, object],
+         by_framework: bool = True) -> list[PlannedEntry]:
     """Validate the request and list the entries to write; raises :class:`InputError` before anything is written.
     ``by_framework``: the variants came from ``--frameworks`` (entries named ``<model>_<framework>``); else each is
     named by :meth:`Variant.entry_name` and skipped where it cannot run here (fp16 without a GPU, ...)."""
@@ -77,6 +77,7 @@ def plan(models: Sequence[str], variants: Sequence[Variant], repo: Path, opts: E
         raise InputError("--models", None, "expected at least one model name (or an --ensemble of existing entries)")
     _check_options(opts)
     reasons = {v.framework: get_framework(v.framework).unavailable_reason() for v in variants}
+    gpu = not by_framework and gpu_available()
     planned: list[PlannedEntry] = []
     for model in dict.fromkeys(models):
         options = {k: v for k, v in model_options.items() if k in MODEL_OPTIONS.get(model, ())}
@@ -163,7 +164,7 @@ def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] =
     gpu = gpu_available()
     chosen, by_framework = _resolve_variants(frameworks, variants, opts, gpu)
     planned = plan(_split(models), chosen, repo, opts, overwrite=overwrite, ensembles=ens_specs,
-                   model_options={"seq_len": seq_len}, by_framework=by_framework, gpu=gpu)
+                   model_options={"seq_len": seq_len}, by_framework=by_framework)
     repo.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     manifest_records: dict[str, dict] = {}
@@ -186,7 +187,7 @@ def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] =
                                   instances=opts.instances)
                 done(SLEEP_ENTRY, _sleep_record(repo, items[0].spec, opts, sleep_base_ms, sleep_per_item_ms))
                 continue
-            _export_model(items, repo, opts, gpu=gpu, overwrite=overwrite, done=done, log=log)
+            _export_model(items, opts, ExportRun(repo, gpu, overwrite), done=done, log=log)
         _export_ensembles(ens_specs, records, repo, opts, overwrite=overwrite, done=done)
     finally:
         if manifest_records:
@@ -194,7 +195,7 @@ def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] =
     return records
 
 
-def _export_model(items: list[PlannedEntry], repo: Path, opts: ExportOptions, *, gpu: bool, overwrite: bool,
+def _export_model(items: list[PlannedEntry], opts: ExportOptions, run: ExportRun, *,
                   done: Callable[[str, dict], None], log: Callable[[str], None]) -> None:
     """Every planned entry of one model: the torch module is built once (and its fp32 reference, once)."""
     runnable = [i for i in items if i.skip_reason is None]
@@ -202,7 +203,7 @@ def _export_model(items: list[PlannedEntry], repo: Path, opts: ExportOptions, *,
     module = {p: spec.with_precision(p).create(opts.seed) for p in sorted({i.spec.precision for i in runnable})}
     reference = module["fp32"] if "fp32" in module else \
         spec.with_precision("fp32").create(opts.seed) if runnable else None
-    written = Written()
+    repo = run.repo
     for item in items:
         failure = {"model": spec.name, "framework": item.variant.framework, "variant": item.variant.id,
                    "precision": item.variant.precision}
@@ -213,8 +214,7 @@ def _export_model(items: list[PlannedEntry], repo: Path, opts: ExportOptions, *,
                 log(f"{item.name}: skipped ({item.skip_reason}); the existing entry is kept")
             continue
         try:
-            done(item.name, export_entry(item, module[item.spec.precision], reference, repo, opts, gpu=gpu,
-                                         overwrite=overwrite, written=written))
+            done(item.name, export_entry(item, module[item.spec.precision], reference, opts, run))
         except InputError:
             raise
         except GateRejected as err:  # reported, and never served: an older entry of that name goes too

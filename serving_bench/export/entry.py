@@ -24,7 +24,7 @@ from serving_bench.export.config import entry_config
 from serving_bench.export.frameworks import ExportOptions, Framework, get_framework
 from serving_bench.export.parity import TOLERANCE, check_parity
 from serving_bench.export.quantize import GateRejected, int8_gate
-from serving_bench.export.repository import CONFIG_NAME, file_sha256, staged_entry, write_config
+from serving_bench.export.repository import CONFIG_NAME, entry_dir, file_sha256, staged_entry, write_config
 from serving_bench.export.variants import Variant
 from serving_bench.models import ModelSpec
 
@@ -47,10 +47,14 @@ class PlannedEntry:
 
 
 @dataclass
-class Written:
-    """What the entries of one export wrote so far: artifact key -> (entry, artifact path, writer's settings); check
-    key -> (entry, figures)."""
+class ExportRun:
+    """One export into ``repo`` (``gpu``: a CUDA GPU is visible; ``overwrite``: replace existing entries), and what
+    its entries wrote so far: artifact key -> (entry, artifact path, writer's settings); check key -> (entry,
+    figures)."""
 
+    repo: Path
+    gpu: bool
+    overwrite: bool
     artifacts: dict[Variant, tuple[str, Path, dict]] = field(default_factory=dict)
     checks: dict[tuple, tuple[str, dict]] = field(default_factory=dict)
 
@@ -70,12 +74,12 @@ def artifact_record(entry: Path, artifact: str) -> dict:
     return {"artifact": f"1/{artifact}", "sha256": file_sha256(path), "size_bytes": path.stat().st_size}
 
 
-def _write_artifact(item: PlannedEntry, module, version: Path, opts: ExportOptions, written: Written) -> tuple[dict,
+def _write_artifact(item: PlannedEntry, module, version: Path, opts: ExportOptions, run: ExportRun) -> tuple[dict,
                                                                                                               dict]:
     """Write (or link) the artifact into ``version``; returns (settings, record fields)."""
     fw, key = item.framework, item.variant.artifact_variant()
-    if key in written.artifacts:
-        owner, path, settings = written.artifacts[key]
+    if key in run.artifacts:
+        owner, path, settings = run.artifacts[key]
         try:
             os.link(path, version / fw.artifact)
         except OSError:  # another file system, or links not allowed: a copy
@@ -86,14 +90,14 @@ def _write_artifact(item: PlannedEntry, module, version: Path, opts: ExportOptio
     return settings, {"export_s": round(time.perf_counter() - start, 3)}
 
 
-def _check(item: PlannedEntry, version: Path, runtime: dict, reference, opts: ExportOptions, written: Written) -> dict:
+def _check(item: PlannedEntry, version: Path, runtime: dict, reference, opts: ExportOptions, run: ExportRun) -> dict:
     """Parity (or the int8 gate) of the artifact in ``version`` with the variant's session settings; record fields.
     Raises :class:`ParityError` or :class:`GateRejected`."""
     variant, spec = item.variant, item.spec
     settings = {**runtime, **variant.parity_settings()}
     key = (variant.artifact_variant(), tuple(sorted(settings.items())))
-    if key in written.checks:
-        owner, figures = written.checks[key]
+    if key in run.checks:
+        owner, figures = run.checks[key]
         return {**figures, "parity_reused_from": owner}
     start = time.perf_counter()
     predict = item.framework.load(version, spec.input_names, spec.output_names, **settings)
@@ -106,12 +110,11 @@ def _check(item: PlannedEntry, version: Path, runtime: dict, reference, opts: Ex
         errors = check_parity(predict, reference, spec, sorted({1, opts.max_batch_size}), seed=opts.seed)
         figures = {"parity": {str(b): e for b, e in errors.items()}, "parity_error": max(errors.values()),
                    "tolerance": TOLERANCE[spec.precision]}
-    written.checks[key] = (item.name, figures)
+    run.checks[key] = (item.name, figures)
     return {**figures, "parity_s": round(time.perf_counter() - start, 3)}
 
 
-def export_entry(item: PlannedEntry, module, reference, repo: Path, opts: ExportOptions, *, gpu: bool,
-                 overwrite: bool, written: Written) -> dict:
+def export_entry(item: PlannedEntry, module, reference, opts: ExportOptions, run: ExportRun) -> dict:
     """Export one planned entry (variant set, not skipped); returns its manifest record. Raises on failure (a gate
     rejection included), in which case the staging folder is removed and the repository is unchanged."""
     fw, variant = item.framework, item.variant
@@ -119,24 +122,24 @@ def export_entry(item: PlannedEntry, module, reference, repo: Path, opts: Export
     record = {"model": item.spec.name, "framework": fw.name, "variant": variant.id, "precision": variant.precision,
               "status": "exported", "platform": fw.platform or None, "backend": fw.backend or None,
               "max_batch_size": opts.max_batch_size, "instances": opts.instances, "seed": opts.seed}
-    with staged_entry(repo, item.name, overwrite=overwrite) as staging:
+    with staged_entry(run.repo, item.name, overwrite=run.overwrite) as staging:
         version = staging / "1"
         version.mkdir()
-        settings, fields = _write_artifact(item, module, version, opts, written)
+        settings, fields = _write_artifact(item, module, version, opts, run)
         record.update(fields)
         runtime = {k: str(v) for k, v in settings.pop("runtime", {}).items()}  # what load() needs besides the file
-        record.update(_check(item, version, runtime, reference, opts, written))
+        record.update(_check(item, version, runtime, reference, opts, run))
         params = {"framework": fw.name, "precision": variant.precision, **runtime}
         if fw.backend == "python":
             shutil.copy2(RUNNERS_DIR / f"{fw.name}_model.py", version / "model.py")
             params["artifact"] = fw.artifact
             if "target" in settings:
                 params["target"] = json.dumps(settings["target"], sort_keys=True)
-        config = entry_config(item.name, item.spec, fw, opts, gpu=gpu, parameters=params)
+        config = entry_config(item.name, item.spec, fw, opts, gpu=run.gpu, parameters=params)
         variant.apply_to_config(config)
         write_config(config, staging / CONFIG_NAME)
         record.update(artifact_record(staging, fw.artifact))
-    written.artifacts.setdefault(variant.artifact_variant(), (item.name, repo.resolve() / item.name / "1" /
-                                                              fw.artifact, {**settings, "runtime": runtime}))
+    run.artifacts.setdefault(variant.artifact_variant(), (item.name, entry_dir(run.repo, item.name) / "1" / fw.artifact,
+                                                          {**settings, "runtime": runtime}))
     record.update({"settings": settings, **io_record(item.spec)})
     return record

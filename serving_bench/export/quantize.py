@@ -12,9 +12,9 @@ output,
 - for a classifier output (``[batch, classes]``) the **top-1 agreement** (share of rows whose arg-max class is the
   same) is at least :data:`TOP1_MINIMUM`.
 
-Measured on the zoo (seed 0, 2026-12): range error 0.004 (tiny_cnn, tiny_mlp), 0.015 (resnet50, bert_base at 32
-tokens), 0.024 (mobilenet_v3_large); top-1 agreement 0.98-1.0. The thresholds leave twice that room; a quantisation
-whose scales are wrong lands far outside (tests/test_variants.py).
+Measured on the zoo (seed 0, 32 rows, 2026-12): range error 0.003-0.005 (tiny_cnn, tiny_mlp), 0.015 (resnet50),
+0.016 (bert_base at 32 tokens), 0.022 (mobilenet_v3_large); top-1 agreement 1.0. The thresholds leave twice that
+room; a quantisation whose scales are wrong lands far outside (tests/test_variants.py).
 """
 
 from __future__ import annotations
