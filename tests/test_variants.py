@@ -122,6 +122,21 @@ def test_variants_share_the_artifact_and_skip_what_cannot_run_here(tmp_path):
                for line in lines)
 
 
+def test_served_view_keeps_the_variant_settings_over_the_server_threads(tmp_path):
+    """The runtime view of a native entry keeps its variant's fields; the runner reads them (the entry's intra-op
+    threads win over ``threads_per_instance``, tests/test_variants_served.py counts the threads it runs)."""
+    from serving_bench.serve.runtime_view import build_runtime_repo
+
+    repo = tmp_path / "repo"
+    export_models("tiny_mlp", repo=repo, variants="onnxruntime:opt=basic,intra=2", max_batch_size=2)
+    build_runtime_repo(repo, tmp_path / "view", threads_per_instance=1)
+    served = read_config(tmp_path / "view" / "tiny_mlp_onnxruntime_opt-basic_intra-2" / "config.pbtxt")
+    params = {k: p.string_value for k, p in served.parameters.items()}
+    assert served.backend == "python" and params["threads_per_instance"] == "1"
+    assert loader_settings(params["framework"], params, served.optimization.graph.level) == {
+        "threads": 2, "execution_mode": "seq", "graph_optimization_level": "basic"}
+
+
 def test_variants_and_frameworks_are_exclusive_and_checked_first(tmp_path):
     with pytest.raises(InputError, match="either --frameworks or --variants"):
         export_models("tiny_mlp", "onnxruntime", tmp_path / "r", variants="onnxruntime:int8")
