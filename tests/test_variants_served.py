@@ -23,10 +23,12 @@ pytestmark = pytest.mark.server
 ONE, TWO, TINY = "resnet50_onnxruntime_intra-1", "resnet50_onnxruntime_intra-2", "tiny_cnn_onnxruntime"
 BATCH = 8
 ROUNDS = 6
-# Other processes may take this much of the host (cores, averaged over the timing) before the comparison means
-# nothing: the 2-thread instance needs the second core.
-BUSY_HOST_CORES = 0.3
-
+ATTEMPTS = 3
+# Other processes may take this much of the host (cores, averaged over an attempt) before the comparison means
+# nothing: the 2-thread instance needs the second core. Measured on the shared 2-core VM (2026-12-06, 60 windows):
+# others <= 0.15 cores: 1 thread 1.59-1.83x slower; 0.33-0.40: 1.17-1.65x; around 1 core: 0.75-1.1x (two threads
+# then wait on each other at every operator).
+BUSY_HOST_CORES = 0.2
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
@@ -79,11 +81,8 @@ def test_the_two_thread_instance_runs_one_more_runtime_thread(served):
     assert threads[TWO] == threads[ONE] + 1
 
 
-def test_one_thread_is_slower_than_two_at_batch_8(served):
-    server, client = served
-    x = get_model("resnet50").make_inputs(BATCH, 1)["input"]
-    for model in (ONE, TWO):
-        _infer(client, model, x)  # warm: the first run allocates
+def _attempt(server, client, x: np.ndarray) -> tuple[float, float, float]:
+    """(median seconds per batch with 1 thread, with 2, cores other processes took meanwhile)."""
     times: dict[str, list[float]] = {ONE: [], TWO: []}
     ours = [server.pid, os.getpid()]
     host_before, ours_before, started = cpu_seconds([]), cpu_seconds(ours), time.monotonic()
@@ -93,8 +92,22 @@ def test_one_thread_is_slower_than_two_at_batch_8(served):
     elapsed = time.monotonic() - started
     others = (cpu_seconds([])[0] - host_before[0]
               - sum(v - ours_before.get(pid, 0.0) for pid, v in cpu_seconds(ours).items())) / elapsed
-    one, two = (float(np.median(times[m])) for m in (ONE, TWO))
-    if others > BUSY_HOST_CORES:
-        pytest.skip(f"the host was busy: other processes took {others:.2f} cores meanwhile (medians: 1 thread "
-                    f"{one:.3f} s, 2 threads {two:.3f} s); comparing 1 and 2 threads needs the second core")
-    assert one > 1.2 * two, f"1 thread {one:.3f} s, 2 threads {two:.3f} s per batch of {BATCH}"
+    return float(np.median(times[ONE])), float(np.median(times[TWO])), others
+
+
+def test_one_thread_is_slower_than_two_at_batch_8(served):
+    """Judged on the first of up to three attempts during which the host's other processes left the second core
+    free (their CPU is measured, not assumed); skipped, with the figures, when none did."""
+    server, client = served
+    x = get_model("resnet50").make_inputs(BATCH, 1)["input"]
+    for model in (ONE, TWO):
+        _infer(client, model, x)  # warm: the first run allocates
+    seen = []
+    for _ in range(ATTEMPTS):
+        one, two, others = _attempt(server, client, x)
+        if others <= BUSY_HOST_CORES:
+            assert one > 1.2 * two, f"1 thread {one:.3f} s, 2 threads {two:.3f} s per batch of {BATCH}"
+            return
+        seen.append(f"{others:.2f} cores (1 thread {one:.3f} s, 2 threads {two:.3f} s)")
+    pytest.skip(f"the host was busy: other processes took {'; '.join(seen)}; comparing 1 and 2 threads needs the "
+                f"second core")
