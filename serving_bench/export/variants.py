@@ -207,14 +207,6 @@ class Variant:
         work is split, not what is computed)."""
         return self.loader_settings() if self.framework in SESSION_SETTINGS else {}
 
-    def with_runtime(self, other: "Variant") -> "Variant":
-        """This variant's artifact with ``other``'s runtime settings (what serving an entry under other settings
-        gives); raises :class:`InputError` when ``other`` needs another artifact."""
-        if other.artifact_variant() != self.artifact_variant():
-            raise InputError("variant", other.id, f"needs another artifact than {self.id}; expected a variant of "
-                                                  f"{self.artifact_variant().id} (export it as its own entry)")
-        return other
-
 
 def _framework(name: str, text: str, source: str) -> str:
     name = name.strip()
