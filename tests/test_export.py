@@ -59,7 +59,8 @@ def test_tensorrt_is_skipped_with_its_reason_and_writes_nothing(tiny_repo):
     assert "tensorrt" in reason or "GPU" in reason
     assert not (repo / "tiny_cnn_tensorrt").exists()
     assert load_manifest(repo)["entries"]["tiny_cnn_tensorrt"] == {
-        "model": "tiny_cnn", "framework": "tensorrt", "precision": "fp32", "status": "skipped", "reason": reason}
+        "model": "tiny_cnn", "framework": "tensorrt", "variant": "tensorrt", "precision": "fp32", "status": "skipped",
+        "reason": reason}
 
 
 @pytest.mark.parametrize("fw", RUNNABLE)

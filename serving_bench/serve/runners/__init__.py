@@ -9,8 +9,9 @@
   ``dynamic_batching``, ``instance_group`` and I/O are kept, and parameters record ``original_platform`` and
   ``framework``.
 
-Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance), optionally
-``execution_log`` (the folder its instances log executed batches to, :mod:`serving_bench.serve.execution_log`), and
+Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance, for entries
+whose variant states none: see :mod:`serving_bench.export.variants`; the runners read the entry's own settings from
+the config fields Triton's native backends read), optionally ``execution_log`` (the folder its instances log executed batches to, :mod:`serving_bench.serve.execution_log`), and
 a link to the ``serving_bench`` package (:func:`link_package`).
 """
 
