@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
@@ -111,11 +112,12 @@ def stage(title: str) -> None:
 
 def export(repo: Path) -> list[str]:
     """The entries (members of the ensemble included) exported into ``repo``; returns the served model names."""
-    export_models(["tiny_cnn"], ["onnxruntime", "torchscript", "tvm"], repo, max_batch_size=8,
+    export_models(["tiny_cnn"], ["onnxruntime", "torchscript", "tvm"], repo, options=ExportOptions(max_batch_size=8),
                   ensembles=[f"{ENSEMBLE[0]}={','.join(ENSEMBLE[1])}"])
-    export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=8)
-    export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
-    export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=2)
+    export_models(["tiny_mlp"], ["torchscript"], repo, options=ExportOptions(max_batch_size=8))
+    export_models(["sleep"], ["onnxruntime"], repo,
+                  options=ExportOptions(max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5))
+    export_models(["resnet50"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=2))
     exported = ServingConfig.from_repo(repo, [ENSEMBLE[0]])
     assert exported.ensembles == ((ENSEMBLE[0], ENSEMBLE_STEPS),) and \
         exported.ensemble_deps == ((ENSEMBLE[0], ENSEMBLE_DEPS),), exported

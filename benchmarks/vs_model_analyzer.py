@@ -105,12 +105,14 @@ def peer_env(base: dict) -> dict:
 def make_repo(model: str, dest: Path) -> Path:
     """A repository holding ``model`` (the sleep entry, or a zoo model exported through serving-bench export)."""
     from serving_bench.export.api import export_models, settle_after_export
+    from serving_bench.export.frameworks import ExportOptions
 
     name, _, framework = model.rpartition("_")
     if model == "sleep_python":
-        export_models(["sleep"], [], dest, max_batch_size=32, sleep_base_ms=4.0, sleep_per_item_ms=0.5)
+        export_models(["sleep"], [], dest,
+                      options=ExportOptions(max_batch_size=32, sleep_base_ms=4.0, sleep_per_item_ms=0.5))
     else:
-        export_models([name], [framework], dest, max_batch_size=32)
+        export_models([name], [framework], dest, options=ExportOptions(max_batch_size=32))
     settle_after_export(time.perf_counter(), log)
     return dest
 

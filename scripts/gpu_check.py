@@ -122,10 +122,12 @@ def export_repo(plan: Plan, repo: Path) -> dict[str, dict]:
     """Export the plan's two models to TorchScript (exporter API, parity checked) and switch dynamic batching off;
     returns how each entry is served (``ModelServing`` as a dict, one instance), for :func:`predict`."""
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.serving_config import ServingConfig
 
-    records = export_models(list(plan.pair), ["torchscript"], repo, max_batch_size=plan.max_batch_size,
-                            precision=plan.precision, seq_len=plan.seq_len if "bert_base" in plan.pair else None,
+    records = export_models(list(plan.pair), ["torchscript"], repo,
+                            options=ExportOptions(max_batch_size=plan.max_batch_size, precision=plan.precision,
+                                                  seq_len=plan.seq_len if "bert_base" in plan.pair else None),
                             log=lambda line: print(f"  {line}", flush=True))
     failed = [f"{r['name']}: {r.get('reason')}" for r in records if r["status"] != "exported"]
     if failed:
@@ -346,8 +348,9 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
         from serving_bench.export.api import export_models
 
         trt_repo = repo.parent / "tensorrt"
-        [exported] = export_models([plan.pair[0]], ["tensorrt"], trt_repo, max_batch_size=plan.max_batch_size,
-                                   precision=plan.precision, log=lambda line: print(f"  {line}", flush=True))
+        [exported] = export_models([plan.pair[0]], ["tensorrt"], trt_repo,
+                                   options=ExportOptions(max_batch_size=plan.max_batch_size, precision=plan.precision),
+                                   log=lambda line: print(f"  {line}", flush=True))
         if exported["status"] != "exported":
             state["skipped"].append({"step": "tensorrt", "reason": exported.get("reason", exported["status"])})
             print(f"  skipped tensorrt: {exported.get('reason')}", flush=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from serving_bench.errors import InputError, ServerError
 from serving_bench.export.api import SETTLE_AFTER_EXPORT_S, export_models, settle_after_export
+from serving_bench.export.frameworks import ExportOptions
 from serving_bench.export.repository import load_manifest
 from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
@@ -138,8 +139,8 @@ class Demo:
         records = []
         for batch in sorted(set(MAX_BATCH.values()), reverse=True):
             models = [m for m in EXPORT_MODELS if MAX_BATCH[m] == batch]
-            records += export_models(models, list(FRAMEWORKS), self.repo, max_batch_size=batch, overwrite=True,
-                                     ensembles=[ENSEMBLE] if "tiny_cnn" in models else [],
+            records += export_models(models, list(FRAMEWORKS), self.repo, options=ExportOptions(max_batch_size=batch),
+                                     overwrite=True, ensembles=[ENSEMBLE] if "tiny_cnn" in models else [],
                                      log=lambda line: self.say("  " + line))
         failed = [r for r in records if r["status"] == "failed"]
         if failed:

@@ -734,6 +734,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     import math
 
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.repository import entry_dir
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
@@ -743,7 +744,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
         return abs(math.log(row["simulated"] / row["measured"]))
 
     repo, name = tmp_path / "repo", "tiny_cnn_onnxruntime"
-    records = export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+    records = export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
     assert [r["status"] for r in records] == ["exported"]
     profile = measure_profile(repo, [name], tmp_path / "p.json", MeasureConfig(
         batch_sizes=(1, 8), colocation=(1,), seconds=0.5, rounds=1))

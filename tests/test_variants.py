@@ -15,7 +15,7 @@ import pytest
 
 from serving_bench.errors import InputError
 from serving_bench.export.api import export_models
-from serving_bench.export.frameworks import load_predictor
+from serving_bench.export.frameworks import ExportOptions, load_predictor
 from serving_bench.export.quantize import RANGE_TOLERANCE, int8_gate, quantize_int8
 from serving_bench.export.repository import ModelConfig, load_manifest, read_config
 from serving_bench.export.variants import Variant, auto_variants, loader_settings, parse_variants, variant_of
@@ -97,7 +97,7 @@ def test_auto_variants_follow_the_host():
 def test_variants_share_the_artifact_and_skip_what_cannot_run_here(tmp_path):
     repo = tmp_path / "repo"
     lines: list[str] = []
-    records = export_models("tiny_mlp", repo=repo, max_batch_size=2, log=lines.append,
+    records = export_models("tiny_mlp", options=ExportOptions(max_batch_size=2), repo=repo, log=lines.append,
                             variants="onnxruntime,onnxruntime:opt=basic,intra=2,onnxruntime:mode=par,inter=2,"
                                      "torchscript:intra=1,torchscript:fp16,torchscript:graphs")
     status = {r["name"]: r for r in records}
@@ -128,7 +128,8 @@ def test_served_view_keeps_the_variant_settings_over_the_server_threads(tmp_path
     from serving_bench.serve.runtime_view import build_runtime_repo
 
     repo = tmp_path / "repo"
-    export_models("tiny_mlp", repo=repo, variants="onnxruntime:opt=basic,intra=2", max_batch_size=2)
+    export_models("tiny_mlp", options=ExportOptions(max_batch_size=2), repo=repo,
+                  variants="onnxruntime:opt=basic,intra=2")
     build_runtime_repo(repo, tmp_path / "view", threads_per_instance=1)
     served = read_config(tmp_path / "view" / "tiny_mlp_onnxruntime_opt-basic_intra-2" / "config.pbtxt")
     params = {k: p.string_value for k, p in served.parameters.items()}
@@ -141,9 +142,9 @@ def test_variants_and_frameworks_are_exclusive_and_checked_first(tmp_path):
     with pytest.raises(InputError, match="either --frameworks or --variants"):
         export_models("tiny_mlp", "onnxruntime", tmp_path / "r", variants="onnxruntime:int8")
     with pytest.raises(InputError, match="give the precision in each variant"):
-        export_models("tiny_mlp", repo=tmp_path / "r", variants="onnxruntime", precision="fp16")
+        export_models("tiny_mlp", options=ExportOptions(precision="fp16"), repo=tmp_path / "r", variants="onnxruntime")
     with pytest.raises(InputError, match=r"tvm:trials=64"):
-        export_models("tiny_mlp", repo=tmp_path / "r", variants="tvm", tvm_tune_trials=64)
+        export_models("tiny_mlp", options=ExportOptions(tvm_tune_trials=64), repo=tmp_path / "r", variants="tvm")
     assert not (tmp_path / "r").exists()
 
 
@@ -166,7 +167,7 @@ def test_cli_variants(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def tiny_artifacts(tmp_path_factory):
     repo = tmp_path_factory.mktemp("artifacts")
-    records = export_models("tiny_cnn", "onnxruntime,torchscript,tvm", repo, max_batch_size=4)
+    records = export_models("tiny_cnn", "onnxruntime,torchscript,tvm", repo, options=ExportOptions(max_batch_size=4))
     assert all(r["status"] == "exported" for r in records)
     return repo
 

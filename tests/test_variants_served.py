@@ -13,6 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from serving_bench.export.api import export_models
+from serving_bench.export.frameworks import ExportOptions
 from serving_bench.models import get_model
 from serving_bench.serve.server import TritonServer
 from serving_bench.telemetry.energy import cpu_seconds
@@ -33,9 +34,9 @@ BUSY_HOST_CORES = 0.2
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     repo = tmp_path_factory.mktemp("variants") / "repo"
-    records = export_models("resnet50", repo=repo, variants="onnxruntime:intra=1,onnxruntime:intra=2",
-                            max_batch_size=BATCH)
-    records += export_models("tiny_cnn", repo=repo, variants="onnxruntime", max_batch_size=BATCH)
+    records = export_models("resnet50", options=ExportOptions(max_batch_size=BATCH), repo=repo,
+                            variants="onnxruntime:intra=1,onnxruntime:intra=2")
+    records += export_models("tiny_cnn", options=ExportOptions(max_batch_size=BATCH), repo=repo, variants="onnxruntime")
     assert [r["status"] for r in records] == ["exported"] * 3, records
     with TritonServer(repo) as server:
         client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)

@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -46,7 +47,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="busy-host-cpu-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
         settle_after_export(time.perf_counter(), print)
         config = entry_dir(repo, MODEL) / CONFIG_NAME
         exported = config.read_text()

@@ -30,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.calibrate.estimators import phase_drift, service_and_overhead  # noqa: E402
 from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     steal = StealClock()
     with tempfile.TemporaryDirectory(prefix="repro-host-drift-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
         settle_after_export(time.perf_counter(), print)
         with open_session(ServerSetup(repo, (MODEL,)), [], print) as session:
             run = session.run({MODEL: (1, 1)}, args.seconds)

@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.arrivals import poisson_times  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
@@ -74,7 +75,7 @@ def main() -> int:
     steal = StealClock()
     with tempfile.TemporaryDirectory(prefix="solo-open-loop-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
         settle_after_export(time.perf_counter(), print)
         profile = measure_profile(repo, [MODEL], Path(tmp) / "profile.json",
                                   MeasureConfig(seconds=2.0, calibrate=0, pairs=False))

@@ -97,6 +97,7 @@ def ensure_repo(repo: Path) -> None:
     every one is there already."""
     from serving_bench.demo import ENSEMBLE, FRAMEWORKS, MAX_BATCH
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.repository import load_manifest
 
     wanted = served_entries(None) + [ENSEMBLE.split("=")[0]]
@@ -108,8 +109,8 @@ def ensure_repo(repo: Path) -> None:
         return
     print(f"exporting the demo's tiny entries and {ENSEMBLE} into {repo} ...", flush=True)
     batch = MAX_BATCH[TINY_MODELS[0]]
-    records = export_models(list(TINY_MODELS), list(FRAMEWORKS), repo, max_batch_size=batch, overwrite=True,
-                            ensembles=[ENSEMBLE], log=lambda line: print("  " + line, flush=True))
+    records = export_models(list(TINY_MODELS), list(FRAMEWORKS), repo, options=ExportOptions(max_batch_size=batch),
+                            overwrite=True, ensembles=[ENSEMBLE], log=lambda line: print("  " + line, flush=True))
     failed = [r for r in records if r["status"] == "failed"]
     if failed:
         raise SystemExit("export failed: " + ", ".join(f"{r['name']} ({r.get('reason')})" for r in failed))

@@ -1,6 +1,6 @@
 """``export_models``: the Python API behind ``serving-bench export`` (other commands call it too).
 
-    records = export_models(["tiny_cnn"], ["onnxruntime", "tvm"], "model_repo", max_batch_size=8)
+    records = export_models(["tiny_cnn"], ["onnxruntime", "tvm"], "model_repo", options=ExportOptions(max_batch_size=8))
 
     records = export_models(["resnet50"], repo="model_repo", variants="onnxruntime,onnxruntime:int8,tvm:intra=2")
 
@@ -16,6 +16,7 @@ rejected; an entry whose export or parity check fails is reported as failed. Nei
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -114,11 +115,11 @@ def plan(models: Sequence[str], variants: Sequence[Variant], repo: Path, opts: E
     return planned
 
 
-def _sleep_record(repo: Path, spec: ModelSpec, opts: ExportOptions, base_ms: float, per_item_ms: float) -> dict:
+def _sleep_record(repo: Path, spec: ModelSpec, opts: ExportOptions) -> dict:
     return {"model": "sleep", "framework": "python", "precision": "fp32", "status": "exported",
             "platform": None, "backend": "python", "max_batch_size": opts.max_batch_size,
             "instances": opts.instances, "export_s": 0.0, "parity": None, "parity_error": None,
-            "settings": {"base_ms": base_ms, "per_item_ms": per_item_ms},
+            "settings": {"base_ms": opts.sleep_base_ms, "per_item_ms": opts.sleep_per_item_ms},
             **artifact_record(repo / SLEEP_ENTRY, "model.py"), **io_record(spec)}
 
 
@@ -141,30 +142,28 @@ def _resolve_variants(frameworks: str | Sequence[str], variants: str | Sequence[
 
 
 def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] = (), repo: str | Path = "model_repo",
-                  *, variants: str | Sequence[str] | None = None, max_batch_size: int = 32, precision: str = "fp32",
-                  instances: int = 1, overwrite: bool = False, ensembles: Sequence[str | EnsembleSpec] = (),
-                  seed: int = 0, tvm_tune_trials: int = 0, tvm_buckets: Sequence[int] = (),
-                  seq_len: int | None = None, sleep_base_ms: float = 5.0, sleep_per_item_ms: float = 1.0,
+                  *, options: ExportOptions = ExportOptions(), variants: str | Sequence[str] | None = None,
+                  overwrite: bool = False, ensembles: Sequence[str | EnsembleSpec] = (),
                   log: Callable[[str], None] | None = None) -> list[dict]:
     """Export zoo ``models`` with ``frameworks`` (or as ``variants``: a list as :func:`parse_variants` reads it, or
-    ``auto``) into ``repo``; returns one record per entry, each with ``name`` and ``status`` (``exported``,
-    ``skipped``, ``rejected`` (an int8 variant that failed its accuracy gate) or ``failed``, the last three with
-    ``reason``).
+    ``auto``) into ``repo``, as ``options`` say (batch size, precision, seeds, TVM tuning, ...: :class:`ExportOptions`);
+    returns one record per entry, each with ``name`` and ``status`` (``exported``, ``skipped``, ``rejected`` (an int8
+    variant that failed its accuracy gate) or ``failed``, the last three with ``reason``).
 
     Bad input raises :class:`InputError` before anything is written. Records of all but failed entries are merged
     into ``<repo>/manifest.json``.
     """
     log = log or (lambda line: None)
     repo = Path(repo)
-    opts = ExportOptions(max_batch_size=int(max_batch_size), precision=precision, instances=int(instances),
-                         seed=int(seed), tvm_tune_trials=int(tvm_tune_trials),
-                         tvm_buckets=tuple(int(b) for b in tvm_buckets))
+    opts = dataclasses.replace(options, max_batch_size=int(options.max_batch_size), instances=int(options.instances),
+                               seed=int(options.seed), tvm_tune_trials=int(options.tvm_tune_trials),
+                               tvm_buckets=tuple(int(b) for b in options.tvm_buckets))
     ens_specs = [e if isinstance(e, EnsembleSpec) else EnsembleSpec.parse(e) for e in ensembles]
     _check_options(opts)
     gpu = gpu_available()
     chosen, by_framework = _resolve_variants(frameworks, variants, opts, gpu)
     planned = plan(_split(models), chosen, repo, opts, overwrite=overwrite, ensembles=ens_specs,
-                   model_options={"seq_len": seq_len}, by_framework=by_framework)
+                   model_options={"seq_len": opts.seq_len}, by_framework=by_framework)
     repo.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     manifest_records: dict[str, dict] = {}
@@ -182,10 +181,10 @@ def export_models(models: str | Sequence[str], frameworks: str | Sequence[str] =
     try:
         for model, items in by_model.items():
             if items[0].variant is None:  # the sleep model: a python runner, nothing to compare
-                write_sleep_entry(repo, SLEEP_ENTRY, overwrite=overwrite, base_ms=sleep_base_ms,
-                                  per_item_ms=sleep_per_item_ms, max_batch_size=opts.max_batch_size,
+                write_sleep_entry(repo, SLEEP_ENTRY, overwrite=overwrite, base_ms=opts.sleep_base_ms,
+                                  per_item_ms=opts.sleep_per_item_ms, max_batch_size=opts.max_batch_size,
                                   instances=opts.instances)
-                done(SLEEP_ENTRY, _sleep_record(repo, items[0].spec, opts, sleep_base_ms, sleep_per_item_ms))
+                done(SLEEP_ENTRY, _sleep_record(repo, items[0].spec, opts))
                 continue
             _export_model(items, opts, ExportRun(repo, gpu, overwrite), done=done, log=log)
         _export_ensembles(ens_specs, records, repo, opts, overwrite=overwrite, done=done)

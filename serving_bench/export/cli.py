@@ -7,7 +7,7 @@ import time
 
 from serving_bench.errors import InputError
 from serving_bench.export.api import STATUSES, export_models
-from serving_bench.export.frameworks import FRAMEWORKS
+from serving_bench.export.frameworks import FRAMEWORKS, ExportOptions
 from serving_bench.models import MODELS
 
 
@@ -48,12 +48,14 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--tvm-buckets", args.tvm_buckets, "expected comma-separated batch sizes") from None
     start = time.perf_counter()
     frameworks = args.frameworks if args.frameworks is not None or args.variants else ",".join(FRAMEWORKS)
-    records = export_models(args.models, frameworks or "", args.repo, variants=args.variants,
-                            max_batch_size=args.max_batch_size,
-                            precision=args.precision, instances=args.instances, overwrite=args.overwrite,
-                            ensembles=args.ensemble, seed=args.seed, tvm_tune_trials=args.tvm_tune_trials,
-                            tvm_buckets=tvm_buckets, seq_len=args.seq_len, sleep_base_ms=args.sleep_base_ms,
-                            sleep_per_item_ms=args.sleep_per_item_ms, log=lambda line: print(line, flush=True))
+    records = export_models(args.models, frameworks or "", args.repo,
+                            options=ExportOptions(max_batch_size=args.max_batch_size, precision=args.precision,
+                                                  instances=args.instances, seed=args.seed,
+                                                  tvm_tune_trials=args.tvm_tune_trials, tvm_buckets=tvm_buckets,
+                                                  seq_len=args.seq_len, sleep_base_ms=args.sleep_base_ms,
+                                                  sleep_per_item_ms=args.sleep_per_item_ms),
+                            variants=args.variants, overwrite=args.overwrite, ensembles=args.ensemble,
+                            log=lambda line: print(line, flush=True))
     counts = {s: sum(r["status"] == s for r in records) for s in STATUSES}
     print(f"{args.repo}: {counts['exported']} exported, {counts['skipped']} skipped, "
           + (f"{counts['rejected']} rejected by the int8 gate, " if counts["rejected"] else "")

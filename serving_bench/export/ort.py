@@ -62,12 +62,16 @@ def session_options(threads: int | None = None, inter_threads: int | None = None
     return options
 
 
+SESSION_SETTINGS = ("threads", "inter_threads", "graph_optimization_level", "execution_mode")  # session_options'
+
+
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
-         threads: int | None = None, inter_threads: int | None = None, graph_optimization_level: str = "all",
-         execution_mode: str = "seq", **_settings) -> Predictor:
+         **settings) -> Predictor:
+    """The ONNX Runtime session of ``version_dir/model.onnx``; ``settings``: :func:`session_options`' keywords (other
+    frameworks' settings are ignored)."""
     import onnxruntime as ort  # heavy: ~0.3 s to import
 
-    options = session_options(threads, inter_threads, graph_optimization_level, execution_mode)
+    options = session_options(**{k: v for k, v in settings.items() if k in SESSION_SETTINGS})
     providers = ["CPUExecutionProvider"]
     if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
         providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}))
