@@ -76,10 +76,9 @@ from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
-from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.telemetry.cpu import DISTURBED_SHARE  # noqa: E402
-from serving_bench.serving_config import ServingConfig  # noqa: E402
+from serving_bench.serving_config import ServingConfig, cpu_cores  # noqa: E402
 from serving_bench.sim.interference import (FORMS, WAIT_S_RANGE, Observation, answered, fit,  # noqa: E402
                                              open_schedule, percentiles, serving_from_json, simulate, tail_error,
                                              throughput, with_law)

@@ -305,7 +305,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
     """Serve ``models`` (traced or not) and drive ``target`` with ``pattern`` until the server dies, stops
     answering, or ``bound_s`` seconds pass."""
     from serving_bench.calibrate.session import TRACE_ARGS, Session
-    from serving_bench.serve.server import TritonServer
+    from serving_bench.serve.server import ServerOptions, TritonServer
 
     out.mkdir(parents=True, exist_ok=True)
     result = TryResult(traced, log=out / "server.log")
@@ -316,7 +316,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
     if log_verbose:
         extra.append("--log-verbose=1")
     server = TritonServer(repo, models=list(models), instances={m: 1 for m in models}, threads_per_instance=1,
-                          extra_args=extra, log_path=result.log)
+                          options=ServerOptions(extra_args=tuple(extra), log_path=result.log))
     debugger = watchdog = None
     try:
         server.start()

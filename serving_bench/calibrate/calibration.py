@@ -19,8 +19,7 @@ from serving_bench.calibrate.session import Session, Step
 from serving_bench.calibrate.waits import WAITED_S, QuietWait, quiet_wait
 from serving_bench.profiles.law import GPU_LAW, Law
 from serving_bench.profiles.schema import Profile
-from serving_bench.serve.runners import default_threads
-from serving_bench.serving_config import ModelServing
+from serving_bench.serving_config import ModelServing, default_threads
 from serving_bench.sim.interference import WAIT_S_RANGE, Observation, fit, pinned, tail_error, with_law
 
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
