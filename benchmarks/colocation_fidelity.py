@@ -15,7 +15,7 @@ server:
 (c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
     "all together" reached), simulated with the law fitted on that closed loop of the same set (a measured point
     of the set replayed stands over what the pairs imply; the pairs' law, held out against it in (b), gave the
-    replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/sim.md); the one at 0.9 is
+    replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/notes/sim-history.md#benchmarks); the one at 0.9 is
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
     printed beside the model's errors; the host's CPU during "all together" and each replay (server, stubs and
     client, cores on average; since 2026-12-05) says how full each ran the host; with the wait for a core behind

@@ -215,7 +215,7 @@ def queue_policy_settings(config: ModelConfig) -> tuple[str, ...]:
     ``field value`` texts (empty: none). Triton (``PriorityQueue``, core r24.10) prefetches only with no priority
     levels and a default queue policy without ``max_queue_size``, ``default_timeout_microseconds`` and
     ``allow_timeout_override``; without prefetching the bundled 2.51 batcher can wait up to 0.5 s for an instance
-    that is already free (docs/serve.md, "Queue policies under overload")."""
+    that is already free (docs/serve.md#queue-policies-under-overload-the-bundled-tritonserver-251)."""
     if not config.HasField("dynamic_batching") or config.max_batch_size <= 0:
         return ()
     db = config.dynamic_batching

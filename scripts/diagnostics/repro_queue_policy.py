@@ -11,7 +11,7 @@ Per entry it prints what the client saw (sent, ok, rejected, timeout, answered r
 latency from the intended time, the sender's lateness, the longest gap between two answers) and what Triton counted
 (executed batches, their compute time as a share of the run = utilisation, mean queue time). The signature of the
 defect: the policy entry answers far below capacity with its instance idle most of the time, and answers come in
-bursts separated by ~0.5 s, the dynamic batcher's own timer (docs/serve.md, "Queue policies under overload").
+bursts separated by ~0.5 s, the dynamic batcher's own timer (docs/serve.md#queue-policies-under-overload-the-bundled-tritonserver-251).
 
     .venv/bin/python scripts/diagnostics/repro_queue_policy.py [options]
 

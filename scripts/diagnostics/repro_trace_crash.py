@@ -5,7 +5,7 @@
     .venv/bin/python scripts/diagnostics/repro_trace_crash.py --tries 2 --untraced-tries 0 --pattern merged \
         --gdb  # with gdb's stacks
 
-Root cause and figures: docs/notes/serve-history.md, "Request tracing in the bundled tritonserver 2.51".
+Root cause and figures: docs/notes/serve-history.md#request-tracing-in-the-bundled-tritonserver-251-why-profile-does-not-use-it.
 
 What it runs, each piece the team's own (nothing here is a copy of ``profile``):
 

@@ -117,7 +117,7 @@ def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None]:
                 f"({waits.instances} in all) {waits.waited} of {waits.beside} requests waited > "
                 f"{WAITED_S * 1e3:g} ms on their way in: wait_p {waits.p:.2f}, a wait up to "
                 f"{waits.slice_s * 1e3:.1f} ms, after {waits.quiet_s * 1e3:.1f} ms of quiet{fewer} (the chance "
-                "follows the host's instances in all: docs/sim.md)")
+                "follows the host's instances in all: docs/sim.md#waiting-for-a-core-wait)")
     return list(done.values()), waits
 
 
