@@ -25,7 +25,7 @@ server:
     together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
-default, ``serving_bench.calibrate.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
+default, ``serving_bench.calibrate.plan.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
 same solo profile with no interference (law ``none``: every job runs at its solo speed). The held-out throughput and
 p99 errors of every law are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
