@@ -15,7 +15,7 @@ server:
 (c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
     "all together" reached), simulated with the law fitted on that closed loop of the same set (a measured point
     of the set replayed stands over what the pairs imply; the pairs' law, held out against it in (b), gave the
-    replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/sim.md); the one at 0.9 is
+    replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/notes/sim-history.md#benchmarks); the one at 0.9 is
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
     printed beside the model's errors; the host's CPU during "all together" and each replay (server, stubs and
     client, cores on average; since 2026-12-05) says how full each ran the host; with the wait for a core behind
@@ -25,7 +25,7 @@ server:
     together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
-default, ``serving_bench.calibrate.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
+default, ``serving_bench.calibrate.plan.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
 same solo profile with no interference (law ``none``: every job runs at its solo speed). The held-out throughput and
 p99 errors of every law are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
@@ -77,10 +77,9 @@ from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
-from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.telemetry.cpu import DISTURBED_SHARE  # noqa: E402
-from serving_bench.serving_config import ServingConfig  # noqa: E402
+from serving_bench.serving_config import ServingConfig, cpu_cores  # noqa: E402
 from serving_bench.sim.interference import (FORMS, WAIT_S_RANGE, Observation, answered, fit,  # noqa: E402
                                              open_schedule, percentiles, serving_from_json, simulate, tail_error,
                                              throughput, with_law)

@@ -8,7 +8,7 @@ framework's p50 divided by torch eager's p50 at the same batch (below 1 = faster
 
 Settings: intra-op threads (``--threads``, default = the CPU count) for every framework; ONNX Runtime at graph
 optimisation levels ``all`` and ``basic``; fp32; TVM untuned and, with ``--tvm-tune-trials N`` > 0, MetaSchedule-tuned
-with static buckets = the measured batch sizes (records cached, see docs/export.md). Each cell runs ``--warmup``
+with static buckets = the measured batch sizes (records cached, see docs/export.md#frameworks-and-what-an-entry-holds). Each cell runs ``--warmup``
 batches then measures until ``--iterations`` batches or ``--budget-s`` seconds, whichever comes first (at least 3
 batches); a cell whose single batch is estimated (from the smaller batches) to exceed ``--max-batch-s`` is skipped and
 the table says so (untuned TVM at batch 8/32).

@@ -62,7 +62,8 @@ sys.path.insert(0, str(ROOT))
 
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.load.native import choose_sender  # noqa: E402
-from serving_bench.peers.perf_analyzer import PeerMissing, Unstable, find_perf_analyzer  # noqa: E402
+from serving_bench.peers.perf_analyzer import (Level, PeerMissing, Unstable, Windows,  # noqa: E402
+                                           find_perf_analyzer)
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
@@ -278,8 +279,9 @@ def _children_cpu_s() -> float:
 def perf_analyzer_level(pa, url: str, model: str, quick: bool) -> Callable[[int], tuple[float, float]]:
     """perf_analyzer at one concurrency (synchronous mode, as Model Analyzer runs it)."""
     def level(c: int) -> tuple[float, float]:
-        m = pa.measure(model, url, concurrency=c, async_mode=False, measurement_s=SPACE[quick]["measurement_s"],
-                       stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
+        m = pa.measure(model, url, Level(concurrency=c, async_mode=False),
+                       Windows(measurement_s=SPACE[quick]["measurement_s"], stability_pct=PA_STABILITY_PCT,
+                               max_trials=PA_MAX_TRIALS, stabilize_on_p99=False))
         return m.throughput_ips, m.p99_s * 1e3
     return level
 
@@ -446,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         # Model Analyzer's winner as a repository: its config.pbtxt over a copy of ours
         from serving_bench.export.repository import read_config
         from serving_bench.serve.server import TritonServer
-        from serving_bench.load.driver import TritonTarget
+        from serving_bench.load.driver import SendOptions, TritonTarget
         from serving_bench.profiles.schema import Profile
         from serving_bench.serving_config import ServingConfig, model_serving_from_config
         from serving_bench.sim.target import SimTarget
@@ -465,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 perf_analyzer_level(pa, url, args.model, args.quick), args.p99_ms, args.quick,
                 f"measured {labels[side]} (trial {k + 1})") for side, url in urls.items()}
             # serving-bench's pick through our own sender too: the client its profile was measured with
-            own_sender = TritonTarget(urls["serving_bench"], senders=1)
+            own_sender = TritonTarget(urls["serving_bench"], send=SendOptions(senders=1))
             sides[OWN_SENDER] = lambda k: sweep(closed_loop_level(own_sender, args.model, args.quick), args.p99_ms,
                                                 args.quick, f"measured {labels['serving_bench']} through "
                                                 f"serving-bench's sender (trial {k + 1})")

@@ -156,14 +156,14 @@ def closed_schedule(models: list[str], duration_s: float, seed: int = 0):
 
 def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, label: str, **facts) -> dict:
     """One closed-loop run against ``server``: per model throughput, p50/p99 (ms) and counts, plus telemetry."""
-    from serving_bench.load.driver import TritonTarget
+    from serving_bench.load.driver import SendOptions, TritonTarget
     from serving_bench.run.target import ClosedLoop
     from serving_bench.run.metrics import summarize
     from serving_bench.telemetry import Telemetry
 
     total_s = plan.warmup_s + plan.duration_s
     target = TritonTarget(server, mode=ClosedLoop(concurrency=concurrency, duration_s=total_s),
-                          senders=min(plan.senders, max(1, sum(concurrency.values()))))
+                          send=SendOptions(senders=min(plan.senders, max(1, sum(concurrency.values())))))
     start = time.perf_counter()
     with Telemetry(server.endpoints.metrics_url, interval_s=0.5, pid=server.pid) as telemetry:
         records = target.run(closed_schedule(models, total_s))

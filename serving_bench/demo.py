@@ -58,7 +58,8 @@ MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 # A replay whose sends to any entry ran later than this at p99 measured a busy or stalled machine (its sender could
 # not keep the schedule): the demo replays once more, as the comparison with the simulator needs the server's
 # figures, not the machine's. Per entry, as the validation compares each entry's p99: a half-second stall that holds
-# 0.7 % of all requests passes an overall check yet sets the p99 of every small entry (docs/sim.md, "Host stalls").
+# 0.7 % of all requests passes an overall check yet sets the p99 of every small entry (docs/accuracy.md#what-is-noise,
+# "Host stalls set the demo's p99").
 LATE_LIMIT_S = 1e-3
 
 

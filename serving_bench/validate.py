@@ -48,7 +48,7 @@ from serving_bench.run.results import hold_results, write_results
 from serving_bench.run.schedule import Schedule
 from serving_bench.serve.control import Control
 from serving_bench.serve.server import connect
-from serving_bench.serving_config import ServingConfig
+from serving_bench.serving_config import ServingConfig, add_threads_option
 from serving_bench.sim.target import SimTarget
 
 METRICS = (("p50_s", "p50"), ("p90_s", "p90"), ("p99_s", "p99"), ("throughput_rps", "throughput"),
@@ -68,9 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay", help="results folder of an earlier replay of the same schedule (skip the server)")
     parser.add_argument("--url", help="an external Triton (gRPC host:port) serving the repository")
     parser.add_argument("--seed", type=int, default=0, help="simulator seed")
-    parser.add_argument("--threads-per-instance", type=int,
-                        help="runtime threads of every instance, served and simulated (default: the embedded "
-                             "server's, cores // all served instances)")
+    add_threads_option(parser)
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
                         help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
 

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -239,6 +240,51 @@ def test_an_out_without_room_for_the_run_is_refused(tmp_path, capsys):
         assert cli(["simulate", str(tmp_path / "l.yaml"), "--profile", str(profile), "--out",
                     str(small / "out")]) == 0
         assert (small / "out" / "records.parquet").is_file()
+    finally:
+        _unmount(small)
+
+
+@pytest.mark.parametrize("source", ["--repo", "--csv", "--import-h200"])
+def test_profile_refuses_an_unwritable_out_before_measuring(source, read_only_folder, tmp_path, capsys):
+    """``profile --out FILE`` where FILE cannot be written (a read-only folder, or one to create inside it), or a
+    folder stands in its place: one line naming ``--out``, exit 2, before a server starts or a file is read (the
+    repository here lacks the entry, the CSV is broken: those errors would come first otherwise)."""
+    (tmp_path / "t.csv").write_text("batch_size,latency_ms\n0,2\n")
+    args = {"--repo": ["--repo", str(tmp_path), "--models", "absent"],
+            "--csv": ["--csv", str(tmp_path / "t.csv"), "--model", "m"], "--import-h200": ["--import-h200"]}[source]
+    for out in (read_only_folder / "h.json", read_only_folder / "sub" / "h.json", read_only_folder):
+        assert cli(["profile", *args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out: {out}"), err
+        assert "cannot" in err[0] or "is a folder" in err[0], err
+    assert list(read_only_folder.iterdir()) == []
+
+
+def test_profile_keeps_a_profile_it_could_not_write_and_names_where(tmp_path, capsys, monkeypatch):
+    """A full disk: refused up front (one line, exit 2). A disk that fills after ``--out`` was checked (room for
+    the hold's lock, a page, not for the profile): the profile goes to the cache folder's ``rescued/``, the one
+    error line names it, exit 4; nothing is left where it was asked."""
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "64k")
+    monkeypatch.setenv("SERVING_BENCH_CACHE", str(tmp_path / "cache"))
+    try:
+        with open(small / "filler", "wb", buffering=0) as fh:  # the file system full to the last byte
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+            assert cli(["profile", "--import-h200", "--out", str(small / "h.json")]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [f"error: --out: {small / 'h.json'}: cannot write there: No space left on device"], err
+            fh.truncate(fh.tell() - 4096)
+        assert cli(["profile", "--import-h200", "--out", str(small / "h.json")]) == 4
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "No space left on device" in err[0], err
+        kept = re.search(r"what was measured is saved in (\S+)$", err[0])
+        assert kept and Path(kept.group(1)).is_relative_to(tmp_path / "cache" / "rescued"), err
+        assert json.loads((Path(kept.group(1)) / "h.json").read_text())["format"] == "serving-bench-profile"
+        assert sorted(p.name for p in small.iterdir()) == ["filler"]
     finally:
         _unmount(small)
 

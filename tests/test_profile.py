@@ -610,7 +610,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     from serving_bench.load.native import choose_sender
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
-    from serving_bench.serve.runners import default_threads
+    from serving_bench.serving_config import default_threads
     from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"

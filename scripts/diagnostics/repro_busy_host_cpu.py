@@ -13,7 +13,7 @@ about as much as with batching (1.03 / 0.80 / 0.63 ms at ``n`` 1.18 / 1.59 / 2.5
 attributes to batching is the host being busy: threads that find work waiting are not put to sleep and woken again
 (on a VM, waking an idle virtual CPU costs a hypervisor exit). Each run's k = 1 is sometimes twice as slow as usual
 (432 and 582 req/s against 850-1,000; its CPU per request doubles too): a slow mode of this VM that a first server
-start after an export sometimes meets, not understood. See docs/notes/sim-history.md, "Fidelity and what is noise".
+start after an export sometimes meets, not understood. See docs/notes/sim-history.md#fidelity-and-what-is-noise.
 
     .venv/bin/python scripts/diagnostics/repro_busy_host_cpu.py [--seconds 3]
 """

@@ -9,7 +9,7 @@ matter), the correlation of the three phases of one request, the p99 of their su
 marginals drawn independently (what the simulator does today), and the correlation of the service of two requests
 as a function of the time between them: how long the host stays slow or fast.
 
-What it showed on the 2-core VM (2026-12-02, docs/notes/sim-history.md, "The host's speed drifts"): the phases of one
+What it showed on the 2-core VM (2026-12-02, docs/notes/sim-history.md#the-hosts-speed-drifts-a-requests-phases-move-together): the phases of one
 request correlate by 0.42-0.68; independent draws put the sum's p99 15-21 % low; two requests' services correlate by
 0.57 0.5 ms apart, 0.24 at 5 ms, 0.16 at 10-20 ms and nothing from 50 ms on in a quiet run, and still 0.15 at 100 ms in
 a run the hypervisor disturbed (4.9 % steal).

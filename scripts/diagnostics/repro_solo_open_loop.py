@@ -10,7 +10,7 @@ ways in and out).
 What it showed on the 2-core VM while the profile measured cold starts at even spacings (2026-12-02/03, native
 sender, ONNX Runtime's spinning off): every rate predicted too fast, p50 by 14-38 %, p99 by 29-55 %. With the cold
 starts measured at random quiet times (2026-12-03, quiet VM): p50 -11 / -0 / +4 / -3 / -4 %, p99 -14 / +19 / -16 /
--19 / -8 % at 30 / 100 / 300 / 600 / 900 req/s (docs/notes/sim-history.md, "Cold starts under irregular arrivals").
+-19 / -8 % at 30 / 100 / 300 / 600 / 900 req/s (docs/notes/sim-history.md#cold-starts-under-irregular-arrivals).
 
     .venv/bin/python scripts/diagnostics/repro_solo_open_loop.py [--seconds 6]
 """

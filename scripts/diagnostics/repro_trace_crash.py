@@ -5,7 +5,7 @@
     .venv/bin/python scripts/diagnostics/repro_trace_crash.py --tries 2 --untraced-tries 0 --pattern merged \
         --gdb  # with gdb's stacks
 
-Root cause and figures: docs/notes/serve-history.md, "Request tracing in the bundled tritonserver 2.51".
+Root cause and figures: docs/notes/serve-history.md#request-tracing-in-the-bundled-tritonserver-251-why-profile-does-not-use-it.
 
 What it runs, each piece the team's own (nothing here is a copy of ``profile``):
 
@@ -306,7 +306,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
     """Serve ``models`` (traced or not) and drive ``target`` with ``pattern`` until the server dies, stops
     answering, or ``bound_s`` seconds pass."""
     from serving_bench.calibrate.session import TRACE_ARGS, Session
-    from serving_bench.serve.server import TritonServer
+    from serving_bench.serve.server import ServerOptions, TritonServer
 
     out.mkdir(parents=True, exist_ok=True)
     result = TryResult(traced, log=out / "server.log")
@@ -317,7 +317,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
     if log_verbose:
         extra.append("--log-verbose=1")
     server = TritonServer(repo, models=list(models), instances={m: 1 for m in models}, threads_per_instance=1,
-                          extra_args=extra, log_path=result.log)
+                          options=ServerOptions(extra_args=tuple(extra), log_path=result.log))
     debugger = watchdog = None
     try:
         server.start()

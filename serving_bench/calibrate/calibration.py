@@ -19,8 +19,7 @@ from serving_bench.calibrate.session import Session, Step
 from serving_bench.calibrate.waits import WAITED_S, QuietWait, quiet_wait
 from serving_bench.profiles.law import GPU_LAW, Law
 from serving_bench.profiles.schema import Profile
-from serving_bench.serve.runners import default_threads
-from serving_bench.serving_config import ModelServing
+from serving_bench.serving_config import ModelServing, default_threads
 from serving_bench.sim.interference import WAIT_S_RANGE, Observation, fit, pinned, tail_error, with_law
 
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
@@ -118,7 +117,7 @@ def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None]:
                 f"({waits.instances} in all) {waits.waited} of {waits.beside} requests waited > "
                 f"{WAITED_S * 1e3:g} ms on their way in: wait_p {waits.p:.2f}, a wait up to "
                 f"{waits.slice_s * 1e3:.1f} ms, after {waits.quiet_s * 1e3:.1f} ms of quiet{fewer} (the chance "
-                "follows the host's instances in all: docs/sim.md)")
+                "follows the host's instances in all: docs/sim.md#waiting-for-a-core-wait)")
     return list(done.values()), waits
 
 

@@ -59,7 +59,7 @@ def phase_drift(run: LoopRun, model: str, wait_s: float, lags_ms: Sequence[float
     (``service_out``), and of the services of two requests ``lags_ms`` apart (``service_by_lag_ms``: each request
     against the first whose batch started at least that much later; a lag with fewer such pairs than
     :data:`DRIFT_MINIMUM` is left out). None with fewer than :data:`DRIFT_MINIMUM` matched requests. Simulated by
-    :mod:`serving_bench.sim.drift` where the host's law has ``drift`` (docs/sim.md, "The host's speed drifts")."""
+    :mod:`serving_bench.sim.drift` where the host's law has ``drift`` (docs/sim.md#the-hosts-speed-drifts)."""
     found = matched_batches(run, model, DRIFT_MINIMUM)
     if found is None:
         return None
@@ -111,7 +111,7 @@ def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> f
     """The share of a GPU one batch keeps busy alone: ``busy_share`` (NVML's share of time a kernel ran over a
     one-at-a-time run of ``model`` lasting ``seconds``) over the share of the run its instance spent executing
     (answered batches x Triton's mean compute time / ``seconds``), at most 1; None where the run executed nothing.
-    (Eager resnet50 at batch 1 on an H200: 0.21-0.33, docs/serve.md "GPU check".)"""
+    (Eager resnet50 at batch 1 on an H200: 0.21-0.33, docs/serve.md#what-the-gpu-check-has-measured.)"""
     executing = len(run.latency[model]) * run.compute_s(model) / seconds
     return min(1.0, busy_share / executing) if executing > 0 else None
 
@@ -132,7 +132,7 @@ def handoff_split(points: Sequence[tuple[float, float] | None]) -> tuple[float, 
     different numbers of requests (:func:`handoff_point` of closed loops at several concurrencies on one instance
     with dynamic batching): ``o = c_r + c_b / n``; least squares of ``o`` on ``1 / n`` gives both (each at least 0).
     Loaded runs are the ones to fit: one request at a time the host idles between requests and its threads' polling
-    counts against each (docs/sim.md, "Per request and per batch"). None where a run's server did not say,
+    counts against each (docs/sim.md#per-request-and-per-batch). None where a run's server did not say,
     or where the runs batched alike (largest ``n`` within 10 % of the smallest)."""
     if len(points) < 2 or any(p is None for p in points):
         return None
@@ -212,7 +212,7 @@ def per_request_cpu(solo: Sequence[LoopRun], loaded: Sequence[LoopRun], model: s
     batch, up to the largest size measured alone) of each batch's CPU less what a batch of ``n`` rows costs one
     request at a time (the ``solo`` runs' mean CPU per batch at each size, interpolated), least squares, clamped at
     0. CPU, not time: on a busy host a batch's time also holds its waits for a core, which the sharing law simulates
-    (the time's slope counted them twice: docs/sim.md, "Big batches"); a slope, not a level, so a uniformly slower
+    (the time's slope counted them twice: docs/profiles.md#big-batches); a slope, not a level, so a uniformly slower
     machine does not pass for a cost.
     Returns (CPU seconds per request, batches of 2+ requests it rests on); None where the server logged no CPU or
     fewer than two sizes were executed."""

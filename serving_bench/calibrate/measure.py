@@ -10,7 +10,7 @@ and the client's own jitter on a busy machine must not leak into service times:
   batches are the ones inside its time window. Triton's own compute time per batch is longer by the hop to the
   runner's process and back; that difference (Triton's mean compute per request of the run minus the logged mean) is
   added to each logged duration. Triton's request trace is not used by default: with it the bundled tritonserver
-  2.51 aborted in most demo profiles (docs/serve.md); ``trace=True`` reads the batches from the trace instead.
+  2.51 aborted in most demo profiles (docs/serve.md#request-tracing-in-the-bundled-tritonserver-251); ``trace=True`` reads the batches from the trace instead.
   Against an external server (``url``) neither exists: service samples are then client latencies minus the mean
   overhead (their spread includes client jitter).
 * **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows; a batch's
@@ -29,7 +29,7 @@ and the client's own jitter on a busy machine must not leak into service times:
 * **Drift** (``drift``; simulated where the host's law has ``drift``, form ``pool_eff+wait+drift``:
   :mod:`serving_bench.sim.drift`): from the ``b = 1`` run, how the host's speed moves a request's way in, service and
   way out together and two requests' services some milliseconds apart
-  (:func:`~serving_bench.calibrate.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
+  (:func:`~serving_bench.calibrate.estimators.phase_drift`; docs/sim.md#the-hosts-speed-drifts).
 * **Cold starts** (``idle``): requests of one row sent one at a time, each after the previous answer plus a random quiet
   time (exponential, seeded; open loop; :data:`~serving_bench.calibrate.alone.COLD_BLOCK` requests at each mean of
   :data:`~serving_bench.calibrate.alone.COLD_QUIET_S`, rising); binned by the time since the previous request (by the
@@ -39,7 +39,7 @@ and the client's own jitter on a busy machine must not leak into service times:
   to back). A batch's warmth follows the model's recent rate, not only its last gap
   (:func:`~serving_bench.calibrate.cold.cold_starts`). The simulator adds it per batch from the instance's recent idle
   time and per request from the time since the previous request. The ways in and out also keep their extra at the 90th
-  percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed drifts"); a draw takes the
+  percentile: a cold way's tail grows more than its middle (docs/sim.md#the-hosts-speed-drifts); a draw takes the
   median extra up to probability 0.5 and the p90 one from 0.9.
 * **An ensemble's own time** (``ensembles``; an ensemble named in ``models``: its members are measured as models):
   the ensemble's one-row requests alone, sent as the cold-start runs are, against the same requests simulated with
@@ -264,6 +264,7 @@ def mode_of(config, padded: Sequence[int] = ()) -> str:
 def sender_of(runs) -> dict[str, str]:
     """``{"sender": name}`` for the profile's ``host``: the load driver's sender its runs went through (``native``
     or ``python``; both, comma-separated, if they differed), or nothing where no run said. A request's ways in and
-    out include its sender's own time, so a profile holds for replays through the same sender (docs/sim.md)."""
+    out include its sender's own time, so a profile holds for replays through the same sender
+    (docs/profiles.md#measurement-profile---repo)."""
     names = sorted({r.sender for r in runs if isinstance(r, LoopRun) and r.sender})
     return {"sender": ", ".join(names)} if names else {}

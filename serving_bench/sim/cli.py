@@ -18,10 +18,12 @@ sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that 
 (the profile's table for that count: docs/sim.md, "Threads per instance").
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
-or, with neither, from the profile's models with one instance each on their first device and no batching. The YAML
-is checked as strictly as a load profile: unknown fields anywhere are refused, and every knob as Triton takes it
-(:func:`serving_bench.serving_config.check_serving`: dynamic-batching knobs only with ``dynamic_batching: true``,
-preferred sizes up to ``max_batch_size``, 1 to ``MAX_INSTANCES`` instances of a model per device).
+or, with neither, from the profile (:func:`serving_bench.sim.profile_config.config_from_profile`, ``tune``'s default
+too: each model as exported and served by Triton, one instance on its first device, dynamic batching up to its
+largest measured batch size). The YAML is checked as strictly as a load profile: unknown fields anywhere are refused,
+and every knob as Triton takes it (:func:`serving_bench.serving_config.check_serving`: dynamic-batching knobs only
+with ``dynamic_batching: true``, preferred sizes up to ``max_batch_size``, 1 to ``MAX_INSTANCES`` instances of a model
+per device).
 
 ``--config`` YAML::
 
@@ -45,8 +47,9 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.results import hold_results, write_results
 from serving_bench.run.target import ClosedLoop
 from serving_bench.export.repository import check_entry_name
-from serving_bench.serving_config import ModelServing, ServingConfig, check_serving
+from serving_bench.serving_config import ModelServing, ServingConfig, add_threads_option, check_serving
 from serving_bench.sim.client import client_cpu_s, through_client
+from serving_bench.sim.profile_config import config_from_profile
 from serving_bench.sim.target import SimTarget, check_batches
 
 TOP_FIELDS = ("models", "ensembles")
@@ -68,9 +71,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-cpu-us", type=float, default=0.0,
                         help="host CPU per request of the client to simulate beyond the profile's sender's, in µs "
                              "(e.g. perf_analyzer's: docs/tune.md)")
-    parser.add_argument("--threads-per-instance", type=int,
-                        help="runtime threads of every instance, as serve --threads-per-instance (default: the "
-                             "server's, cores // all served instances)")
+    add_threads_option(parser)
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
                         help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
 
@@ -137,16 +138,6 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def default_config(profile, names):
-    """One instance on the model's first measured device, no batching: the plainest config the profile supports."""
-    models = []
-    for name in names:
-        mp = profile.model(name)
-        device = sorted(mp.devices)[0]
-        models.append(ModelServing(name=name, instances=((device, 1),)))
-    return ServingConfig(tuple(models))
-
-
 def serving_config_for(given: ServingConfig | None, args_repo: str | None, profile, schedule) -> ServingConfig:
     """The serving config: ``given`` (from --config), else from --repo (its ensembles' step graphs with it), else
     from the profile (in that order of precedence)."""
@@ -154,7 +145,7 @@ def serving_config_for(given: ServingConfig | None, args_repo: str | None, profi
         return given
     if args_repo:
         return ServingConfig.from_repo(args_repo, list(schedule.models))
-    return default_config(profile, schedule.models)
+    return config_from_profile(profile, schedule.models)
 
 
 def main(args: argparse.Namespace) -> int:

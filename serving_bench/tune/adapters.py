@@ -22,7 +22,8 @@ from serving_bench.profiles.importers import import_h200_eager
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import Records
 from serving_bench.run.schedule import Schedule
-from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.serving_config import ServingConfig
+from serving_bench.sim import profile_config
 from serving_bench.sim.target import SimTarget
 
 
@@ -87,25 +88,16 @@ def profiled_batch_sizes(profile, name: str, device: str | None = None) -> tuple
 
 
 def max_servable_batch(profile, name: str, devices) -> int:
-    """The largest ``max_batch_size`` the simulator can run for ``name`` on ``devices`` (every executed batch size
-    1..max must lie in the measured range; 0 when batch 1 was not measured)."""
-    best = None
-    for device in devices:
-        sizes = profile.on_device(name, device).batch_sizes
-        top = sizes[-1] if sizes[0] == 1 else 0
-        best = top if best is None else min(best, top)
-    return best or 0
+    """The largest ``max_batch_size`` the simulator can run for ``name`` on ``devices``
+    (:func:`serving_bench.sim.profile_config.max_servable_batch`)."""
+    return profile_config.max_servable_batch(profile, name, devices)
 
 
-def config_from_profile(profile, models):
-    """A base serving config for a profile without a repository: one entry per schedule model on the profile's
-    first device of the model, batching up to the largest batch size the profile measured (engineer D's profile)."""
-    entries = []
-    for name in models:
-        device = sorted(profile.model(name).devices)[0]
-        mbs = max_servable_batch(profile, name, [device])
-        entries.append(ModelServing(name, max_batch_size=mbs, dynamic_batching=mbs > 0, instances=((device, 1),)))
-    return ServingConfig(tuple(entries))
+def config_from_profile(profile, models) -> ServingConfig:
+    """The base serving config for a profile without a repository: the one ``simulate`` uses too
+    (:func:`serving_bench.sim.profile_config.config_from_profile`: one instance per model on its first device,
+    dynamic batching up to its largest measured batch size)."""
+    return profile_config.config_from_profile(profile, models)
 
 
 def with_gpus(profile, count: int):

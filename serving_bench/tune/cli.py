@@ -31,7 +31,7 @@ from serving_bench.files import atomic_write_text, rescue_folder
 from serving_bench.report.cli import write_report
 from serving_bench.run.results import hold_results
 from serving_bench.serve.runners import cpu_cores
-from serving_bench.serving_config import ServingConfig
+from serving_bench.serving_config import ServingConfig, add_threads_option
 from serving_bench.sim.client import client_cpu_s, through_client
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
@@ -135,9 +135,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-cpu-us", type=float, default=0.0,
                         help="tune for a client costing this many µs more host CPU per request than the profile's "
                              "sender (as simulate --client-cpu-us; verification still measures through ours)")
-    parser.add_argument("--threads-per-instance", type=int,
-                        help="runtime threads of every instance, simulated and verified (default: the embedded "
-                             "server's, cores // all served instances of each candidate)")
+    add_threads_option(parser)
 
 
 def _screen_arg(text: str) -> str | float:
