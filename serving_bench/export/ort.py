@@ -53,7 +53,8 @@ def session_options(threads: int | None = None, inter_threads: int | None = None
     elif threads:
         options.inter_op_num_threads = 1
     # The session's threads must not spin between runs: on a shared host (the cores of co-located models, the server's
-    # and the client's threads) a spinning pool took both cores of the 2-core VM at 30 req/s (2026-12-02, docs/sim.md)
+    # and the client's threads) a spinning pool took both cores of the 2-core VM at 30 req/s
+    # (2026-12-02, docs/notes/sim-history.md#benchmarks)
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[graph_optimization_level])

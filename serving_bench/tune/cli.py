@@ -30,8 +30,7 @@ from serving_bench.errors import InputError, OutputError, require_count
 from serving_bench.files import atomic_write_text, rescue_folder
 from serving_bench.report.cli import write_report
 from serving_bench.run.results import hold_results
-from serving_bench.serve.runners import cpu_cores
-from serving_bench.serving_config import ServingConfig, add_threads_option
+from serving_bench.serving_config import ServingConfig, add_threads_option, cpu_cores
 from serving_bench.sim.client import client_cpu_s, through_client
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
