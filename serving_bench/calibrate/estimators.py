@@ -6,12 +6,14 @@ and why each is the way it is are described there). Tested on synthetic data in 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.special import ndtri
 
 from serving_bench.calibrate.runs import LoopRun, batches_of, hop_s, matched_batches
+from serving_bench.profiles.schema import HostSpread
 
 
 def service_and_overhead(run: LoopRun, model: str, wait_s: float,
@@ -247,3 +249,36 @@ def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[floa
     s = min(float(np.median(per_round)), k)
     spread = (max(solo) - min(solo)) / float(np.median(solo)) if len(solo) > 1 and np.median(solo) > 0 else 0.0
     return s, f"slowdown {(k / s - 1.0) * 100:.1f} %, solo spread between rounds {spread * 100:.1f} %"
+
+
+def round_speed(latency: Mapping[str, np.ndarray], seconds: float) -> tuple[float, float] | None:
+    """One round of a closed-loop run (each model's answered requests' latencies over ``seconds``): its speed ``y``,
+    the mean over the models of the log of their throughput, and the variance ``v`` of ``y`` a run of that length
+    has from its finite sample alone (a closed loop's count of ``N`` answers of latency CV ``cv`` varies by
+    ``var(log N) = cv^2 / N``; the models' averaged: ``sum(cv^2 / N) / M^2``); None where a model answered fewer
+    than two requests."""
+    logs, variances = [], []
+    for values in latency.values():
+        values = np.asarray(values, dtype=float)
+        if len(values) < 2 or values.mean() <= 0:
+            return None
+        logs.append(math.log(len(values) / seconds))
+        variances.append(float(values.var(ddof=1)) / float(values.mean()) ** 2 / len(values))
+    if not logs:
+        return None
+    return float(np.mean(logs)), float(np.sum(variances)) / len(logs) ** 2
+
+
+def host_spread(repeats: Sequence[Sequence[tuple[float, float]]]) -> HostSpread | None:
+    """The host's run-to-run spread from runs each repeated in rounds (per run, per round :func:`round_speed`'s
+    ``(y, v)``): the pooled variance of ``y`` between the rounds of each run,
+    ``s^2 = sum_i sum_j (y_ij - mean_i)^2 / sum_i (n_i - 1)`` with ``df = sum_i (n_i - 1)`` degrees of freedom, less
+    the part the runs' finite samples explain (the mean of ``v``, which the simulator's replications draw on their
+    own), at least 0: ``sigma = sqrt(max(s^2 - mean(v), 0))``. None without a run of two rounds or more."""
+    runs = [r for r in repeats if len(r) >= 2]
+    if not runs:
+        return None
+    df = sum(len(r) - 1 for r in runs)
+    between = sum(float(np.sum((np.array([y for y, _ in r]) - np.mean([y for y, _ in r])) ** 2)) for r in runs) / df
+    finite = float(np.mean([v for r in runs for _, v in r]))
+    return HostSpread(math.sqrt(max(between - finite, 0.0)), df, len(runs))

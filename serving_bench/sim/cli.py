@@ -56,8 +56,8 @@ from serving_bench.run.target import ClosedLoop
 from serving_bench.export.repository import check_entry_name
 from serving_bench.serving_config import ModelServing, ServingConfig, check_serving
 from serving_bench.sim.client import client_cpu_s, through_client
-from serving_bench.sim.intervals import (DEFAULT_CONFIDENCE, DEFAULT_REPLICATIONS, described, host_sigma,
-                                         replicate, replications_from, summary_intervals, with_intervals)
+from serving_bench.sim.intervals import (IntervalOptions, add_interval_options, described, interval_text, replicate,
+                                         summary_intervals, with_intervals)
 from serving_bench.sim.target import SimTarget, check_batches
 
 TOP_FIELDS = ("models", "ensembles")
@@ -88,18 +88,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--same-schedule", action="store_true",
                         help="replications run the one schedule written (default: each its own realisation of the "
                              "load, as future traffic would be)")
-
-
-def add_interval_options(parser: argparse.ArgumentParser, replications: int = DEFAULT_REPLICATIONS) -> None:
-    """``--replications``, ``--confidence`` and ``--host-spread``: the intervals of ``simulate``, ``validate`` and
-    ``tune`` (:mod:`serving_bench.sim.intervals`)."""
-    parser.add_argument("--replications", type=int, default=replications,
-                        help=f"seeded replications behind each interval (default {replications}; 0: no intervals)")
-    parser.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE,
-                        help=f"the intervals' confidence (default {DEFAULT_CONFIDENCE:g})")
-    parser.add_argument("--host-spread", type=float,
-                        help="the host's run-to-run spread, the standard deviation of the log of a run's speed "
-                             "(default: the profile's host_spread; none measured: 0, the finite sample's only)")
 
 
 def load_serving_yaml(path: str | Path) -> ServingConfig:
@@ -192,8 +180,7 @@ def main(args: argparse.Namespace) -> int:
     requests = check_schedule_size(load, args.max_requests)
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
     given = load_serving_yaml(args.config) if args.config else None
-    sigma, source = host_sigma(profile, args.host_spread)
-    replications = replications_from(args.replications, args.confidence, sigma, args.seed)
+    replications, source = IntervalOptions.from_args(args).resolve(profile, args.seed)
     with hold_results(args.out, requests):
         schedule = build_schedule(load, args.max_requests)
         config = serving_config_for(given, args.repo, profile, schedule).with_threads(args.threads_per_instance)
@@ -236,12 +223,3 @@ def print_summary(summary: dict) -> None:
         found = s.get("intervals") or {}
         print(f"{name:<28} " + " ".join(interval_text(found.get(key), 1e3 if key.endswith("_s") else 1.0)
                                         for key in ("p50_s", "p99_s", "throughput_rps")))
-
-
-def interval_text(ends, unit: float = 1.0, width: int = 19) -> str:
-    """``[low, high]`` (times ``unit``) as ``low – high`` right-aligned in ``width``; ``-`` where unknown."""
-    if not ends or ends[0] is None or ends[1] is None:
-        return f"{'-':>{width}}"
-    low, high = ends[0] * unit, ends[1] * unit
-    digits = 2 if high < 100 else 1 if high < 1000 else 0
-    return f"{f'{low:.{digits}f} – {high:.{digits}f}':>{width}}"

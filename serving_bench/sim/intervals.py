@@ -25,6 +25,7 @@ deterministic for a seed: replication ``r``'s simulator seed is drawn from ``(se
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -122,6 +123,26 @@ def host_sigma(profile: Profile, given: float | None = None) -> tuple[float, str
     return 0.0, "not measured by this profile: the intervals are the finite sample's only (--host-spread to state one)"
 
 
+@dataclass(frozen=True)
+class IntervalOptions:
+    """What a command asks of its intervals: ``--replications`` (0: none), ``--confidence`` and ``--host-spread``
+    (None: the profile's)."""
+
+    replications: int = DEFAULT_REPLICATIONS
+    confidence: float = DEFAULT_CONFIDENCE
+    host_spread: float | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "IntervalOptions":
+        return cls(args.replications, args.confidence, args.host_spread)
+
+    def resolve(self, profile: Profile, seed: int) -> tuple[Replications | None, str]:
+        """The replications for ``profile`` and ``seed`` (None: none asked) and where their host spread comes from
+        (:func:`host_sigma`); an :class:`InputError` naming the option for a value out of range."""
+        sigma, source = host_sigma(profile, self.host_spread)
+        return replications_from(self.replications, self.confidence, sigma, seed), source
+
+
 def replications_from(count: int, confidence: float, sigma: float, seed: int) -> Replications | None:
     """The replications the options ask for (``--replications``, ``--confidence``, the host spread, ``--seed``):
     None for 0 replications; an :class:`InputError` naming the option for a value out of range."""
@@ -167,3 +188,27 @@ def with_intervals(summary: dict, intervals: Mapping[str, Mapping[str, list]], a
         if model in summary["models"]:
             summary["models"][model]["intervals"] = dict(found)
     summary["replications"] = dict(about)
+
+
+def add_interval_options(parser: argparse.ArgumentParser, judged: str | None = None) -> None:
+    """``--replications``, ``--confidence`` and ``--host-spread``: the intervals of ``simulate``, ``validate`` and
+    ``tune``. ``judged``: what ``--confidence`` does beyond the intervals (``tune``: it then has no default, and
+    judges the SLOs)."""
+    parser.add_argument("--replications", type=int, default=DEFAULT_REPLICATIONS,
+                        help=f"seeded replications behind each interval (default {DEFAULT_REPLICATIONS}; 0: no "
+                             "intervals)")
+    parser.add_argument("--confidence", type=float, default=None if judged else DEFAULT_CONFIDENCE,
+                        help=f"the intervals' confidence (default {DEFAULT_CONFIDENCE:g})" + (f"; given, {judged}"
+                                                                                            if judged else ""))
+    parser.add_argument("--host-spread", type=float,
+                        help="the host's run-to-run spread, the standard deviation of the log of a run's speed "
+                             "(default: the profile's host_spread; none measured: 0, the finite sample's only)")
+
+
+def interval_text(ends, unit: float = 1.0, width: int = 19) -> str:
+    """``[low, high]`` (times ``unit``) as ``low – high`` right-aligned in ``width``; ``-`` where unknown."""
+    if not ends or ends[0] is None or ends[1] is None:
+        return f"{'-':>{width}}"
+    low, high = ends[0] * unit, ends[1] * unit
+    digits = 2 if high < 100 else 1 if high < 1000 else 0
+    return f"{f'{low:.{digits}f} – {high:.{digits}f}':>{width}}"
