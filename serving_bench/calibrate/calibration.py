@@ -57,7 +57,7 @@ def observe(cal: Calibration, clients: dict[str, int], session: Session) -> Obse
         for m in clients:
             rates[m].append(len(run.latency[m]) / config.seconds)
             tails[m].append(float(np.percentile(run.latency[m], 99)))
-        speed = round_speed({m: run.latency[m] for m in clients}, config.seconds)
+        speed = round_speed({m: run.done[m] for m in clients})
         if speed is not None:
             speeds.append(speed)
     obs = Observation(cal.device, {m: cal.serving[m] for m in clients}, clients,

@@ -251,22 +251,29 @@ def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[floa
     return s, f"slowdown {(k / s - 1.0) * 100:.1f} %, solo spread between rounds {spread * 100:.1f} %"
 
 
-def round_speed(latency: Mapping[str, np.ndarray], seconds: float) -> tuple[float, float] | None:
-    """One round of a closed-loop run (each model's answered requests' latencies over ``seconds``): its speed ``y``,
-    the mean over the models of the log of their throughput, and the variance ``v`` of ``y`` a run of that length
-    has from its finite sample alone (a closed loop's count of ``N`` answers of latency CV ``cv`` varies by
-    ``var(log N) = cv^2 / N``; the models' averaged: ``sum(cv^2 / N) / M^2``); None where a model answered fewer
-    than two requests."""
-    logs, variances = [], []
-    for values in latency.values():
-        values = np.asarray(values, dtype=float)
-        if len(values) < 2 or values.mean() <= 0:
-            return None
-        logs.append(math.log(len(values) / seconds))
-        variances.append(float(values.var(ddof=1)) / float(values.mean()) ** 2 / len(values))
-    if not logs:
+def round_speed(done: Mapping[str, np.ndarray], slices: int = 5) -> tuple[float, float] | None:
+    """One round of a closed-loop run, from each model's completion times (s): its speed ``y``, the mean over the
+    models of the log of their throughput over the round's span (first to last completion), and the variance ``v``
+    a run of that length has of ``y`` from its own finite sample, by batch means: the span cut in ``B`` equal slices
+    (``slices``, fewer where a model answered fewer than 8 requests a slice), ``y_b`` each slice's speed,
+    ``v = var(y_b) / B`` (a round's ``y`` is about the slices' mean; slices of a second or so are far apart next to
+    the loop's memory). None where a model answered too few requests for two slices."""
+    times = {m: np.sort(np.asarray(t, dtype=float)) for m, t in done.items()}
+    if not times or min(len(t) for t in times.values()) < 16:
         return None
-    return float(np.mean(logs)), float(np.sum(variances)) / len(logs) ** 2
+    first = min(float(t[0]) for t in times.values())
+    last = max(float(t[-1]) for t in times.values())
+    count = min(slices, min(len(t) for t in times.values()) // 8)
+    if last <= first:
+        return None
+    edges = np.linspace(first, last, count + 1)
+    per_slice = np.array([np.histogram(t, edges)[0] for t in times.values()], dtype=float)  # models x slices
+    if (per_slice == 0).any():
+        return None
+    span = (last - first) / count
+    y_slices = np.log(per_slice / span).mean(axis=0)
+    y = float(np.mean([math.log(len(t) / (last - first)) for t in times.values()]))
+    return y, float(y_slices.var(ddof=1)) / count
 
 
 def host_spread(repeats: Sequence[Sequence[tuple[float, float]]]) -> HostSpread | None:

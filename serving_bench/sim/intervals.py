@@ -18,9 +18,13 @@ draws both:
    of the finite sample only, and says so (:func:`host_sigma`); ``--host-spread`` states a figure instead.
 
 The interval at confidence ``c`` (default :data:`DEFAULT_CONFIDENCE`) is the ``(1 - c) / 2`` and ``(1 + c) / 2``
-quantiles over the replications (linear between order statistics). :data:`DEFAULT_REPLICATIONS` = 40 puts two
-replications beyond each end of a 90 % interval; every replication is one more simulation of the run. All of it is
-deterministic for a seed: replication ``r``'s simulator seed is drawn from ``(seed, r)``.
+quantiles over the ``R`` replications, the ``p``-quantile taken at rank ``p (R + 1)`` of the sorted values (linear
+between ranks; numpy's ``weibull``): a new run falls between the ranks ``a`` and ``b`` with probability
+``(b - a) / (R + 1)``, so these ranks make it ``c`` — what a prediction of the next run needs. (numpy's default ranks,
+``1 + p (R - 1)``, would cover a new run with probability ``c (R - 1) / (R + 1)``: 86 % for a 90 % interval over 40.)
+:data:`DEFAULT_REPLICATIONS` = 40 puts two replications beyond each end of a 90 % interval; every replication is one
+more simulation of the run. All of it is deterministic for a seed: replication ``r``'s simulator seed is drawn from
+``(seed, r)``.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ class Replications:
         known = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
         if len(known) == 0 or 2 * len(known) < len(values):
             return None, None
-        low, high = np.quantile(known, self.ends)
+        low, high = np.quantile(known, self.ends, method="weibull")
         return float(low), float(high)
 
     def upper(self, values: Iterable[float | None]) -> float:
@@ -102,7 +106,7 @@ class Replications:
         ordered = np.sort(np.array([math.inf if v is None else v for v in values], dtype=float))
         if len(ordered) == 0:
             return math.inf
-        position = self.ends[1] * (len(ordered) - 1)  # numpy's linear quantile, as :meth:`interval`
+        position = min(max(self.ends[1] * (len(ordered) + 1), 1.0), len(ordered)) - 1.0  # as :meth:`interval`
         below, above = math.floor(position), math.ceil(position)
         if math.isinf(ordered[above]):
             return math.inf

@@ -24,6 +24,7 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import Records
 from serving_bench.run.schedule import Schedule
 from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.sim.intervals import IntervalOptions
 from serving_bench.sim.target import SimTarget
 
 
@@ -177,8 +178,14 @@ def profile_uncertain(profile) -> bool:
 
 
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None, note=None):
-    """Simulated vs measured table for the same schedule (``serving_bench.validate``); returns its rows."""
+    """Simulated vs measured table for the same schedule (``serving_bench.validate``, its default intervals);
+    returns its rows."""
     return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir, note=note)
+
+
+def coverage_line(rows: list[dict]) -> str:
+    """The coverage of :func:`validate`'s rows in words (``serving_bench.validate.coverage_line``)."""
+    return validation.coverage_line(validation.coverage(rows, IntervalOptions().confidence), None)
 
 
 def ensemble_batch_floors(repo, config) -> dict[str, int]:

@@ -222,7 +222,8 @@ def _interval_options(opts: TuneOptions, profile) -> tuple[Replications | None, 
     """The replications behind the pick's capacity interval and, with ``--confidence``, each judgment (None: none
     asked), on the search's simulator seed; and where their host spread comes from."""
     if opts.confidence is not None and opts.replications < 1:
-        raise InputError("--confidence", opts.confidence, "judges over replications: needs --replications >= 1")
+        raise InputError("--confidence", None, f"{opts.confidence:g} judges over replications: needs "
+                                               "--replications >= 1")
     sigma, source = host_sigma(profile, opts.host_spread)
     confidence = DEFAULT_CONFIDENCE if opts.confidence is None else opts.confidence
     return replications_from(opts.replications, confidence, sigma, ObjectiveConfig().sim_seed), source
