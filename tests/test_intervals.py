@@ -217,6 +217,9 @@ def test_a_capacity_interval_widens_with_the_host_spread(tmp_path):
     assert len(still.capacities) == 20 and still.growth == "scale" and still.probes < 20 * 6
     assert still.low <= still.high and moving.high / moving.low > still.high / still.low
     assert json.loads(json.dumps(moving.to_json()))["replications"] == 20
+    replayed = capacity_interval(dataclasses.replace(question, same_load=True), Replications(20, 0.9, 0.0, seed=1),
+                                 start_scale=4.0)
+    assert replayed.capacities != still.capacities  # the one schedule: only the seeds vary
 
 
 def test_tune_confidence_picks_a_more_conservative_capacity_on_a_noisy_profile(tmp_path):

@@ -10,7 +10,8 @@
     found.low, found.high, found.capacities   # load scales
 
 Replication ``r`` (:class:`~serving_bench.sim.intervals.Replications`) runs its own realisation of the load
-(:func:`~serving_bench.tune.load.replica_load`: future traffic is a new one), grown by the load's rule, on its own
+(:func:`~serving_bench.tune.load.replica_load`: future traffic is a new one; with ``same_load`` the load itself, as a
+benchmark that replays one seeded load at every scale measures it), grown by the load's rule, on its own
 simulator seed and on a host of its own speed, and finds the capacity as :func:`~serving_bench.tune.capacity.
 bisect_capacity` defines it — the highest rung that met below the lowest that failed, on the same ladder — each probe
 one simulation judged by :func:`~serving_bench.tune.objective.check_slos`. Where the SLOs hold for every load up to
@@ -39,7 +40,9 @@ from serving_bench.tune.objective import check_slos
 @dataclass(frozen=True)
 class CapacityQuestion:
     """What a capacity is asked of: ``config`` on ``profile`` under ``load`` (grown by its rule), meeting ``slos``
-    (model -> stat -> bound in seconds) with at most ``max_failed_fraction`` of its requests failed, on ``ladder``."""
+    (model -> stat -> bound in seconds) with at most ``max_failed_fraction`` of its requests failed, on ``ladder``;
+    ``same_load``: every replication runs ``load`` itself (a replay of it), not a realisation of its own (a
+    forecast)."""
 
     profile: Profile
     config: ServingConfig
@@ -47,6 +50,7 @@ class CapacityQuestion:
     slos: Mapping[str, Mapping[str, float]]
     ladder: Ladder = field(default_factory=Ladder)
     max_failed_fraction: float = 0.001
+    same_load: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def capacity_interval(question: CapacityQuestion, replications: Replications,
     start = ladder.rung(start_scale) if start_scale > 0 else ladder.i_min
     capacities, capped, probes = [], [], 0
     for draw in replications.draws:
-        load = replica_load(question.load, draw.seed)
+        load = question.load if question.same_load else replica_load(question.load, draw.seed)
         capacity, top, count = climb(lambda rung: _meets(question, load, draw, ladder.scale(rung)), ladder, start)
         capacities.append(capacity)
         capped.append(top)
