@@ -339,13 +339,14 @@ def format_table(rows: list[dict], confidence: float | None = None) -> str:
 
 def main(args: argparse.Namespace) -> int:
     require_count("--max-requests", args.max_requests)
+    intervals = IntervalOptions.from_args(args).check()
     load = LoadProfile.load(args.load_profile)
     requests = check_schedule_size(load, args.max_requests)
     with hold_results(args.out, requests, load.duration_s, folders=1 if args.replay else 2):
         rows = run_validation(load, args.repo, args.profile, args.out, replay_dir=args.replay, url=args.url,
                               seed=args.seed, threads_per_instance=args.threads_per_instance,
                               note=lambda line: print(f"note: {line}", file=sys.stderr),
-                              max_requests=args.max_requests, intervals=IntervalOptions.from_args(args))
+                              max_requests=args.max_requests, intervals=intervals)
     doc = read_json(Path(args.out) / "validation.json", "validation")
     print(format_table(rows, args.confidence if args.replications else None))
     print(coverage_line(doc["coverage"], doc["replications"]))

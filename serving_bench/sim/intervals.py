@@ -113,14 +113,19 @@ class Replications:
         return float(ordered[below] + (position - below) * (ordered[above] - ordered[below]))
 
 
+def checked_spread(given: float) -> float:
+    """``--host-spread``, or an :class:`InputError` unless a finite standard deviation >= 0."""
+    if not (math.isfinite(given) and given >= 0):
+        raise InputError("--host-spread", None, f"expected a standard deviation >= 0, got {given!r}")
+    return float(given)
+
+
 def host_sigma(profile: Profile, given: float | None = None) -> tuple[float, str]:
     """The host spread replications draw from, and where it comes from in words: ``given`` (``--host-spread``),
     else the profile's measured one, else 0 (a profile that predates it, or was not calibrated: the finite
     sample's only)."""
     if given is not None:
-        if not (math.isfinite(given) and given >= 0):
-            raise InputError("--host-spread", None, f"expected a standard deviation >= 0, got {given!r}")
-        return float(given), "given (--host-spread)"
+        return checked_spread(given), "given (--host-spread)"
     spread = profile.host_spread
     if spread is not None:
         return spread.sigma, f"the profile's, over {spread.runs} repeated runs ({spread.df} degrees of freedom)"
@@ -139,6 +144,13 @@ class IntervalOptions:
     @classmethod
     def from_args(cls, args) -> "IntervalOptions":
         return cls(args.replications, args.confidence, args.host_spread)
+
+    def check(self) -> "IntervalOptions":
+        """Itself, or an :class:`InputError` naming the option out of range (before anything runs)."""
+        replications_from(self.replications, self.confidence, 0.0, 0)
+        if self.host_spread is not None:
+            checked_spread(self.host_spread)
+        return self
 
     def resolve(self, profile: Profile, seed: int) -> tuple[Replications | None, str]:
         """The replications for ``profile`` and ``seed`` (None: none asked) and where their host spread comes from

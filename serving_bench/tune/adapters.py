@@ -39,7 +39,11 @@ class ScheduleBuilder:
     max_requests: int = MAX_REQUESTS
 
     def profile(self) -> LoadProfile:
-        prof = _read_load_profile(self.path, Path(self.path).stat().st_mtime_ns)
+        try:
+            changed = Path(self.path).stat().st_mtime_ns
+        except OSError:  # read_yaml says what is wrong with it, in one line
+            changed = None
+        prof = _read_load_profile(self.path, changed) if changed is not None else LoadProfile.load(self.path)
         if self.duration_s is not None:
             if not math.isfinite(self.duration_s) or self.duration_s <= 0:
                 raise InputError("--duration", None, f"expected seconds > 0, got {self.duration_s:g}")

@@ -40,7 +40,7 @@ from serving_bench.run.results import hold_results
 from serving_bench.serve.runners import cpu_cores
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim.client import client_cpu_s, through_client
-from serving_bench.sim.intervals import (DEFAULT_CONFIDENCE, DEFAULT_REPLICATIONS, Replications,
+from serving_bench.sim.intervals import (DEFAULT_CONFIDENCE, DEFAULT_REPLICATIONS, IntervalOptions, Replications,
                                          add_interval_options, described, host_sigma, replications_from)
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
@@ -202,6 +202,8 @@ def run_tune(opts: TuneOptions) -> dict:
     later is an :class:`OutputError` saying what was kept where."""
     require_count("--threads-per-instance", opts.threads_per_instance)
     require_count("--max-requests", opts.max_requests)
+    IntervalOptions(opts.replications, DEFAULT_CONFIDENCE if opts.confidence is None else opts.confidence,
+                    opts.host_spread).check()
     if not opts.max_scale >= 1:
         raise InputError("--max-scale", opts.max_scale, "expected a load multiple >= 1")
     requests, duration_s = load_size(opts.load, opts.duration_s, opts.max_requests)
