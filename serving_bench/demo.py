@@ -10,7 +10,8 @@ Stages, each a call into the package that owns it (nothing here measures, simula
    (:data:`LATE_LIMIT_S`);
 3. profile the served models on the same server (``serving_bench.profiles``) — once more when the hypervisor took
    CPU time while it was measured and its law misses its own calibration runs (``telemetry.cpu.StealClock``);
-4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
+4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured, each predicted figure with its
+   90 % interval over replications, and their coverage (the share of measured figures inside);
 6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
 7. write the report (``serving_bench.report``) and print its path.
 
@@ -207,7 +208,7 @@ class Demo:
                                  replay_dir=self.out / "replay", note=lambda line: self.say(f"  note: {line}"))
         judged = [inside for inside in map(simulated_inside, rows) if inside is not None]
         return (f"{len(rows)} comparison rows in {self.out / 'validate'}; simulated inside the measured 95 % interval "
-                f"in {sum(judged)} of {len(judged)} latency rows")
+                f"in {sum(judged)} of {len(judged)} latency rows; {adapters.coverage_line(rows)}")
 
     def tune(self) -> str:
         config = ServingConfig.from_repo(self.repo, list(self.schedule.models))

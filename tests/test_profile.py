@@ -630,6 +630,8 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert 1.5 < s2 <= 2.0  # sleeping instances share the CPUs almost perfectly
     # a lone model's law is fitted to three throughputs: its 2 instances with 2 clients, with 4, and batching with 16
     assert sorted(c["clients"]["sleep_python"] for c in profile.calibration) == [2, 4, 16]
+    # the host's run-to-run spread from those three loops' two rounds each (beyond their finite samples)
+    assert (profile.host_spread.df, profile.host_spread.runs) == (3, 3) and 0.0 <= profile.host_spread.sigma < 0.5
     # threads per instance: one instance gets every core, and its batches are measured at one thread too; the
     # co-located servers' instances (calibration: 2, curves: 2) split the cores as a served configuration would
     assert md.threads == default_threads(1)
@@ -645,6 +647,10 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert abs(errors["mean batch"]) < 0.15
     p50 = next(r for r in rows if r["metric"] == "p50")
     assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~660 requests bound a median tightly
+    # each predicted figure with its 90 % interval over replications on hosts drawn from the profile's spread
+    assert p50["predicted_low"] < p50["simulated"] < p50["predicted_high"] and p50["inside"] is not None
+    coverage = json.loads((tmp_path / "val" / "validation.json").read_text())["coverage"]
+    assert coverage["rows"] == 4 and 0 <= coverage["inside"] <= 4 and coverage["median_half_width"] > 0
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
     assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
     # the profile says which sender measured it; the replay went through the same one, so nothing to note

@@ -23,8 +23,9 @@ def inputs(tmp_path_factory):
 
 
 def opts(inputs, out, **kw) -> TuneOptions:
+    """The search alone: the pick's capacity interval (40 more searches) is tested in test_intervals.py."""
     base = dict(load=str(inputs["load"]), profile=str(inputs["profile"]), out=str(out), verify_top=0, quiet=True,
-                report=False, **SPACE)
+                report=False, replications=0, **SPACE)
     base.update(kw)
     return TuneOptions(**base)
 

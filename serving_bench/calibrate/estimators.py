@@ -6,12 +6,14 @@ and why each is the way it is are described there). Tested on synthetic data in 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.special import ndtri
 
 from serving_bench.calibrate.runs import LoopRun, batches_of, hop_s, matched_batches
+from serving_bench.profiles.schema import HostSpread
 
 
 def service_and_overhead(run: LoopRun, model: str, wait_s: float,
@@ -247,3 +249,43 @@ def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[floa
     s = min(float(np.median(per_round)), k)
     spread = (max(solo) - min(solo)) / float(np.median(solo)) if len(solo) > 1 and np.median(solo) > 0 else 0.0
     return s, f"slowdown {(k / s - 1.0) * 100:.1f} %, solo spread between rounds {spread * 100:.1f} %"
+
+
+def round_speed(done: Mapping[str, np.ndarray], slices: int = 5) -> tuple[float, float] | None:
+    """One round of a closed-loop run, from each model's completion times (s): its speed ``y``, the mean over the
+    models of the log of their throughput over the round's span (first to last completion), and the variance ``v``
+    a run of that length has of ``y`` from its own finite sample, by batch means: the span cut in ``B`` equal slices
+    (``slices``, fewer where a model answered fewer than 8 requests a slice), ``y_b`` each slice's speed,
+    ``v = var(y_b) / B`` (a round's ``y`` is about the slices' mean; slices of a second or so are far apart next to
+    the loop's memory). None where a model answered too few requests for two slices."""
+    times = {m: np.sort(np.asarray(t, dtype=float)) for m, t in done.items()}
+    if not times or min(len(t) for t in times.values()) < 16:
+        return None
+    first = min(float(t[0]) for t in times.values())
+    last = max(float(t[-1]) for t in times.values())
+    count = min(slices, min(len(t) for t in times.values()) // 8)
+    if last <= first:
+        return None
+    edges = np.linspace(first, last, count + 1)
+    per_slice = np.array([np.histogram(t, edges)[0] for t in times.values()], dtype=float)  # models x slices
+    if (per_slice == 0).any():
+        return None
+    span = (last - first) / count
+    y_slices = np.log(per_slice / span).mean(axis=0)
+    y = float(np.mean([math.log(len(t) / (last - first)) for t in times.values()]))
+    return y, float(y_slices.var(ddof=1)) / count
+
+
+def host_spread(repeats: Sequence[Sequence[tuple[float, float]]]) -> HostSpread | None:
+    """The host's run-to-run spread from runs each repeated in rounds (per run, per round :func:`round_speed`'s
+    ``(y, v)``): the pooled variance of ``y`` between the rounds of each run,
+    ``s^2 = sum_i sum_j (y_ij - mean_i)^2 / sum_i (n_i - 1)`` with ``df = sum_i (n_i - 1)`` degrees of freedom, less
+    the part the runs' finite samples explain (the mean of ``v``, which the simulator's replications draw on their
+    own), at least 0: ``sigma = sqrt(max(s^2 - mean(v), 0))``. None without a run of two rounds or more."""
+    runs = [r for r in repeats if len(r) >= 2]
+    if not runs:
+        return None
+    df = sum(len(r) - 1 for r in runs)
+    between = sum(float(np.sum((np.array([y for y, _ in r]) - np.mean([y for y, _ in r])) ** 2)) for r in runs) / df
+    finite = float(np.mean([v for r in runs for _, v in r]))
+    return HostSpread(math.sqrt(max(between - finite, 0.0)), df, len(runs))

@@ -82,6 +82,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   how quiet the host was: :func:`~serving_bench.calibrate.waits.quiet_wait`) — those two also on the one-instance server
   of the first phase, so that the wait's chance follows the host's instances in all (the law's ``wait_instances``) — or,
   without them, fitted on the p99s of the light closed loops. The runs are kept in the profile (``calibration``).
+  How much the rounds of each closed loop differ beyond what their finite samples explain is the host's run-to-run
+  spread (``host_spread``: :func:`~serving_bench.calibrate.estimators.host_spread`), which the simulator's intervals
+  draw a host speed from (:mod:`serving_bench.sim.intervals`).
 * **Co-location curves** (optional overrides, ``colocation``) ``S(k)`` at batch sizes ``colocation_batches``: a
   server with ``max(colocation)`` instances of every model; per round, one run at concurrency 1 (one instance busy:
   ``t_1``) then one at concurrency k (``t_k``), both Triton's mean compute time of executed batches of exactly that
@@ -153,8 +156,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     measure_one_thread(lab)
     estimate_one_thread(lab)
     curve_threads = measure_curves(lab)
-    observations, waits = calibration_runs(lab)
-    profile = assemble(lab, curve_threads, pair_curves(lab))
+    observations, waits, spread = calibration_runs(lab)
+    profile = dataclasses.replace(assemble(lab, curve_threads, pair_curves(lab)), host_spread=spread)
     if observations:
         profile = fit_sharing_law(lab, profile, observations, waits)
     if lab.plan.ensembles:

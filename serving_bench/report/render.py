@@ -204,19 +204,41 @@ def validation_section(data: dict) -> str:
         inside = simulated_inside(r)
         ends = ["…" if r.get(end) is None else fmt(r[end]) for end in ("measured_low", "measured_high")]
         interval = "–" if inside is None else f"{ends[0]} – {ends[1]}" + ("" if inside else " (simulated outside)")
+        low, high, verdict = r.get("predicted_low"), r.get("predicted_high"), r.get("inside")
+        predicted = "–" if low is None or high is None else f"{fmt(low)} – {fmt(high)}"
         rows.append([r.get("source", ""), r.get("model", ""), label,
                      (fmt(r.get("simulated")), r.get("simulated") or 0), (fmt(r.get("measured")), r.get("measured") or 0),
+                     (predicted, low or 0), ("–" if verdict is None else "yes" if verdict else "no", int(bool(verdict))),
                      (interval, r.get("measured_low") or 0),
                      ("–" if err is None else f"{err * 100:+.1f} %", err if err is not None else 0)])
-    headers = ["source", "model", "metric", "simulated", "measured", "measured 95 % interval", "error"]
+    headers = ["source", "model", "metric", "simulated", "measured", "predicted interval", "measured inside",
+               "measured 95 % interval", "error"]
     body = _table(headers, rows, "sim-vs-measured") if rows \
         else '<p class="empty">No simulated-vs-measured comparison in this folder.</p>'
     note = ('<p class="note">Error = (simulated − measured) / measured, for the same schedule on the simulator and on '
-            'real Triton. A measured percentile\'s 95 % interval is distribution-free (order statistics of the '
+            'real Triton. The predicted interval is taken over seeded replications of the simulation, each on its own '
+            'draw of the host\'s speed (the profile\'s host spread); “measured inside” says whether the replay fell '
+            'in it. A measured percentile\'s 95 % interval is distribution-free (order statistics of the '
             'requests in the window); “…” is an end too few requests bound — an error inside the interval is within '
             'what the replay itself can tell.</p>') if rows else ""
+    note += "".join(f'<p class="note coverage">{escape(coverage_text(c))}</p>' for c in data.get("coverage", []))
     note += "".join(f'<p class="note">Note: {escape(n)}</p>' for n in data.get("validation_notes", []))
     return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{note}{body}</section>'
+
+
+def coverage_text(c: dict) -> str:
+    """A validation's coverage (``validation.json``'s ``coverage``) in one sentence."""
+    text = (f"{c.get('source', '')}: coverage {c['inside']} of {c['rows']} measured figures "
+            f"({', '.join(c.get('metrics') or [])}) inside their predicted {c['confidence']:.0%} interval "
+            f"({c['coverage']:.0%}); median half-width {c['median_half_width'] * 100:.1f} %")
+    if c.get("width_ratio") is not None:
+        text += (f"; on the percentiles {c['median_half_width_vs_own'] * 100:.1f} % against the measurement's own "
+                 f"{c['median_measured_spread'] * 100:.1f} % ({c['width_ratio']:.2f}×)")
+    about = c.get("replications") or {}
+    if about:
+        text += (f"; {about.get('count')} replications, host spread {about.get('host_spread', 0) * 100:.1f} % "
+                 f"({about.get('host_spread_source', '')})")
+    return text + "."
 
 
 def capacity_section(data: dict) -> str:
@@ -263,10 +285,11 @@ def top_section(data: dict) -> str:
         rows.append([(f'{t["rank"]} (screen)' if t.get("screened") else t["rank"], t["rank"]),
                      ("yes" if r["feasible"] else "no", int(r["feasible"])),
                      (_num(r["capacity_rps"]), r["capacity_rps"]), (f'{r["capacity_scale"]:.2f}×', r["capacity_scale"]),
-                     r["gpus"], r["instances"], config])
+                     _interval_cell(r.get("capacity_interval")), r["gpus"], r["instances"], config])
     growth = tune.get("growth", "superpose")
-    body = _table(["rank", "meets SLOs", f"capacity (req/s, {growth})", f"× load ({growth})", "GPUs", "instances",
-                   "configuration"], rows,
+    confidence = (tune.get("intervals") or {}).get("confidence", 0.9)
+    body = _table(["rank", "meets SLOs", f"capacity (req/s, {growth})", f"× load ({growth})",
+                   f"{confidence:.0%} interval (× load)", "GPUs", "instances", "configuration"], rows,
                   "top-configs") if rows else '<p class="empty">No tuning results.</p>'
     search = tune.get("search", {})
     note = (f'<p class="note">Searched {search.get("evaluated", 0) + search.get("resumed", 0)} configurations '
@@ -274,6 +297,13 @@ def top_section(data: dict) -> str:
             f'{search.get("wall_s", 0):.1f} s) of {search.get("space_points", "?")}'
             + (_screen_note(search["screen"]) if search.get("screen") else "") + '.</p>') if search else ""
     return f'<section id="top-configurations"><h2>Top configurations</h2>{note}{body}</section>'
+
+
+def _interval_cell(found: dict | None) -> tuple[str, float]:
+    """A capacity interval (``capacity_interval``) as a table cell: ``low – high``, or – where none was found."""
+    if not found or found.get("low_scale") is None:
+        return "–", 0
+    return f'{found["low_scale"]:.2f} – {found["high_scale"]:.2f}', found["low_scale"]
 
 
 def _screen_note(screen: dict) -> str:

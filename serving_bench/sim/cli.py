@@ -1,5 +1,6 @@
 """``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR
-[--concurrency N] [--client-cpu-us X] [--threads-per-instance N]``.
+[--concurrency N] [--client-cpu-us X] [--threads-per-instance N] [--replications R] [--confidence C]
+[--host-spread S] [--same-schedule]``.
 
 Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
 through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
@@ -16,6 +17,13 @@ sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that 
 ``--threads-per-instance N`` simulates a server whose every instance runs ``N`` runtime threads (``serve
 --threads-per-instance N``); by default what the embedded server gives them, cores // all served instances
 (the profile's table for that count: docs/sim.md, "Threads per instance").
+
+Each model's p50, p90, p99 and throughput carry a ``C`` interval (default 90 %) over ``R`` replications (default 40;
+0: none) — :mod:`serving_bench.sim.intervals`: each on its own simulator seed and its own draw of the host's speed
+(the profile's ``host_spread``, or ``--host-spread S``), and its own realisation of the load (a forecast of future
+traffic; ``--same-schedule``: the one schedule written, as a replay of it would send). The point figures stay the
+``--seed`` run's, on the profile's own host speed; ``summary.json`` gains per model ``intervals`` (``[low, high]``
+per figure) and ``replications`` (what they were drawn from).
 
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
 or, with neither, from the profile (:func:`serving_bench.sim.profile_config.config_from_profile`, ``tune``'s default
@@ -38,6 +46,7 @@ per device).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from serving_bench.errors import InputError, require_count
@@ -50,6 +59,8 @@ from serving_bench.export.repository import check_entry_name
 from serving_bench.serving_config import ModelServing, ServingConfig, add_threads_option, check_serving
 from serving_bench.sim.client import client_cpu_s, through_client
 from serving_bench.sim.profile_config import config_from_profile
+from serving_bench.sim.intervals import (IntervalOptions, add_interval_options, described, interval_text, replicate,
+                                         summary_intervals, with_intervals)
 from serving_bench.sim.target import SimTarget, check_batches
 
 TOP_FIELDS = ("models", "ensembles")
@@ -74,6 +85,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_threads_option(parser)
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
                         help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
+    add_interval_options(parser)
+    parser.add_argument("--same-schedule", action="store_true",
+                        help="replications run the one schedule written (default: each its own realisation of the "
+                             "load, as future traffic would be)")
 
 
 def load_serving_yaml(path: str | Path) -> ServingConfig:
@@ -156,22 +171,46 @@ def main(args: argparse.Namespace) -> int:
     requests = check_schedule_size(load, args.max_requests)
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
     given = load_serving_yaml(args.config) if args.config else None
+    replications, source = IntervalOptions.from_args(args).resolve(profile, args.seed)
     with hold_results(args.out, requests):
         schedule = build_schedule(load, args.max_requests)
         config = serving_config_for(given, args.repo, profile, schedule).with_threads(args.threads_per_instance)
         target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
         check_batches(schedule, config, args.load_profile)
-        records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
-        summary = write_results(Path(args.out), records, schedule)
+        mode = ClosedLoop(args.concurrency) if args.concurrency else None
+        records = target.run(schedule, mode)
+        annotate = None
+        if replications is not None:
+            def schedule_of(draw):
+                return schedule if args.same_schedule else build_schedule(
+                    dataclasses.replace(load, seed=draw.seed), args.max_requests)
+            intervals = summary_intervals(replicate(profile, config, schedule_of, replications, mode), replications)
+            about = described(replications, source, "the one schedule" if args.same_schedule else
+                              "each its own realisation of the load")
+
+            def annotate(summary):
+                with_intervals(summary, intervals, about)
+        summary = write_results(Path(args.out), records, schedule, annotate=annotate)
     print_summary(summary)
     print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, perf_analyzer.csv)")
     return 0
 
 
 def print_summary(summary: dict) -> None:
+    """Each model's figures of a results folder's ``summary``, then their intervals where it has them."""
     print(f"{'model':<28} {'ok':>8} {'p50 ms':>9} {'p99 ms':>9} {'rps':>9} {'batch':>6}")
     for name, s in summary["models"].items():
         def ms(v):
             return f"{v * 1e3:9.2f}" if v is not None else f"{'-':>9}"
         batch = f"{s['mean_exec_batch']:6.2f}" if s.get("mean_exec_batch") else f"{'-':>6}"
         print(f"{name:<28} {s['counts']['ok']:>8} {ms(s['p50_s'])} {ms(s['p99_s'])} {s['throughput_rps']:9.1f} {batch}")
+    about = summary.get("replications")
+    if not about:
+        return
+    print(f"{about['confidence']:.0%} intervals over {about['count']} replications ({about['schedules']}; host "
+          f"spread {about['host_spread'] * 100:.1f} %: {about['host_spread_source']})")
+    print(f"{'model':<28} {'p50 ms':>19} {'p99 ms':>19} {'rps':>19}")
+    for name, s in summary["models"].items():
+        found = s.get("intervals") or {}
+        print(f"{name:<28} " + " ".join(interval_text(found.get(key), 1e3 if key.endswith("_s") else 1.0)
+                                        for key in ("p50_s", "p99_s", "throughput_rps")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from serving_bench import validate as validation
@@ -24,6 +25,7 @@ from serving_bench.run.records import Records
 from serving_bench.run.schedule import Schedule
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim import profile_config
+from serving_bench.sim.intervals import IntervalOptions
 from serving_bench.sim.target import SimTarget
 
 
@@ -38,7 +40,11 @@ class ScheduleBuilder:
     max_requests: int = MAX_REQUESTS
 
     def profile(self) -> LoadProfile:
-        prof = LoadProfile.load(self.path)
+        try:
+            changed = Path(self.path).stat().st_mtime_ns
+        except OSError:  # read_yaml says what is wrong with it, in one line
+            changed = None
+        prof = _read_load_profile(self.path, changed) if changed is not None else LoadProfile.load(self.path)
         if self.duration_s is not None:
             if not math.isfinite(self.duration_s) or self.duration_s <= 0:
                 raise InputError("--duration", None, f"expected seconds > 0, got {self.duration_s:g}")
@@ -57,6 +63,13 @@ class ScheduleBuilder:
         return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)), self.max_requests)
 
 
+@lru_cache(maxsize=8)
+def _read_load_profile(path: str, _mtime_ns: int) -> LoadProfile:
+    """The load profile at ``path`` as of its modification time: parsed once for the many realisations a search
+    and its replications build (frozen: safe to share)."""
+    return LoadProfile.load(path)
+
+
 BUILTIN_PROFILES = {"builtin:h200-eager": "the bundled H200 torch-eager table (engineer D's import_h200_eager)"}
 
 
@@ -68,9 +81,10 @@ def load_profile(path: str | Path):
     return Profile.load(path)
 
 
-def simulate(profile, config, schedule: Schedule, seed: int = 0) -> Records:
-    """Records of ``schedule`` run through ``SimTarget`` with ``config`` (engineer D)."""
-    return SimTarget(profile, config, seed=seed).run(schedule)
+def simulate(profile, config, schedule: Schedule, seed: int = 0, host_speed: float = 1.0) -> Records:
+    """Records of ``schedule`` run through ``SimTarget`` with ``config`` (engineer D), on a host whose work takes
+    ``host_speed`` times as long as the profile's (a replication's draw: ``sim.intervals``)."""
+    return SimTarget(profile, config, seed=seed, host_speed=host_speed).run(schedule)
 
 
 def replay(endpoints, schedule: Schedule, progress=None, progress_interval_s: float = 5.0) -> Records:
@@ -160,8 +174,14 @@ def profile_uncertain(profile) -> bool:
 
 
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None, note=None):
-    """Simulated vs measured table for the same schedule (``serving_bench.validate``); returns its rows."""
+    """Simulated vs measured table for the same schedule (``serving_bench.validate``, its default intervals);
+    returns its rows."""
     return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir, note=note)
+
+
+def coverage_line(rows: list[dict]) -> str:
+    """The coverage of :func:`validate`'s rows in words (``serving_bench.validate.coverage_line``)."""
+    return validation.coverage_line(validation.coverage(rows, IntervalOptions().confidence), None)
 
 
 def ensemble_batch_floors(repo, config) -> dict[str, int]:

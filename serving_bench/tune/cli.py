@@ -11,6 +11,13 @@ the load grows to a multiple of itself (``tune.load``), named with every capacit
 (:func:`serving_bench.sim.client.through_client`; perf_analyzer's, say: docs/tune.md). ``--threads-per-instance N``
 simulates and verifies every candidate with ``N`` runtime threads per instance (default: the embedded server's,
 cores // all served instances, which changes with each candidate's instance counts).
+
+The pick's capacity carries its interval over ``--replications R`` (default 40; 0: none) replicated searches
+(:mod:`serving_bench.tune.intervals`: each its own realisation of the load, simulator seed and draw of the host's
+speed from the profile's ``host_spread`` or ``--host-spread``), at ``--confidence C`` (default 90 %).
+``--confidence C`` also judges every probe of the search at the upper end of each figure's interval over ``R``
+replications (:mod:`serving_bench.tune.objective`): ``R`` simulations a probe, about ``R`` times the search's time.
+Without it the search is as it was: one simulation a probe.
 """
 
 from __future__ import annotations
@@ -32,11 +39,14 @@ from serving_bench.report.cli import write_report
 from serving_bench.run.results import hold_results
 from serving_bench.serving_config import ServingConfig, add_threads_option, cpu_cores
 from serving_bench.sim.client import client_cpu_s, through_client
+from serving_bench.sim.intervals import (DEFAULT_CONFIDENCE, DEFAULT_REPLICATIONS, IntervalOptions, Replications,
+                                         add_interval_options, described, host_sigma, replications_from)
 from serving_bench.tune import adapters
 from serving_bench.tune import verify
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
 from serving_bench.tune.generators import GENERATORS, choose_generator
+from serving_bench.tune.intervals import CapacityQuestion, capacity_interval
 from serving_bench.tune.load import (GROWTHS, SCREEN_ABOVE, SCREEN_FORM, SCREEN_REQUESTS, Load, load_from_file,
                                      load_size,
                                      screen_asked)
@@ -86,6 +96,9 @@ class TuneOptions:
     client_cpu_us: float = 0.0
     threads_per_instance: int | None = None  # None: the embedded server's default for each candidate
     max_requests: int = adapters.MAX_REQUESTS  # the load's bound at scale 1 (--max-requests)
+    replications: int = DEFAULT_REPLICATIONS  # behind the pick's capacity interval, and each judgment with confidence
+    confidence: float | None = None  # judge the SLOs at the upper end of this interval (None: as simulated)
+    host_spread: float | None = None  # the host spread replications draw from (None: the profile's)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +148,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="tune for a client costing this many µs more host CPU per request than the profile's "
                              "sender (as simulate --client-cpu-us; verification still measures through ours)")
     add_threads_option(parser)
+    add_interval_options(parser, judged="the SLOs are judged at the upper end of each figure's interval over the "
+                                        "replications: R simulations a probe")
 
 
 def _screen_arg(text: str) -> str | float:
@@ -158,7 +173,8 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         max_scale=args.max_scale, growth=args.growth, screen=args.screen, finalists=args.finalists,
         duration_s=args.duration, verify_top=args.verify_top, url=args.url, restart=args.restart,
         client_cpu_us=args.client_cpu_us, threads_per_instance=args.threads_per_instance,
-        max_requests=args.max_requests)
+        max_requests=args.max_requests, replications=args.replications, confidence=args.confidence,
+        host_spread=args.host_spread)
 
 
 def base_config(repo: str | None, profile, load: Load) -> ServingConfig:
@@ -183,8 +199,10 @@ def run_tune(opts: TuneOptions) -> dict:
     later is an :class:`OutputError` saying what was kept where."""
     require_count("--threads-per-instance", opts.threads_per_instance)
     require_count("--max-requests", opts.max_requests)
+    IntervalOptions(opts.replications, DEFAULT_CONFIDENCE if opts.confidence is None else opts.confidence,
+                    opts.host_spread).check()
     if not opts.max_scale >= 1:
-        raise InputError("--max-scale", opts.max_scale, "expected a load multiple >= 1")
+        raise InputError("--max-scale", f"{opts.max_scale:g}", "expected a load multiple >= 1")
     requests, duration_s = load_size(opts.load, opts.duration_s, opts.max_requests)
     # each verified candidate is replayed at 1x, at its capacity and one rung above (at most max_scale's requests)
     replayed = int(requests * (1 + 2 * opts.max_scale))
@@ -197,6 +215,34 @@ def run_tune(opts: TuneOptions) -> dict:
             raise OutputError(f"{opts.out}: cannot write {err.filename2 or err.filename} ({err.strerror or err}); "
                               f"the observations written before it are in {Path(opts.out) / 'observations.jsonl'}, "
                               "and the same command resumes from them") from None
+
+
+def _interval_options(opts: TuneOptions, profile) -> tuple[Replications | None, str]:
+    """The replications behind the pick's capacity interval and, with ``--confidence``, each judgment (None: none
+    asked), on the search's simulator seed; and where their host spread comes from."""
+    if opts.confidence is not None and opts.replications < 1:
+        raise InputError("--confidence", None, f"{opts.confidence:g} judges over replications: needs "
+                                               "--replications >= 1")
+    sigma, source = host_sigma(profile, opts.host_spread)
+    confidence = DEFAULT_CONFIDENCE if opts.confidence is None else opts.confidence
+    return replications_from(opts.replications, confidence, sigma, ObjectiveConfig().sim_seed), source
+
+
+def _pick_interval(opts: TuneOptions, ctx: EvalContext, best: dict, replications: Replications | None,
+                   source: str) -> None:
+    """The pick's capacity interval (:func:`~serving_bench.tune.intervals.capacity_interval`) into its result
+    (``capacity_interval``): where replications are asked and the pick meets the SLOs at 1x."""
+    result = best["result"]
+    if replications is None or not result["feasible"]:
+        return
+    _log(opts, f"capacity interval: the pick's capacity searched again in {replications.count} replications, each "
+               f"its own realisation of the load, simulator seed and host speed")
+    found = capacity_interval(CapacityQuestion(ctx.profile, ctx.space.config(best["params"]), ctx.load, ctx.slos,
+                                               ctx.objective.ladder, ctx.objective.max_failed_fraction),
+                              replications, result["capacity_scale"])
+    result["capacity_interval"] = dict(found.to_json(), host_spread_source=source,
+                                       low_rps=None if found.low is None else found.low * ctx.offered_rps,
+                                       high_rps=None if found.high is None else found.high * ctx.offered_rps)
 
 
 def _written_in(err: OSError, folder: Path) -> bool:
@@ -227,7 +273,10 @@ def _tune(opts: TuneOptions) -> dict:
     space = SearchSpace(base, knobs_for(tuned, instances=opts.instances, max_batch_size=opts.max_batch_sizes,
                                         max_queue_delay_us=opts.queue_delays_us, preferred=opts.preferred, base=base,
                                         caps=caps, floors=floors), gpus=opts.gpus)
-    ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(opts.objective, max_scale=opts.max_scale))
+    intervals, sigma_source = _interval_options(opts, profile)
+    ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(
+        opts.objective, max_scale=opts.max_scale, confidence=opts.confidence, replications=opts.replications,
+        host_sigma=intervals.host_sigma if intervals else 0.0))
     if opts.objective == "gpus" and opts.gpus < 1:
         raise InputError("--objective", "gpus", "needs --gpus N (the most GPUs the models may use)")
     settings = SearchSettings(generator=opts.generator, seed=load.seed, batch_size=opts.batch,
@@ -273,6 +322,8 @@ def _tune(opts: TuneOptions) -> dict:
                     "screened": obs.get("screened", False)})
     best = result.best
     best_config = space.config(best["params"]) if best else None
+    if best is not None:
+        _pick_interval(opts, ctx, best, intervals, sigma_source)
 
     verification = []
     tuned_repo = None
@@ -294,6 +345,8 @@ def _tune(opts: TuneOptions) -> dict:
         "growth": load.growth, "growth_meaning": GROWTHS[load.growth],
         "profile": str(opts.profile), "hardware": hardware, "objective": opts.objective,
         "threads_per_instance": opts.threads_per_instance,
+        "intervals": described(intervals, sigma_source, "each its own realisation of the load") if intervals else None,
+        "confidence": opts.confidence,
         "slos": slos, "satisfiable": result.satisfiable,
         "search": {"generator": choice.name, "reason": choice.reason, "space_points": choice.space_points,
                    "evaluated": searched.evaluated, "resumed": searched.resumed, "stopped": searched.stopped,

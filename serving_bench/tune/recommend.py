@@ -38,6 +38,26 @@ def scale_text(scale: float, growth: str) -> str:
     return f"{scale:.2f}× ({growth})"
 
 
+def interval_lines(result: dict, growth: str) -> list[str]:
+    """How sure a candidate's capacity is: its interval over the replicated searches (``capacity_interval``) and,
+    where the SLOs were judged at a confidence (``judged_at``), at which."""
+    lines = []
+    judged = result.get("judged_at")
+    if judged:
+        lines.append(f"Each SLO was judged at the upper end of its {judged['confidence']:.0%} interval over "
+                     f"{judged['replications']} replications a probe (tune --confidence; host spread "
+                     f"{judged['host_spread'] * 100:.1f} %): a capacity most runs of that length keep.")
+    found = result.get("capacity_interval")
+    if found and found["low_scale"] is not None:
+        capped = sum(found["capped"])
+        lines.append(f"Its capacity's {found['confidence']:.0%} interval: {scale_text(found['low_scale'], growth)} to "
+                     f"{found['high_scale']:.2f}× ({found['low_rps']:,.1f} to {found['high_rps']:,.1f} req/s), over "
+                     f"{found['replications']} searches each on its own realisation of the load, simulator seed and "
+                     f"host speed (host spread {found['host_spread'] * 100:.1f} %: {found['host_spread_source']})"
+                     + (f"; {capped} of them met the SLOs at the top of the search." if capped else "."))
+    return lines
+
+
 def capacity_check_text(check: dict) -> str:
     """What a candidate's replays at its capacity say (``verify.capacity_check``), in words."""
     growth, capacity = check["growth"], check["predicted_scale"]
@@ -95,6 +115,7 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
                      f"profile's {offered_rps:,.1f} req/s and {bound}{scale_text(r['capacity_scale'], growth)} that "
                      f"load ({r['capacity_rps']:,.1f} req/s; grown by {growth}: {GROWTHS[growth]})"
                      + (f"; the search stopped at {max_scale:g}×." if r["capacity_capped"] else "."))
+        lines += interval_lines(r, growth)
     else:
         worst = []
         for model, stats in slos.items():
