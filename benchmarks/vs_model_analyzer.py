@@ -215,7 +215,7 @@ def read_ma_results(export: Path) -> list[dict]:
 def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: bool) -> dict:
     """Profile on the same server, then tune on the simulator under the same p99 budget."""
     from serving_bench.tune import adapters
-    from serving_bench.tune.cli import TuneOptions, run_tune
+    from serving_bench.tune.run import TuneOptions, run_tune
 
     load = work / "sb_load.yaml"
     # capacity is searched as a multiple of this load, up to max_scale below: 100 req/s x 128 = 12,800 req/s, above

@@ -43,7 +43,7 @@ from serving_bench.serving_config import ServingConfig
 from serving_bench.telemetry import Telemetry
 from serving_bench.telemetry.cpu import StealClock
 from serving_bench.tune import adapters
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_PROFILE = ROOT / "load_profiles" / "demo.yaml"

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -243,18 +244,34 @@ def sender_note(profile: Profile, real: Records) -> str | None:
         return None
     return (f"the profile was measured through the {measured} sender, the replay ran through the {replayed} one: "
             "each request's ways in and out include its sender's own time (on the 2-core VM the python sender's "
-            "took 0.3-0.5 ms more per request at the median, 1-2 ms at p99: docs/sim.md), so the simulation is "
+            "took 0.3-0.5 ms more per request at the median, 1-2 ms at p99: "
+            "docs/profiles.md#measurement-profile---repo), so the simulation is "
             "the profile's sender's")
 
 
-def run_validation(load_profile, repo, profile_path, out_dir, replay_dir=None, *, url: str | None = None,
-                   seed: int = 0, threads_per_instance: int | None = None,
-                   note: Callable[[str], None] | None = None, max_requests: int = MAX_REQUESTS,
-                   intervals: IntervalOptions = IntervalOptions()) -> list[dict]:
-    """Run (or reuse) the replay and the simulation of one schedule; write results; return the error rows, with
-    their predicted intervals as ``intervals`` asks (:func:`with_predicted`; ``validation.json``'s ``coverage``).
-    What the comparison should be read with (:func:`sender_note`) goes to ``validation.json``'s ``notes`` and
-    ``note``. ``threads_per_instance`` (None: the embedded server's default) is served and simulated alike."""
+@dataclass(frozen=True)
+class ValidateOptions:
+    """How ``validate`` runs: ``replay_dir`` (an earlier replay of the same schedule, instead of a new one), ``url``
+    (a running Triton instead of the embedded one), the simulator's ``seed``, ``threads_per_instance`` (None: the
+    embedded server's default; served and simulated alike), the schedule's bound ``max_requests`` and the predicted
+    ``intervals``."""
+
+    replay_dir: str | Path | None = None
+    url: str | None = None
+    seed: int = 0
+    threads_per_instance: int | None = None
+    max_requests: int = MAX_REQUESTS
+    intervals: IntervalOptions = IntervalOptions()
+
+
+def run_validation(load_profile, repo, profile_path, out_dir, options: ValidateOptions = ValidateOptions(), *,
+                   note: Callable[[str], None] | None = None) -> list[dict]:
+    """Run (or reuse) the replay and the simulation of one schedule as ``options`` say; write results; return the
+    error rows, with their predicted intervals (:func:`with_predicted`; ``validation.json``'s ``coverage``). What the
+    comparison should be read with (:func:`sender_note`) goes to ``validation.json``'s ``notes`` and ``note``."""
+    replay_dir, url, seed = options.replay_dir, options.url, options.seed
+    threads_per_instance, max_requests, intervals = (options.threads_per_instance, options.max_requests,
+                                                     options.intervals)
     require_count("--threads-per-instance", threads_per_instance)
     schedule = build_schedule(LoadProfile.load(load_profile) if not isinstance(load_profile, LoadProfile)
                               else load_profile, max_requests)
@@ -341,10 +358,11 @@ def main(args: argparse.Namespace) -> int:
     load = LoadProfile.load(args.load_profile)
     requests = check_schedule_size(load, args.max_requests)
     with hold_results(args.out, requests, load.duration_s, folders=1 if args.replay else 2):
-        rows = run_validation(load, args.repo, args.profile, args.out, replay_dir=args.replay, url=args.url,
-                              seed=args.seed, threads_per_instance=args.threads_per_instance,
-                              note=lambda line: print(f"note: {line}", file=sys.stderr),
-                              max_requests=args.max_requests, intervals=intervals)
+        options = ValidateOptions(replay_dir=args.replay, url=args.url, seed=args.seed,
+                                  threads_per_instance=args.threads_per_instance, max_requests=args.max_requests,
+                                  intervals=intervals)
+        rows = run_validation(load, args.repo, args.profile, args.out, options,
+                              note=lambda line: print(f"note: {line}", file=sys.stderr))
     doc = read_json(Path(args.out) / "validation.json", "validation")
     print(format_table(rows, args.confidence if args.replications else None))
     print(coverage_line(doc["coverage"], doc["replications"]))

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from serving_bench.tune.capacity import Ladder, Probe, Repeats, bisect_capacity
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from serving_bench.tune.verify import Replay, capacity_check, capacity_replays, measured_bracket
 from tune_fixtures import write_load, write_profile
 

@@ -23,7 +23,7 @@ from serving_bench.sim.host_speed import at_host_speed
 from serving_bench.sim.intervals import Replications, replicate, summary_intervals
 from serving_bench.sim.target import SimTarget
 from serving_bench.tune.capacity import Ladder, Probe, bisect_capacity
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from serving_bench.tune.intervals import CapacityQuestion, capacity_interval, climb
 from serving_bench.tune.load import Load
 from tune_fixtures import profile_json, write_load, write_profile

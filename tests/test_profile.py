@@ -744,7 +744,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     from serving_bench.export.repository import entry_dir
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
-    from serving_bench.validate import run_validation
+    from serving_bench.validate import ValidateOptions, run_validation
 
     def ratio(row):
         return abs(math.log(row["simulated"] / row["measured"]))
@@ -772,7 +772,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
                                              for b in (1, 8)}}
     (tmp_path / "naive.json").write_text(json.dumps(naive))
     rows = {r["metric"]: r for r in run_validation(load, repo, tmp_path / "naive.json", tmp_path / "naive",
-                                                   replay_dir=tmp_path / "val" / "real")}
+                                                   ValidateOptions(replay_dir=tmp_path / "val" / "real"))}
     assert ratio(rows["server mean"]) > math.log(3), rows["server mean"]
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from serving_bench.cli import main as cli_main
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from tune_fixtures import write_load, write_profile
 
 # m: 4 ms + 1 ms/item on a 2-core CPU. At 150 req/s with p99 <= 40 ms, capacity (req/s) is bounded by
@@ -344,7 +344,7 @@ def test_simulate_and_tune_serve_a_profile_without_a_repository_alike(tmp_path):
     from serving_bench.load.profile import LoadProfile, build_schedule
     from serving_bench.profiles.schema import Profile
     from serving_bench.sim.cli import serving_config_for
-    from serving_bench.tune.cli import base_config
+    from serving_bench.tune.run import base_config
     from serving_bench.tune.load import load_from_file
 
     profile = Profile.load(write_profile(tmp_path / "p.json", {"batched": (2.0, 1.0, 8), "single": (1.0, 0.0, 1)}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from tune_fixtures import write_load, write_profile
 
 ray = pytest.importorskip("ray", reason="ray is pinned in setup.cfg; install it with `make test`")

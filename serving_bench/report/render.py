@@ -11,7 +11,7 @@ import math
 from collections import defaultdict
 from html import escape
 
-from serving_bench.report.svg import heat_map, line_chart
+from serving_bench.report.svg import LineChart, heat_map
 from serving_bench.run.metrics import simulated_inside
 
 CSS = """
@@ -109,9 +109,9 @@ def cdf_section(data: dict) -> str:
     slos = (data.get("tune") or {}).get("slos", {})
     charts = []
     for i, (model, series) in enumerate(sorted(by_model.items())):
-        charts.append(line_chart(series, title=f"{model}: latency CDF", x_label="latency from intended time (ms, log)",
-                                 y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True,
-                                 log_x=True))
+        charts.append(LineChart(title=f"{model}: latency CDF", x_label="latency from intended time (ms, log)",
+                                y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True,
+                                log_x=True).svg(series))
         if model in slos:
             charts[-1] += f'<p class="note">SLO for {escape(model)}: ' + ", ".join(
                 f"{escape(s)} ≤ {b * 1e3:g} ms" for s, b in slos[model].items()) + "</p>"
@@ -134,9 +134,9 @@ def curves_section(data: dict) -> str:
                            [(p["models"][model]["p99_s"] or math.nan) * 1e3 for p in probes]))
         bound = slos.get(model, {}).get("p99")
         hl = [(f"SLO p99 {bound * 1e3:g} ms", bound * 1e3)] if bound else []
-        charts.append(line_chart(series, title=f"{model}: throughput vs p99 (simulated)",
-                                 x_label="throughput (req/s)", y_label="p99 latency (ms)", chart_id=f"curve-{i}",
-                                 hlines=hl, y_max=4 * bound * 1e3 if bound else None))
+        charts.append(LineChart(title=f"{model}: throughput vs p99 (simulated)", x_label="throughput (req/s)",
+                                y_label="p99 latency (ms)", chart_id=f"curve-{i}", hlines=hl,
+                                y_max=4 * bound * 1e3 if bound else None).svg(series))
     body = "".join(charts) or '<p class="empty">No tuning results.</p>'
     note = ('<p class="note">Each point is the candidate run on the simulator at a multiple of the profile\'s load; '
             'numbers (#1, #2, ...) are the ranks of the top candidates; p99 above four times the SLO is drawn at the '
@@ -146,8 +146,8 @@ def curves_section(data: dict) -> str:
 
 def telemetry_section(data: dict) -> str:
     series = [(f'{s["source"]}: {s["name"]}', s["t_s"], s["value"]) for s in data.get("telemetry", [])]
-    body = line_chart(series, title="Utilisation over time", x_label="time (s)", y_label="utilisation",
-                      chart_id="utilisation", markers=False) if series else \
+    body = LineChart(title="Utilisation over time", x_label="time (s)", y_label="utilisation",
+                     chart_id="utilisation", markers=False).svg(series) if series else \
         '<p class="empty">No telemetry in this folder (GPU/CPU utilisation is sampled during replays).</p>'
     return f'<section id="utilisation-section"><h2>GPU/CPU utilisation over time</h2>{body}</section>'
 

@@ -185,11 +185,6 @@ class _Frame:
         return MARGIN["top"] + self.ph - (min(v, self.y_hi) - self.y_lo) / (self.y_hi - self.y_lo) * self.ph
 
 
-def line_chart(series: Series, **chart) -> str:
-    """``LineChart(**chart).svg(series)``: the keyword form the report's pages call."""
-    return LineChart(**chart).svg(series)
-
-
 def heat_map(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float | None]], *, title: str,
              chart_id: str, value_label: str, row_label: str = "", col_label: str = "") -> str:
     """A grid of cells coloured by value (white = lowest, dark blue = highest, grey = no value)."""

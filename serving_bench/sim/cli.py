@@ -13,7 +13,8 @@ ensemble, each sending its next request when the previous one is answered, for t
 ``replay --concurrency N`` does on Triton, and what a perf_analyzer or Model Analyzer concurrency sweep reads).
 ``--client-cpu-us X`` simulates a client that costs ``X`` µs more host CPU per request than the sender the profile
 was measured through (:func:`serving_bench.sim.client.through_client`; perf_analyzer over serving-bench's native
-sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that client would measure.
+sender: about +60 on a 2-core host, docs/notes/tune-history.md#model-analyzer-comparison), so the figures are what
+that client would measure.
 ``--threads-per-instance N`` simulates a server whose every instance runs ``N`` runtime threads (``serve
 --threads-per-instance N``); by default what the embedded server gives them, cores // all served instances
 (the profile's table for that count: docs/sim.md, "Threads per instance").
@@ -81,7 +82,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="fast (default) or the SimPy reference (same records, slower)")
     parser.add_argument("--client-cpu-us", type=float, default=0.0,
                         help="host CPU per request of the client to simulate beyond the profile's sender's, in µs "
-                             "(e.g. perf_analyzer's: docs/tune.md)")
+                             "(e.g. perf_analyzer's: docs/sim.md#another-client)")
     add_threads_option(parser)
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
                         help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")

@@ -176,7 +176,8 @@ def profile_uncertain(profile) -> bool:
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None, note=None):
     """Simulated vs measured table for the same schedule (``serving_bench.validate``, its default intervals);
     returns its rows."""
-    return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir, note=note)
+    return validation.run_validation(load_profile, repo, profile_path, out_dir,
+                                     validation.ValidateOptions(replay_dir=replay_dir), note=note)
 
 
 def coverage_line(rows: list[dict]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 from serving_bench.serving_config import ServingConfig
@@ -95,10 +96,23 @@ def _verification_line(v: dict, slos: Mapping) -> str:
     return line + "."
 
 
-def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos: Mapping, offered_rps: float,
-                        objective: str, verification: list[dict], hardware: str, max_scale: float,
-                        growth: str = "superpose") -> list[str]:
+@dataclass(frozen=True)
+class Asked:
+    """What a tune was asked, as its recommendation states it: the SLOs (model -> stat -> bound, s), the load's
+    offered req/s at 1x and its growth rule, the objective, the hardware (words) and the ladder's top scale."""
+
+    slos: Mapping
+    offered_rps: float
+    objective: str
+    hardware: str
+    max_scale: float
+    growth: str = "superpose"
+
+
+def tune_recommendation(best: dict | None, config: ServingConfig | None, asked: Asked,
+                        verification: list[dict]) -> list[str]:
     """Lines of plain text: what to deploy, what it achieves, how it was checked."""
+    slos, offered_rps, hardware, growth = asked.slos, asked.offered_rps, asked.hardware, asked.growth
     if best is None or config is None:
         return ["Nothing was evaluated: the search space was empty or the budget was spent before the first result."]
     r = best["result"]
@@ -114,7 +128,7 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
         lines.append(f"On the simulator ({hardware}) this meets every SLO ({_slo_text(slos)}){gpus} at the load "
                      f"profile's {offered_rps:,.1f} req/s and {bound}{scale_text(r['capacity_scale'], growth)} that "
                      f"load ({r['capacity_rps']:,.1f} req/s; grown by {growth}: {GROWTHS[growth]})"
-                     + (f"; the search stopped at {max_scale:g}×." if r["capacity_capped"] else "."))
+                     + (f"; the search stopped at {asked.max_scale:g}×." if r["capacity_capped"] else "."))
         lines += interval_lines(r, growth)
     else:
         worst = []
@@ -129,6 +143,6 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
         lines.append(f"Best achievable: {models} — " + "; ".join(worst) + ".")
         lines.append("Relax the SLOs, allow more instances or GPUs (--instances, --gpus), or lower the load.")
     lines += [_verification_line(v, slos) for v in verification]
-    if objective == "gpus" and r["feasible"]:
+    if asked.objective == "gpus" and r["feasible"]:
         lines.append(f"Objective: fewest GPUs, then capacity ({r['gpus']} used).")
     return lines
