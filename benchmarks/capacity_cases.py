@@ -35,7 +35,7 @@ import yaml
 
 from serving_bench.calibrate.session import Session
 from serving_bench.errors import ServerError
-from serving_bench.load.driver import TritonTarget
+from serving_bench.load.driver import SendOptions, TritonTarget
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import summarize
 from serving_bench.serve.control import Control
@@ -250,8 +250,12 @@ class RealTarget:
         self.server = TritonServer(self.repo, models=self.served,
                                    threads_per_instance=self.config.threads_per_instance or None).__enter__()
         whole = self.load.at(1.0)
-        TritonTarget(self.server, timeout_s=self.timeout_s).run(whole.select(whole.arrival_s < WARM_S))
+        self.sender().run(whole.select(whole.arrival_s < WARM_S))
         idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
+
+    def sender(self) -> TritonTarget:
+        """The open-loop replay on the running server, each request's deadline ``timeout_s``."""
+        return TritonTarget(self.server, send=SendOptions(timeout_s=self.timeout_s))
 
     def stop(self) -> None:
         if self.server is not None:
@@ -265,7 +269,7 @@ class RealTarget:
         while True:
             ours, machine, begun = Session(self.server.endpoints, self.server).cpu_seconds(), busy_s(), \
                 time.perf_counter()
-            records = TritonTarget(self.server, timeout_s=self.timeout_s).run(schedule)
+            records = self.sender().run(schedule)
             if not records.info.partial:
                 break
             if len(self.notes) >= MAX_RESTARTS:

@@ -70,6 +70,7 @@ from serving_bench.calibrate.measure import measure_profile  # noqa: E402
 from serving_bench.calibrate.plan import MeasureConfig  # noqa: E402
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.profiles.law import Law  # noqa: E402
@@ -116,15 +117,17 @@ def export(repo: Path, cases: tuple[cc.Case, ...]) -> None:
     """The entries the cases use, into ``repo`` (max batch 32 where the grid may batch that much)."""
     entries = set(cc.profiled_entries(cases))
     tiny = [f for f in ("onnxruntime", "torchscript") if f"tiny_cnn_{f}" in entries or cc.ENSEMBLE in entries]
-    export_models(["tiny_cnn"], tiny, repo, max_batch_size=32,
+    export_models(["tiny_cnn"], tiny, repo, options=ExportOptions(max_batch_size=32),
                   ensembles=[f"{cc.ENSEMBLE}=tiny_cnn_onnxruntime,tiny_cnn_torchscript"] if cc.ENSEMBLE in entries
                   else [])
     if "tiny_mlp_torchscript" in entries:
-        export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=32)
+        export_models(["tiny_mlp"], ["torchscript"], repo, options=ExportOptions(max_batch_size=32))
     if "sleep_python" in entries:
-        export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
+        export_models(["sleep"], ["onnxruntime"], repo,
+                      options=ExportOptions(max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5))
     if "resnet50_onnxruntime" in entries:
-        export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=2)  # a batch of 4 takes ~1 s at one thread
+        # a batch of 4 takes ~1 s at one thread
+        export_models(["resnet50"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=2))
 
 
 def config_json(config: ServingConfig) -> dict:

@@ -83,7 +83,7 @@ def test_smoke_run_measures_saves_and_evaluates_again(tmp_path):
     last = run.stdout.strip().splitlines()[-1]
     assert LAST_LINE.match(last), last
     (data,) = tmp_path.glob("capacity_fidelity_smoke_data_*.json.xz")
-    (result,) = tmp_path.glob("capacity_fidelity_smoke_*[0-9].json")
+    (result,) = tmp_path.glob("capacity_fidelity_smoke_2*.json")
     rows = json.loads(result.read_text())["rows"]
     assert [r["name"] for r in rows] == ["tiny_cnn 1x mb1 d0", "tiny_cnn 2x mb8 d2"]
     assert [bool(r["held_out"]) for r in rows] == [False, True]

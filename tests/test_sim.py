@@ -4,6 +4,7 @@ identity (fast vs SimPy reference), the Target contract, and one-line errors for
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import warnings
@@ -281,7 +282,8 @@ def test_serial_law_is_the_machine_repair_model_on_a_gpu(k):
     at a time. k identical batches of 6 ms at demand 0.25 run together at S(k) / k of their solo speed, S(k) the
     machine-repair model's throughput in solo jobs (k = 2: each job's kernels wait d x Q(1) = 0.25 x 0.25, so each
     runs at 1 / (1 + 1/16) = 16/17). It saturates at 1 / d = 4 jobs' worth (no linear extrapolation)."""
-    from serving_bench.sim.device import Law, serial_rates
+    from serving_bench.sim.device import Law
+    from serving_bench.sim.serial import serial_rates
 
     speedup = _machine_repair_throughput(k, 0.25)
     assert Law("serial").speedup(k, 0.25) == pytest.approx(speedup)
@@ -303,7 +305,7 @@ def test_serial_law_slows_a_pair_below_the_devices_capacity():
     6 ms run at 1 / (1 + 0.3 x 0.2) — until b's 6 ms of work is done (b at 1 / (1 + 0.2 x 0.3), the same rate),
     both at 6.36 ms. A model of demand 0 is neither slowed nor slows. Beyond the exact population (Schweitzer's
     approximation) the rates stay within a few % of the exact ones; the law is refused on a CPU host."""
-    from serving_bench.sim.device import EXACT_STATES, serial_rates
+    from serving_bench.sim.serial import EXACT_STATES, serial_rates
 
     profile = _demand_profile({"a": 0.3, "b": 0.2}, kind="gpu")
     assert _together(profile, ("a", "b"), "gpu0") == pytest.approx([0.006 * 1.06] * 2)
@@ -315,6 +317,46 @@ def test_serial_law_slows_a_pair_below_the_devices_capacity():
     data["devices"]["cpu"]["law"] = {"name": "serial"}
     with pytest.raises(InputError, match=r"devices\.cpu\.law\.name"):
         Profile.from_json(data, "p.json")
+
+
+def _mean_value_rates(counts: list, demands: list) -> list:
+    """Law serial's rates by mean-value analysis over every sub-population ``m`` of the running set (docs/sim.md):
+    ``R_c(m) = d_c (1 + Q(m - e_c))``, ``Q(m) = sum_c m_c R_c(m) / (1 - d_c + R_c(m))``, a job of kind c at ``1 / (1
+    - d_c + R_c(n))``; kinds of demand 0 at 1."""
+    queue = {}
+    rates = [1.0] * len(counts)
+    for m in itertools.product(*(range(n + 1) for n in counts)):  # each m after every m - e_c
+        total = 0.0
+        for c, d in enumerate(demands):
+            if m[c] and d > 0.0:
+                response = d * (1.0 + queue[m[:c] + (m[c] - 1,) + m[c + 1:]])
+                total += m[c] * response / (1.0 - d + response)
+                if list(m) == counts:
+                    rates[c] = 1.0 / (1.0 - d + response)
+        queue[m] = total
+    return rates
+
+
+def test_serial_law_rates_are_the_mean_value_analysis():
+    """sim.serial solves a running set by the product form's normalising constant (products before each kind,
+    moments after it: no sub-population enumerated); the rates are those of mean-value analysis over every
+    sub-population, to rounding — on random sets (0-3 jobs of up to 6 kinds, demands from 0 to 1), on sets it hands
+    to mean-value analysis itself (a demand above 1, more than GF_JOBS jobs) and on one past EXACT_STATES
+    sub-populations (Schweitzer's approximation, within 5 %)."""
+    from serving_bench.sim.serial import EXACT_STATES, serial_rates
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        kinds = int(rng.integers(1, 7))
+        counts = [int(n) for n in rng.integers(0, 4, kinds)]  # at most 4^6 = EXACT_STATES sub-populations
+        demands = [float(d) for d in rng.choice([0.0, 1.0, 0.02, 0.5, 0.97], kinds) * rng.uniform(0.5, 1.0, kinds)]
+        demands[0] = float(rng.choice([demands[0], 0.0, 1.0]))
+        assert serial_rates(counts, demands) == pytest.approx(_mean_value_rates(counts, demands), rel=1e-12)
+    for counts, demands in (([2, 3], [1.05, 0.3]), ([129, 2], [0.2, 0.6]), ([1, 1], [0.0, 0.0])):
+        assert serial_rates(counts, demands) == pytest.approx(_mean_value_rates(counts, demands), rel=1e-12)
+    big = [2] * 8  # 3^8 sub-populations
+    assert 3 ** 8 > EXACT_STATES
+    assert serial_rates(big, [0.2] * 8) == pytest.approx(_mean_value_rates(big, [0.2] * 8), rel=0.05)
 
 
 def test_interference_rule_leaves_a_model_that_uses_no_device_untouched():
@@ -1267,8 +1309,9 @@ def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
                 "--concurrency", "3"]) == 0
     records = load_records(tmp_path / "out")
     assert records.info.mode == "closed" and records.info.concurrency == {"sleep_python": 3}
-    # three clients on one 6 ms instance: the instance never idles, 2 s / 6 ms answers
-    assert len(records.table) == pytest.approx(2.0 / 0.006, abs=4)
+    # three clients on one instance that batches them (the config a profile implies: dynamic batching up to its
+    # largest measured size): it never idles, a batch of 3 every 5 + 3 x 1 ms, 3 x 2 s / 8 ms answers
+    assert len(records.table) == pytest.approx(3 * 2.0 / 0.008, abs=4)
     assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
                 "--concurrency", "0"]) == 2
 

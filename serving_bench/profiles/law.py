@@ -40,7 +40,7 @@ NAMES: dict[str, LawName] = {n.name: n for n in (
     LawName("serial", (), ("gpu",), "a GPU's kernels one at a time (each running kind its own rate)"),
 )}
 DEFAULT_BY_KIND = {"cpu": "pool", "gpu": "serial"}  # a device's law where the profile names none
-GPU_LAW = DEFAULT_BY_KIND["gpu"]  # chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md)
+GPU_LAW = DEFAULT_BY_KIND["gpu"]  # chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md#laws-and-forms)
 
 
 @dataclass(frozen=True)

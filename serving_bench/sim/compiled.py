@@ -1,14 +1,14 @@
 """The simulator's compiled engine: which modules are compiled, the check that the compiled ones are what runs, and
 the switch that runs the pure Python source instead.
 
-The engine modules are those of this package with a ``.pxd`` beside them (``heap``, ``device``, ``state``, ``core``,
-``fast``, ``workload``). Installing the package (``setup.py``, run by ``make venv`` / ``pip install -e .``) compiles them with Cython
-in pure Python mode: the ``.py`` file is the one definition of the semantics, the ``.pxd`` only adds C types, and the
-compiled module gives records identical to the source's (``tests/test_sim_compiled.py``). A compile error fails the
-install.
+The engine modules are those of this package with a ``.pxd`` beside them (``heap``, ``device``, ``serial``,
+``state``, ``core``, ``fast``, ``workload``). Installing the package (``setup.py``, run by ``make venv`` / ``pip
+install -e .``) compiles them with Cython in pure Python mode: the ``.py`` file is the one definition of the
+semantics, the ``.pxd`` only adds C types, and the compiled module gives records identical to the source's
+(``tests/test_sim_compiled.py``). A compile error fails the install.
 
 At import (:func:`use`): with ``SERVING_BENCH_SIM_PURE=1`` the engine modules are loaded from their ``.py`` files —
-the reference for the compiled ones, for debugging, or where nothing can be built (about 3-5 times slower). Otherwise
+the reference for the compiled ones, for debugging, or where nothing can be built (10-50 times slower). Otherwise
 each must be compiled from the very source beside it (the build records a digest of each module's ``.py`` and ``.pxd``
 in ``_built.json``), else :class:`ImportError` says how to build it: a missing or stale build is never run silently.
 

@@ -2,6 +2,7 @@
 cimport cython
 
 from serving_bench.sim.heap cimport Entry, Heap
+from serving_bench.sim.serial cimport Serial
 
 
 cdef int SOFT, NONE, SERIAL
@@ -53,12 +54,13 @@ cdef class Device:
     cdef public long long version
     cdef public bint dirty
     cdef public int jobs
+    cdef public Serial serial
 
     @cython.locals(dt=double, r=_Running)
     cdef int _advance(self, double now) except -1
 
     @cython.locals(stretch=double, nxt=double, t=double, rate=double, r=_Running, kind=Kind, override=dict,
-                   serial=list, i=cython.Py_ssize_t)
+                   serial=Serial, i=cython.Py_ssize_t)
     cdef int _rerate(self, double now) except -1
 
     cdef dict _override(self)
@@ -77,18 +79,3 @@ cdef class Device:
     @cython.locals(done=list, r=_Running, heap=Heap, limit=double, job=Job, kind=Kind, c=int, active=list,
                    kept=cython.Py_ssize_t, waiting=list)
     cpdef list pop_finished(self, double now)
-
-
-@cython.locals(key=tuple, kept=tuple, out=list)
-cpdef list serial_rates(list counts, list demands)
-
-
-@cython.locals(kinds=cython.Py_ssize_t, out=list, states=cython.Py_ssize_t, strides=list, stride=cython.Py_ssize_t,
-               queue=list, index=cython.Py_ssize_t, total=double, c=cython.Py_ssize_t, m=cython.Py_ssize_t,
-               d=double, response=double)
-cdef list _serial_rates(list counts, list demands)
-
-
-@cython.locals(kinds=cython.Py_ssize_t, queue=list, out=list, total=double, change=double, c=cython.Py_ssize_t,
-               d=double, response=double, rate=double, q=double)
-cdef list _schweitzer_rates(list counts, list demands)

@@ -14,7 +14,7 @@ rest of it (waits) does not, so it progresses at
     rate = 1 / (1 + phi (s - 1))          solo seconds of work per second.
 
 Law ``serial`` (a GPU's default: kernels one at a time) has no single stretch: each running kind's rate comes from
-the machine-repair network of the running jobs (:func:`serial_rates`).
+the machine-repair network of the running jobs (:mod:`serving_bench.sim.serial`).
 
 *Overrides* (measurements beat the model): while all running executions on the device are of one model with a
 measured curve ``S`` (at the nearest measured batch size), they run at ``S(k) / k`` (``k`` of them); while exactly two
@@ -34,13 +34,11 @@ import math
 
 from serving_bench.profiles.law import NAMES
 from serving_bench.sim.heap import Entry, Heap
+from serving_bench.sim.serial import Serial, serial_rates
 
 LAWS = tuple(NAMES)  # the law names (their vocabulary: serving_bench.profiles.law); Law.form is the index
 SOFT, NONE, SERIAL = LAWS.index("soft"), LAWS.index("none"), LAWS.index("serial")
 INF = math.inf
-EXACT_STATES = 4096  # serial_rates solves populations of up to this many sub-populations exactly
-SOLVED_KEPT = 65536  # serial_rates keeps this many running sets' rates (a run meets the same sets again and again)
-_solved: dict = {}
 
 
 class Law:
@@ -54,7 +52,7 @@ class Law:
     * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
       baseline a co-location model has to beat;
     * ``serial``: a device that runs its jobs' kernels one at a time (a GPU, capacity 1): no single stretch, each
-      running kind gets its own rate from :func:`serial_rates`; parameter-free.
+      running kind gets its own rate from :mod:`serving_bench.sim.serial`; parameter-free.
 
     ``queue`` > 0 adds a *run queue* for the instances' threads: an instance taking up its payload while the demand
     running beside the long executions is at least ``queue * eta * C`` waits, first come first served, until that
@@ -157,7 +155,8 @@ class Device:
     computing: the wait behind it is :class:`~serving_bench.sim.spec.CoreWait`'s)."""
 
     __slots__ = ("name", "index", "law", "pairs", "overrides", "running", "active", "last", "busy_s", "version", "next",
-                 "demand", "executions", "dirty", "jobs", "long_s", "long_demand", "gate", "waiting", "waiting_head")
+                 "demand", "executions", "dirty", "jobs", "long_s", "long_demand", "gate", "waiting", "waiting_head",
+                 "serial")
 
     def __init__(self, name: str, law: Law | None = None, pairs: dict | None = None, curves: bool = True,
                  index: int = 0, long_s: float = INF):
@@ -181,6 +180,7 @@ class Device:
         self.gate = self.law.queue * self.law.scale if self.law.queue > 0.0 else INF  # in the law's units
         self.waiting: list[Job] = []  # take-ups waiting for the demand to fall below the gate, from waiting_head
         self.waiting_head = 0
+        self.serial = Serial() if self.law.form == SERIAL else None  # law serial's solver and its scratch space
 
     # -- time --------------------------------------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -196,10 +196,14 @@ class Device:
     def _rerate(self, now: float) -> None:
         """Set each running kind's rate for the current set of jobs and plan the next completion."""
         override = self._override() if self.overrides else None
-        serial = None
+        serial = self.serial
         stretch = 1.0
-        if self.law.form == SERIAL:  # a rate per kind instead of one stretch
-            serial = serial_rates([r.heap.n for r in self.active], [r.kind.demand for r in self.active])
+        if serial is not None:  # law serial: a rate per kind instead of one stretch
+            serial.reserve(len(self.active))
+            for i, r in enumerate(self.active):
+                serial.counts[i] = r.heap.n
+                serial.demands[i] = r.kind.demand
+            serial.solve(len(self.active))
         elif self.demand > 0.0:
             stretch = self.law.stretch(self.demand)
         nxt = INF
@@ -208,7 +212,7 @@ class Device:
             if override is not None and kind.key in override:
                 rate = override[kind.key]
             elif serial is not None:
-                rate = serial[i]
+                rate = serial.rates[i]
             elif stretch > 1.0:
                 rate = 1.0 / (1.0 + kind.phi * (stretch - 1.0))
             else:
@@ -348,89 +352,6 @@ class Device:
         if len(done) > 1:
             done.sort(key=_start_order)
         return done
-
-
-def serial_rates(counts: list, demands: list) -> list:
-    """Per kind, the rate (solo seconds of work per second) of each of its ``counts[c]`` running jobs of demand
-    ``demands[c]`` on a device that runs kernels one at a time (law ``serial``).
-
-    A job's solo second is ``1 - d`` of its own (the host launching kernels: never waits) and ``d`` on the device,
-    finely interleaved; the device is processor-shared among the kernels in flight. That is a closed product-form
-    network (an infinite server and a processor-sharing one, any service distribution), solved exactly by mean-value
-    analysis over the sub-populations ``m`` of the running jobs: ``R_c(m) = d_c (1 + Q(m - e_c))``,
-    ``X_c(m) = m_c / (1 - d_c + R_c(m))``, ``Q(m) = sum_c X_c(m) R_c(m)``; a job of kind c runs at
-    ``1 / (1 - d_c + R_c(n))``. A lone job keeps its solo speed, two jobs slow each other by ``1 + d_a d_b`` below
-    the device's capacity, ``k`` identical ones saturate at ``1 / d`` jobs' worth. Above :data:`EXACT_STATES`
-    sub-populations it takes Schweitzer's approximation (the fixed point with a job seeing ``(n_c - 1) / n_c`` of
-    its own kind's queue). Kinds of demand 0 run at 1. The rates of the last :data:`SOLVED_KEPT` running sets are
-    kept (a pure function: the same rates, solved once)."""
-    key = (tuple(counts), tuple(demands))
-    kept = _solved.get(key)
-    if kept is not None:
-        return list(kept)
-    out = _serial_rates(counts, demands)
-    if len(_solved) >= SOLVED_KEPT:
-        _solved.clear()
-    _solved[key] = tuple(out)
-    return out
-
-
-def _serial_rates(counts: list, demands: list) -> list:
-    """:func:`serial_rates`, solved."""
-    kinds = len(counts)
-    out = [1.0] * kinds
-    states = 1
-    for c in range(kinds):
-        if demands[c] > 0.0:
-            states *= counts[c] + 1
-    if states == 1:
-        return out
-    if states > EXACT_STATES:
-        return _schweitzer_rates(counts, demands)
-    strides = [0] * kinds
-    stride = 1
-    for c in range(kinds):
-        if demands[c] > 0.0:
-            strides[c] = stride
-            stride *= counts[c] + 1
-    queue = [0.0] * states  # Q(m), m by its mixed-radix index
-    for index in range(1, states):
-        total = 0.0
-        for c in range(kinds):
-            if strides[c] == 0:
-                continue
-            m = (index // strides[c]) % (counts[c] + 1)
-            if m:
-                d = demands[c]
-                response = d * (1.0 + queue[index - strides[c]])
-                total += m * response / (1.0 - d + response)
-                if index == states - 1:
-                    out[c] = 1.0 / (1.0 - d + response)
-        queue[index] = total
-    return out
-
-
-def _schweitzer_rates(counts: list, demands: list) -> list:
-    """:func:`serial_rates` by Schweitzer's fixed point (for populations too large to solve exactly)."""
-    kinds = len(counts)
-    queue = [counts[c] * demands[c] for c in range(kinds)]
-    out = [1.0] * kinds
-    for _ in range(500):
-        total = sum(queue)
-        change = 0.0
-        for c in range(kinds):
-            d = demands[c]
-            if d <= 0.0 or not counts[c]:
-                continue
-            response = d * (1.0 + total - queue[c] / counts[c])
-            rate = 1.0 / (1.0 - d + response)
-            q = counts[c] * rate * response
-            change = max(change, abs(q - queue[c]))
-            queue[c] = q
-            out[c] = rate
-        if change < 1e-12:
-            break
-    return out
 
 
 def _start_order(job: Job) -> int:
