@@ -11,8 +11,9 @@ profile), at least 50 ms; each configuration's load at scale 1 one client's wort
 
 1. Export, then the profile (``calibrate.measure_profile``: every entry alone at the host's cores and at one
    thread, and the calibration runs the profile fits its sharing law to by default — closed loops of each entry
-   alone at two instances, each beside the longest, all together — no pair curves). It is saved in the measurements
-   and frozen: nothing after it is fitted, and no configuration has run yet.
+   alone at two instances, each beside the longest, all together, two rounds each: their difference is the host's
+   run-to-run spread the intervals draw on — no pair curves). It is saved in the measurements and frozen: nothing
+   after it is fitted, and no configuration has run yet.
 2. Per configuration, on a server of its own (warmed by a short replay at scale 1): ``tune.capacity.bisect_capacity``
    on tune's ladder (8 rungs per doubling; scales 1/8 to 8 of the load), each rung judged by tune's SLO check
    (``check_slos``: every p99 within its bound, at most 0.1 % failed) on an open-loop replay of the load grown by
@@ -20,7 +21,13 @@ profile), at least 50 ms; each configuration's load at scale 1 one client's wort
    schedule on every attempt. The two decisive steps are repeated (three replays each, majority; ``--quick`` two,
    both must meet). Between replays the server is left to go idle.
 3. The same bisection on the simulator, the same schedules, a repeat another seed: with the profile as measured (the
-   full model) and with its law set to ``none`` (the baseline: no interference).
+   full model) and with its law set to ``none`` (the baseline: no interference). The full model's 90 % capacity
+   interval (``tune.intervals.capacity_interval``, 20 replications, each the case's schedule on its own simulator
+   seed and a host speed drawn from the profile's host spread): the replications' capacities are rungs, so the
+   interval runs from its low end to one rung above its high end (open above where a replication met at the
+   ladder's top). Coverage: the share of configurations whose measured capacity lies inside; width: the median
+   half-width over the middle, against the median repeat spread (issue 44: coverage >= 85 %, half-width <= 1.5
+   times the spread).
 
 Capacity is interpolated inside each bisection's final bracket where the worst p99/bound crosses 1, log-linearly
 between the two decisive rungs (``tune.capacity.interpolate``), on both targets alike; the rung (the highest that
@@ -36,7 +43,8 @@ best), each over all configurations and within the grid. The last line takes the
 configuration (held-out ones included) and tau and regret within the grid: there a user chooses between
 configurations of one model for one load, and the ranking is the decision; across all configurations it orders
 resnet50 against tiny_cnn, which any model gets right and nobody chooses between. Targets (issue 44, quiet machine,
-full run): median <= 5 %, worst <= 15 %, tau >= 0.8, regret <= 5 %, each at least as good as the baseline.
+full run): median <= 5 %, worst <= 15 %, tau >= 0.8, regret <= 5 %, each at least as good as the baseline. The
+scores, the table and the last line: ``capacity_scores``.
 
     .venv/bin/python benchmarks/capacity_fidelity.py [--quick | --smoke] [--out DIR] [--data SAVED.json.xz]
 
@@ -44,13 +52,15 @@ The measurements are saved first (``capacity_fidelity_data[_quick]_<date>_<host>
 each configuration's serving, load and every replay's verdict and p99s, the host's steal and load average per
 configuration); ``--data`` evaluates them again without a server (the real bisection is replayed from the saved
 verdicts, the simulated ones run again). A run stopped early saves what it measured, marked partial. ``--smoke``
-(the test's): two grid configurations, a short profile, a coarse ladder — the code path, not a figure.
+(the test's): two grid configurations, a short profile without calibration runs, a coarse ladder, four
+replications — the code path, not a figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import statistics
 import sys
@@ -59,13 +69,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from scipy.stats import kendalltau
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import capacity_cases as cc  # noqa: E402
+import capacity_scores as cs  # noqa: E402
 from serving_bench.calibrate.measure import measure_profile  # noqa: E402
 from serving_bench.calibrate.plan import MeasureConfig  # noqa: E402
 from serving_bench.errors import InputError  # noqa: E402
@@ -77,34 +85,37 @@ from serving_bench.profiles.law import Law  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.serving_config import ServingConfig  # noqa: E402
 from serving_bench.sim.interference import Observation, serving_from_json, with_law  # noqa: E402
+from serving_bench.sim.intervals import Replications, host_sigma  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
 from serving_bench.tune.capacity import Interpolated, Ladder, Repeats, bisect_capacity, interpolate  # noqa: E402
+from serving_bench.tune.intervals import CapacityQuestion, capacity_interval  # noqa: E402
 
-TARGETS = {"median": 0.05, "worst": 0.15, "tau": 0.8, "regret": 0.05}
 GROWTH = "superpose"
-SIDES = ("full", "baseline")
+CONFIDENCE = 0.9  # the capacity intervals'
 
 
 @dataclass(frozen=True)
 class Mode:
     """How much a run measures: the profile's options, replays (shortest and longest seconds, requests the
-    sparsest entry gets at scale 1), the ladder, the repeats of the decisive steps, the quiet (s) that means idle."""
+    sparsest entry gets at scale 1), the ladder, the repeats of the decisive steps, the replications of the capacity
+    intervals, the quiet (s) that means idle."""
 
     name: str
     profile: MeasureConfig
     replay: tuple[float, float, int]
     ladder: Ladder
     repeats: Repeats
+    replications: int
     idle_s: float = 0.3
 
 
 MODES = {
-    "full": Mode("full", MeasureConfig(seconds=2.0, rounds=1, idle_rounds=1, pairs=False), (4.0, 12.0, 40),
-                 Ladder(0.125, 8.0, 8), Repeats(3, "majority")),
-    "quick": Mode("quick", MeasureConfig(seconds=1.0, rounds=1, idle_rounds=1, pairs=False), (2.5, 5.0, 20),
-                  Ladder(0.125, 8.0, 8), Repeats(2, "majority")),
-    "smoke": Mode("smoke", MeasureConfig(seconds=0.5, rounds=1, idle_rounds=1, calibrate=0, pairs=False),
-                  (1.5, 1.5, 5), Ladder(0.25, 2.0, 2), Repeats(2, "majority"), 0.2),
+    "full": Mode("full", MeasureConfig(seconds=2.0, rounds=2, idle_rounds=1, pairs=False), (4.0, 12.0, 40),
+                 Ladder(0.125, 8.0, 8), Repeats(3, "majority"), 20),
+    "quick": Mode("quick", MeasureConfig(seconds=1.0, rounds=2, idle_rounds=1, pairs=False), (2.5, 5.0, 20),
+                  Ladder(0.125, 8.0, 8), Repeats(2, "majority"), 20),
+    "smoke": Mode("smoke", MeasureConfig((1, 8), seconds=0.5, rounds=1, idle_rounds=1, calibrate=0, pairs=False),
+                  (1.0, 1.0, 5), Ladder(0.25, 2.0, 2), Repeats(2, "majority"), 4, 0.2),
 }
 STARTED = time.perf_counter()
 
@@ -225,18 +236,24 @@ def figures(found, offered_rps: float) -> dict:
     inner: Interpolated = interpolate(found)
     bracket = [s.scale if s is not None else None for s in (found.met, found.failed)]
     return {"rps": inner.scale * offered_rps, "rung_rps": found.capacity_scale * offered_rps, "scale": inner.scale,
+            "rung_scale": found.capacity_scale,
             "how": inner.how, "capped": found.capped, "bracket": bracket, "spread": inner.spread,
             "repeats_rps": [r * offered_rps for r in inner.repeats], "probes": len(found.probes), "interval": None}
 
 
 def evaluate(data: dict) -> list[dict]:
     """Every configuration of ``data``: the measured capacity (its bisection replayed from the saved verdicts) and
-    the full model's and the baseline's (bisected on the simulator now), each side's relative error. A configuration
-    whose bisection was cut short (a partial run) is left out, said so."""
+    the full model's and the baseline's (bisected on the simulator now), each side's relative error, and the full
+    model's capacity interval (:func:`interval_of`). A configuration whose bisection was cut short (a partial run) is
+    left out, said so."""
     profile = Profile.from_json(data["profile"], "saved profile")
     device = profile.request_device or "cpu"
     models = {"full": profile, "baseline": with_law(profile, device, Law("none"))}
     ladder, repeats = Ladder(**data["ladder"]), Repeats(**data["repeats"])
+    sigma, where = host_sigma(profile)
+    replications = Replications(MODES[data["mode"]].replications, CONFIDENCE, sigma, seed=cc.SEED)
+    print(f"  the full model's {CONFIDENCE:.0%} capacity intervals: {replications.count} replications on the same "
+          f"schedules, each its own simulator seed and host speed; host spread {sigma:.1%} ({where})")
     rows = []
     with tempfile.TemporaryDirectory(prefix="capacity-loads-") as tmp:
         for record in data["cases"]:
@@ -252,115 +269,34 @@ def evaluate(data: dict) -> list[dict]:
                    "other_tenants_cores": others_cores(record), "load_average_1m": record["load_average_1m"]}
             config = config_from_json(record["serving"])
             for side, model in models.items():
-                row[side] = figures(bisect_capacity(cc.sim_probe(model, config, load, slos), ladder, repeats), offered)
+                found = bisect_capacity(cc.sim_probe(model, config, load, slos), ladder, repeats)
+                row[side] = figures(found, offered)
                 measured = row["measured"]["rps"]
                 row[side]["error"] = row[side]["rps"] / measured - 1 if measured > 0 else None
+            question = CapacityQuestion(profile, config, load, slos, ladder, cc.MAX_FAILED, same_load=True)
+            row["full"]["interval"] = interval_of(question, replications, row)
             rows.append(row)
     return rows
 
 
-def ranking(rows: list[dict], side: str) -> dict:
-    """Kendall's tau (tau-b) between ``side``'s predicted and the measured capacities, and the regret of ``side``'s
-    pick: 1 - measured capacity of its first / the measured best; where several tie first (capped at the ladder's
-    top, say), the mean of their measured capacities (a user takes any of them). None with fewer than two rows."""
-    if len(rows) < 2 or max(r["measured"]["rps"] for r in rows) <= 0:
-        return {"tau": None, "regret": None}
-    predicted = [r[side]["rps"] for r in rows]
-    measured = [r["measured"]["rps"] for r in rows]
-    tau = kendalltau(predicted, measured).statistic
-    picks = [i for i, p in enumerate(predicted) if p == max(predicted)]  # tied firsts: a user takes any of them
-    return {"tau": None if np.isnan(tau) else float(tau),
-            "regret": 1 - statistics.mean(measured[i] for i in picks) / max(measured),
-            "pick": " = ".join(rows[i]["name"] for i in picks), "best": rows[int(np.argmax(measured))]["name"]}
+def interval_of(question: CapacityQuestion, replications: Replications, row: dict) -> dict:
+    """The full model's capacity interval for ``row`` in req/s (``capacity_interval``: every replication replays the
+    case's schedule, its search starting at the full model's rung), against the measured capacity. The replications'
+    capacities are rungs (the highest that met); the capacity itself lies up to one rung above, so the interval's top
+    is one rung above theirs, and open where a replication met the SLOs at the ladder's top."""
+    offered, ladder = row["offered_rps"], question.ladder
+    found = capacity_interval(question, replications, start_scale=row["full"]["rung_scale"])
+    top = ladder.scale(ladder.i_max)
+    if found.low is None or found.high is None:
+        low, high = None, math.inf
+    elif any(found.capped) and found.high >= top * (1 - 1e-9):
+        low, high = found.low * offered, math.inf
+    else:
+        low, high = found.low * offered, found.high * 2 ** (1 / ladder.steps_per_doubling) * offered
+    return {**cs.interval_figures(low, high, row["measured"]), "probes": found.probes,
+            "capacities_rps": [c * offered for c in found.capacities], "capped": list(found.capped)}
 
 
-def errors(rows: list[dict], side: str) -> dict:
-    """Median and worst |error| of ``side`` over ``rows`` (those with a measured capacity)."""
-    values = [abs(r[side]["error"]) for r in rows if r[side]["error"] is not None]
-    return {"median": statistics.median(values), "worst": max(values), "rows": len(values)} if values else \
-        {"median": None, "worst": None, "rows": 0}
-
-
-def scores(rows: list[dict]) -> dict:
-    """Per side: capacity errors over all rows and the held-out ones; tau and regret over all rows and the grid's."""
-    grid = [r for r in rows if r["group"] == "grid"]
-    held = [r for r in rows if r["held_out"]]
-    return {side: {"errors": errors(rows, side), "held_out_errors": errors(held, side),
-                   "ranking": ranking(rows, side), "grid_ranking": ranking(grid, side)} for side in SIDES}
-
-
-def pct(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value * 100:+.1f} %" if signed else f"{value * 100:.1f} %"
-
-
-def print_rows(rows: list[dict]) -> None:
-    """The table: per configuration, measured capacity (rung) and repeat spread, each side's prediction and error;
-    an ``interval`` column where the rows carry prediction intervals."""
-    intervals = any(r["full"]["interval"] is not None for r in rows)
-    print(f"\n== capacity (req/s at the SLO, interpolated; the rung in brackets; growth {GROWTH})")
-    print(f"  {'configuration':<24} {'held out':<8} {'measured':>17} {'spread':>8} | {'full':>7} {'error':>8}"
-          + ("  interval" if intervals else "") + f" | {'baseline':>8} {'error':>8}")
-    for r in rows:
-        m, full, base = r["measured"], r["full"], r["baseline"]
-        interval = f"  {full['interval']}" if intervals else ""
-        print(f"  {r['name']:<24} {'yes' if r['held_out'] else '-':<8} {at_least(m)}{m['rps']:>7.1f} "
-              f"({m['rung_rps']:>6.1f}) {pct(m['spread']):>8} | {at_least(full)}{full['rps']:>6.1f} "
-              f"{pct(full['error'], True):>8}{interval} | {at_least(base)}{base['rps']:>7.1f} "
-              f"{pct(base['error'], True):>8}" + ("" if m["how"] == "interpolated" else f"  ({m['how']})"))
-    print("  (>= : capped, met at the ladder's top; an error from it is a lower bound of the error's size)")
-
-
-def at_least(side: dict) -> str:
-    return ">=" if side["capped"] else "  "
-
-
-def print_scores(rows: list[dict], found: dict) -> None:
-    others = [r["other_tenants_cores"] for r in rows if r["other_tenants_cores"] is not None]
-    if others:
-        print(f"\nother tenants kept the machine busy during the replays: median {statistics.median(others):.2f} cores "
-              f"(worst configuration {max(others):.2f}) of {os.cpu_count()}; a quiet machine has near 0")
-    spreads = [r["measured"]["spread"] for r in rows if r["measured"]["spread"] is not None]
-    if spreads:
-        print(f"\nrepeat spread of the measured capacity (what one measurement resolves): median "
-              f"{pct(statistics.median(spreads))}, worst {pct(max(spreads))} over {len(spreads)} configurations")
-    for side in SIDES:
-        s = found[side]
-        every, held = s["errors"], s["held_out_errors"]
-        print(f"{side}: capacity error median {pct(every['median'])}, worst {pct(every['worst'])} over "
-              f"{every['rows']} configurations; held out ({held['rows']}): median {pct(held['median'])}, worst "
-              f"{pct(held['worst'])}")
-        for label, rank in (("all configurations", s["ranking"]), ("the grid", s["grid_ranking"])):
-            if rank["tau"] is not None:
-                print(f"  over {label}: tau {rank['tau']:.2f}, regret {pct(rank['regret'])} (picks {rank['pick']}; "
-                      f"measured best {rank['best']})")
-
-
-def verdicts(found: dict) -> dict[str, bool]:
-    """Each target of issue 44 met or not by the full model (and at least as good as the baseline)."""
-    full, base = found["full"], found["baseline"]
-    figures_ = {"median": (full["errors"]["median"], base["errors"]["median"]),
-                "worst": (full["errors"]["worst"], base["errors"]["worst"]),
-                "regret": (full["grid_ranking"]["regret"], base["grid_ranking"]["regret"])}
-    out = {k: f is not None and f <= TARGETS[k] and (b is None or f <= b) for k, (f, b) in figures_.items()}
-    tau, tau_base = full["grid_ranking"]["tau"], base["grid_ranking"]["tau"]
-    out["tau"] = tau is not None and tau >= TARGETS["tau"] and (tau_base is None or tau >= tau_base)
-    return out
-
-
-def last_line(found: dict) -> str:
-    def number(value: float | None, scale: float = 100.0, digits: int = 1) -> str:
-        return "n/a" if value is None else f"{value * scale:.{digits}f}"
-
-    def part(side: str) -> tuple[str, str, str, str]:
-        s = found[side]
-        return (number(s["errors"]["median"]), number(s["errors"]["worst"]),
-                number(s["grid_ranking"]["tau"], 1.0, 2), number(s["grid_ranking"]["regret"]))
-    a, b, c, d = part("full")
-    a_, b_, c_, d_ = part("baseline")
-    return (f"capacity error: median {a} %, worst {b} %; ranking tau {c}; regret {d} % (baseline: median {a_} %, "
-            f"worst {b_} %, tau {c_}, regret {d_} %)")
 
 
 def saved(path: str) -> dict:
@@ -402,19 +338,19 @@ def main() -> int:
         print(f"a partial run ({data['partial']}): the configurations it finished")
     stage("the same bisections on the simulator (full model and baseline)")
     rows = evaluate(data)
-    found = scores(rows)
-    print_rows(rows)
+    found = cs.scores(rows)
+    cs.print_rows(rows, GROWTH)
     print_calibration(data)
-    print_scores(rows, found)
-    met = verdicts(found)
+    cs.print_scores(rows, found)
+    met = cs.verdicts(found)
     print("targets (issue 44; quiet machine, full run): " + ", ".join(
         f"{k} {'met' if ok else 'not met'}" for k, ok in met.items()))
-    path = write_result(name, {"rows": rows, "scores": found, "targets": TARGETS, "met": met, "growth": GROWTH,
+    path = write_result(name, {"rows": rows, "scores": found, "targets": cs.TARGETS, "met": met, "growth": GROWTH,
                                "mode": data["mode"], "partial": data.get("partial"), "data": data_path},
                         quick=quick, out_dir=args.out, timed=not args.data,
                         same_suffix_as=None if args.data else Path(data_path))
     print(f"results: {path}")
-    print(last_line(found))
+    print(cs.last_line(found))
     return 0
 
 

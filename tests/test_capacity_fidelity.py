@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -20,8 +21,8 @@ LAST_LINE = re.compile(rf"^capacity error: median {FIGURE} %, worst {FIGURE} %; 
                        rf"\(baseline: median {FIGURE} %, worst {FIGURE} %, tau {TAU}, regret {FIGURE} %\)$")
 
 
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("capacity_fidelity", BENCHMARKS / "capacity_fidelity.py")
+def _benchmark(name: str = "capacity_scores"):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -54,6 +55,28 @@ def test_scores_worked_by_hand():
     assert line == ("capacity error: median 7.5 %, worst 20.0 %; ranking tau 1.00; regret 0.0 % (baseline: median "
                     "49.2 %, worst 80.0 %, tau 0.33, regret 33.3 %)")
     assert bench.verdicts(found) == {"median": False, "worst": False, "regret": True, "tau": True}
+
+
+def test_coverage_and_width_of_the_intervals_worked_by_hand():
+    """Three rows: the measured capacity inside its interval (half-width 10 %), outside (20 %), and capped at the
+    ladder's top with the interval open above it (as wide as can be); repeat spreads 8 and 12 % (one row has none)."""
+    bench = _benchmark()
+    rows = [_row("a", 100, 104, 150), _row("b", 250, 190, 160), _row("c", 400, 330, 155)]
+    spreads = [0.08, 0.12, None]
+    for row, spread, (low, high) in zip(rows, spreads, [(90.0, 110.0), (160.0, 240.0), (350.0, math.inf)]):
+        row["measured"]["spread"] = spread
+        row["full"]["interval"] = bench.interval_figures(low, high, row["measured"])
+    assert [r["full"]["interval"]["covered"] for r in rows] == [True, False, True]
+    assert rows[1]["full"]["interval"]["half_width"] == pytest.approx(0.2)
+    assert rows[2]["full"]["interval"] == {"low_rps": 350.0, "high_rps": None, "open_above": True, "covered": True,
+                                           "half_width": None}
+    cover = bench.coverage(rows)
+    assert cover == {"rows": 3, "covered": 2, "coverage": pytest.approx(2 / 3), "half_width": pytest.approx(0.2),
+                     "spread": pytest.approx(0.10)}  # the median of 10 %, 20 % and the open row's infinity
+    met = bench.verdicts(bench.scores(rows))
+    assert met["coverage"] is False and met["width"] is False  # 67 % < 85 %; 20 % > 1.5 x 10 %
+    assert bench.interval_figures(None, math.inf, rows[0]["measured"])["covered"] is False
+    assert bench.interval_text(rows[2]["full"]["interval"]) == "350.0.. in"
 
 
 def test_no_ranking_from_a_single_row_or_nothing_measured():
@@ -89,7 +112,8 @@ def test_smoke_run_measures_saves_and_evaluates_again(tmp_path):
     assert [bool(r["held_out"]) for r in rows] == [False, True]
     for r in rows:
         assert r["measured"]["probes"] >= 2 and r["full"]["probes"] >= 2
-        assert {"rps", "rung_rps", "spread", "interval"} <= set(r["measured"])
+        assert {"rps", "rung_rps", "spread"} <= set(r["measured"])
+        assert {"low_rps", "high_rps", "open_above", "covered", "half_width"} <= set(r["full"]["interval"])
     again = subprocess.run([sys.executable, script, "--data", str(data), "--out", str(tmp_path)],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
