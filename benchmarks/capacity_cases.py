@@ -88,7 +88,6 @@ FOUR = "no run of the profile had 4 instances"
 SMALL = ("tiny_cnn_onnxruntime", "tiny_cnn_torchscript", "tiny_mlp_torchscript", "sleep_python")
 CASES = (
     grid(1, 1, 0, quick=True, smoke=True),
-    grid(1, 8, 0),
     grid(1, 32, 0),
     grid(2, 1, 0),
     grid(2, 8, 2, NO_DELAY, smoke=True),

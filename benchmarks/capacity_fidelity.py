@@ -2,8 +2,8 @@
 and predicted by the simulator from one profile measured first and then frozen, beside a no-interference baseline
 — the figures a user decides with: capacity, the ranking of configurations, and the regret of the simulator's pick.
 
-Configurations (``capacity_cases.CASES``, 14; ``--quick`` 5): tiny_cnn on ONNX Runtime at 1, 2 and 4 instances,
-max batch 1, 8 and 32, queue delay 0 and 2 ms (eight points of that grid); mixes of two to five entries of ONNX
+Configurations (``capacity_cases.CASES``, 13; ``--quick`` 5): tiny_cnn on ONNX Runtime at 1, 2 and 4 instances,
+max batch 1, 8 and 32, queue delay 0 and 2 ms (seven points of that grid); mixes of two to five entries of ONNX
 Runtime, TorchScript and the python backend; the ensemble (tiny_cnn on ONNX Runtime and TorchScript, combined);
 resnet50 on ONNX Runtime. Each entry's SLO is a p99 bound of ten times its solo latency (measured on Triton after the
 profile), at least 50 ms; each configuration's load at scale 1 one client's worth of Poisson traffic
@@ -110,7 +110,7 @@ class Mode:
 
 
 MODES = {
-    "full": Mode("full", MeasureConfig(seconds=2.0, rounds=2, idle_rounds=1, pairs=False), (4.0, 12.0, 40),
+    "full": Mode("full", MeasureConfig(seconds=2.0, rounds=2, idle_rounds=1, pairs=False), (4.0, 8.0, 40),
                  Ladder(0.125, 8.0, 8), Repeats(3, "majority"), 20),
     "quick": Mode("quick", MeasureConfig(seconds=1.0, rounds=2, idle_rounds=1, pairs=False), (2.5, 5.0, 20),
                   Ladder(0.125, 8.0, 8), Repeats(2, "majority"), 20),

@@ -113,6 +113,21 @@ def test_each_repeat_pair_gives_its_own_crossing_and_the_spread_their_range():
     assert inner.spread == pytest.approx((3.0 - 3.0 * 1.1 ** (-1 / 3)) / 3.0)
 
 
+def test_repeats_that_disagree_still_give_a_spread():
+    """Two replays a decisive step, both must meet; the second runs cool (its violation half the first's): at 3.08 the
+    first misses and the second meets, so the medians do not cross inside the bracket [2.83, 3.08] and the capacity is
+    its geometric middle. The pairs still give a spread on the medians' slope (3): the first pair crosses at the limit,
+    the cool one far above, kept at one bracket's width over it (rung 14)."""
+    ladder = Ladder()
+    found = bisect_capacity(power(3.0, noise={1: 0.5}), ladder, Repeats(2, "all"))
+    assert (found.met.rung, found.failed.rung) == (12, 13)
+    inner = interpolate(found)
+    assert inner.how == "midpoint" and inner.scale == pytest.approx(math.sqrt(ladder.scale(12) * ladder.scale(13)))
+    assert inner.repeats[0] == pytest.approx(3.0)
+    assert inner.repeats[1] == pytest.approx(ladder.scale(14))
+    assert inner.spread == pytest.approx((ladder.scale(14) - inner.repeats[0]) / inner.scale)
+
+
 def test_without_a_bracket_or_a_crossing_the_interpolation_says_so():
     ladder = Ladder(max_scale=4)
     capped = bisect_capacity(power(100.0), ladder)
