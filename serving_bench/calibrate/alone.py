@@ -48,14 +48,11 @@ def gap(lab: Lab, m: str, session: Session) -> LoopRun:
     return session.run({m: (lab.plan.sizes[m][-1], GAP_CONCURRENCY)}, max(lab.plan.config.seconds / 2, 0.5))
 
 
-def per_request(lab: Lab, m: str, session: Session) -> tuple:
-    """One-row requests at ``min(max_batch_size, 8)``: Triton's per-batch-size statistics before and after, and
-    the run."""
-    before = session.batch_stats([m])[m]
+def per_request(lab: Lab, m: str, session: Session) -> LoopRun:
+    """One-row requests at ``min(max_batch_size, 8)`` (its executed batch sizes from the statistics' counters)."""
     with session.untraced():  # statistics only; see Session.untraced
         concurrency = min(lab.plan.configs[m].max_batch_size, PER_REQUEST_CONCURRENCY)
-        run = session.run({m: (1, concurrency)}, lab.plan.config.seconds)
-    return before, session.batch_stats([m])[m], run
+        return session.run({m: (1, concurrency)}, lab.plan.config.seconds)
 
 
 def split(lab: Lab, m: str, c: int, session: Session) -> LoopRun:
@@ -94,8 +91,7 @@ def steps(lab: Lab) -> list[Step]:
     for m in plan.models:
         out += [((m, "solo", b), partial(solo, lab, m, b)) for b in plan.sizes[m]]
         out.append(((m, "cold", 0), partial(cold, lab, m, 0)))
-        if not plan.config.url:
-            out.append(((m, "gap"), partial(gap, lab, m)))
+        out.append(((m, "gap"), partial(gap, lab, m)))
         if plan.batched(m):
             out.append(((m, "per_request"), partial(per_request, lab, m)))
             out += [((m, "split", c), partial(split, lab, m, c)) for c in plan.split_levels(m)]
@@ -116,11 +112,11 @@ def measure_alone(lab: Lab) -> None:
 
 def one_thread_models(lab: Lab) -> list[str]:
     """The models whose solo batches are measured again at one runtime thread per instance: on the host's cores,
-    where the instances run several (embedded server)."""
+    where the instances run several and a server can be told their threads (:meth:`Plan.sets_threads`)."""
     plan = lab.plan
-    if plan.threads <= 1 or plan.config.url:
+    if plan.threads <= 1:
         return []
-    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE]
+    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE and plan.sets_threads(m)]
 
 
 def measure_one_thread(lab: Lab) -> None:

@@ -97,7 +97,7 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     on the weighted mean of the last ~8 idle times, fixed spacings and Poisson arrivals of every rate agree (docs/
     sim.md, "Cold starts under irregular arrivals")."""
     hot_run = runs[(model, "solo", 1)]
-    hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s, None)
+    hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s)
     quiet = [q for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
              if len(k) == 3 and k[:2] == (model, "cold") for q in [quiet_requests(run, model, wait_s)] if q is not None]
     if hot_in is None or not quiet:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
+from scipy.optimize import nnls
 from scipy.special import ndtri
 
 from serving_bench.calibrate.runs import LoopRun, batches_of, hop_s, matched_batches
 
 
-def service_and_overhead(run: LoopRun, model: str, wait_s: float,
-                         overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+def service_and_overhead(run: LoopRun, model: str,
+                         wait_s: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Service samples of a concurrency-1 run and, with the executed batches, per-request overhead and dispatch
     samples.
 
@@ -23,9 +24,8 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
     :func:`~serving_bench.calibrate.runs.hop_s`, counted half on each side of the runner): service = batch duration + h
     (what occupies Triton's instance); dispatch = from the send to the batch's start, less ``wait_s`` (the batcher's own
     delay, which the simulator models) and h/2 — the request's way to the instance (client, network, Triton's threads);
-    overhead = the rest of the latency — the way back. Without: service = latency - ``overhead`` - ``wait_s``
-    (``overhead`` given) or, if None, latency - (mean latency - Triton's mean compute), the overhead being that constant
-    mean and the dispatch part of it."""
+    overhead = the rest of the latency — the way back. Without them (any Triton): :func:`service_from_statistics`,
+    the dispatch and overhead each one constant (:func:`ways_from_statistics`)."""
     latency = run.latency[model]
     found = matched_batches(run, model, 5)
     if found is not None:
@@ -35,11 +35,39 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
         dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
         back = latency[matched] - (batches.end_s - sent) - h / 2
         return batches.duration_s + h, back, dispatch
+    service, _ = service_from_statistics(run, model, wait_s)
+    way_in, way_out = ways_from_statistics(run, model, wait_s)
+    return service, np.array([way_out]), np.array([way_in])
+
+
+def service_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[np.ndarray, float]:
+    """(service samples, the mean of the ways in and out) of a concurrency-1 run from what any Triton says, its
+    statistics extension: the samples' mean is Triton's mean compute time per request of the run (one request a
+    batch: per batch of the run's size; the driver's counters, which leave out its warm-up request), their spread
+    the client latencies' — each latency less the run's mean ways, ``mean latency - mean compute - wait_s``. The extension
+    gives sums, not samples, so the shape is the latencies': the ways' own spread counts as the service's (on the
+    2-core VM the spread of the logged service times was a third to a half of the latencies' at p99;
+    docs/profiles.md, "Against any Triton")."""
+    latency = run.latency[model]
     compute = run.compute_s(model)
-    if overhead is None:
-        overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
-        return latency - overhead - wait_s, np.array([overhead]), None
-    return latency - overhead - wait_s, None, None
+    ways = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
+    return latency - ways - wait_s, ways
+
+
+def ways_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[float, float]:
+    """(way in, way out), seconds, of a concurrency-1 run's requests from Triton's statistics alone: the time
+    outside the server (the mean latency less Triton's mean ``success`` time, the request inside it) and the
+    server's own handling outside its queue and compute (``success - queue - compute``) split evenly, the
+    queue (less the batcher's own delay ``wait_s``, which the simulator imposes) on the way in. Their sum is
+    :func:`service_from_statistics`' ways (without a ``success`` time: all of it on the way out)."""
+    ways = service_from_statistics(run, model, wait_s)[1]
+    stats = run.stats.get(model) or {}
+    success, queue = stats.get("success_mean_s"), stats.get("queue_mean_s") or 0.0
+    if not success:
+        return 0.0, ways
+    way_in = min(max(float(run.latency[model].mean()) - success, 0.0) / 2 +
+                 max(success - queue - run.compute_s(model), 0.0) / 2 + max(queue - wait_s, 0.0), ways)
+    return way_in, ways - way_in
 
 
 DRIFT_LAGS_MS = (0.5, 5.0, 50.0)  # the times apart at which phase_drift correlates two requests' services
@@ -63,7 +91,7 @@ def phase_drift(run: LoopRun, model: str, wait_s: float, lags_ms: Sequence[float
     found = matched_batches(run, model, DRIFT_MINIMUM)
     if found is None:
         return None
-    service, way_out, way_in = service_and_overhead(run, model, wait_s, None)
+    service, way_out, way_in = service_and_overhead(run, model, wait_s)
     z_in, z_service, z_out = (normal_scores(x) for x in (way_in, service, way_out))
 
     def corr(a: np.ndarray, b: np.ndarray) -> float:
@@ -105,6 +133,47 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
     outside = float(np.sum(run.latency[model][matched] - batches.duration_s))
     handoff = min(max(run.cpu_s - runner_cpu, 0.0) / outside, 1.0) if outside > 0 else None
     return runner, h, handoff
+
+
+CpuPoint = tuple[int, int, float, float]  # one run of one model: (requests, batches, compute s, host CPU s)
+
+
+def cpu_point(run: LoopRun, model: str) -> CpuPoint | None:
+    """A run of ``model`` alone as :func:`cpu_split` takes it, from the statistics' counters over the run (its
+    requests, executed batches and their summed compute time) and the host CPU it cost; None where either is
+    unknown or nothing ran."""
+    times = run.times.get(model)
+    if times is None or run.cpu_s is None or times.executions <= 0:
+        return None
+    compute = sum(ns for phases in times.by_batch.values() for _, ns in phases.values()) * 1e-9
+    return times.success[0], times.executions, compute, run.cpu_s
+
+
+def cpu_split(points: Sequence[CpuPoint]) -> tuple[float, float, float, float] | None:
+    """Where only the host's whole CPU is known (an external server on this machine: no runner log says what each
+    batch cost), each run's CPU ``X`` split as ``k + c_r R + c_b B + d C`` — a cost per run ``k`` (the load
+    driver's start), per request ``c_r`` (client, Triton's threads), per batch ``c_b`` (hand-offs), and ``d``
+    cores busy while a batch computes — over the runs' requests ``R``, batches ``B`` and compute seconds ``C``
+    (:func:`cpu_point`): non-negative least squares, each run weighing by its requests (the equation divided by
+    ``R``). Runs of one request a batch at several sizes and runs of several (dynamic batching) tell them apart.
+    Returns ``(k, c_r, c_b, d)``; None with fewer than 4 runs or runs that cannot tell them apart."""
+    if len(points) < 4:
+        return None
+    r, b, c, x = (np.array(v, dtype=float) for v in zip(*points))
+    design = np.column_stack([1 / r, np.ones_like(r), b / r, c / r])
+    if np.linalg.matrix_rank(design, tol=1e-9 * float(np.abs(design).max())) < 4:
+        return None
+    k, c_r, c_b, d = nnls(design, x / r)[0]
+    return float(k), float(c_r), float(c_b), float(d)
+
+
+def split_demand(point: CpuPoint, split: tuple[float, float, float, float]) -> float | None:
+    """The cores a batch kept busy while it computed in one run (``point``), given the run costs of
+    :func:`cpu_split`: the run's CPU less its costs per run, request and batch, over its compute seconds (at
+    least 0; None where nothing computed)."""
+    requests, batches, compute, cpu = point
+    k, c_r, c_b, _ = split
+    return max(cpu - k - c_r * requests - c_b * batches, 0.0) / compute if compute > 0 else None
 
 
 def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> float | None:
@@ -161,9 +230,12 @@ def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
     had been sent before the previous batch ended. It is what the instance spends per batch beyond Triton's compute
     time: the mean time from one batch's start to the next one's minus Triton's mean compute per batch in the same
     run, at least 0 — means on both sides, so a stall of the shared machine counts once whichever part it hit (the
-    runner's log cannot see the hop to the stub, so the gap is not read off the log directly)."""
+    runner's log cannot see the hop to the stub, so the gap is not read off the log directly). Without the batches
+    (any Triton): :func:`cycle_gap`."""
     batches = batches_of(run, model)
-    if batches is None or run.compute_s(model) <= 0:
+    if batches is None:
+        return cycle_gap(run, model)
+    if run.compute_s(model) <= 0:
         return 0.0, 0
     sent = run.sent[model]
     n = min(len(batches), len(sent))
@@ -178,11 +250,27 @@ def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
     return max(float(np.mean(cycles)) - run.compute_s(model), 0.0), len(cycles)
 
 
+def cycle_gap(run: LoopRun, model: str) -> tuple[float, int]:
+    """The gap between batches on a busy instance from Triton's statistics alone (any Triton), and the batches it
+    rests on: the run's requests (each a batch of the largest size) followed one another on the instance from the
+    first send to the last answer, less one request's ways in and out (its mean latency less Triton's mean queue
+    and compute time), so each batch's cycle less Triton's mean compute time is the gap, at least 0 ((0, 0) with
+    fewer than 3 requests or no statistics)."""
+    latency = run.latency.get(model, np.zeros(0))
+    compute = run.compute_s(model)
+    if len(latency) < 3 or compute <= 0 or model not in run.sent:
+        return 0.0, 0
+    ways = float(latency.mean()) - ((run.stats.get(model) or {}).get("queue_mean_s") or 0.0) - compute
+    span = float(run.done[model].max() - run.sent[model].min()) - max(ways, 0.0)
+    return max(span / len(latency) - compute, 0.0), len(latency)
+
+
 def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]],
                      service_mean: Callable[[int], float | None]) -> tuple[float, int]:
-    """Per-request cost from batches of n one-row requests (``batch_stats`` deltas of one run): the slope of their
-    compute time over n, minus the slope of the service time of *one* request of n rows over the same sizes (both
-    weighted least squares, weights = executions). Slopes, not levels, so a machine that is uniformly slower during
+    """Per-request cost from batches of n one-row requests (the statistics' counters before and after one run,
+    ``{batch size: (executions, compute ns)}``; ``before`` ``{}`` where ``after`` is the run's already): the slope
+    of their compute time over n, minus the slope of the service time of *one* request of n rows over the same sizes
+    (both weighted least squares, weights = executions). Slopes, not levels, so a machine that is uniformly slower during
     this run than during the service measurement does not pass for a per-request cost. Clamped at 0. Returns
     (seconds, executions of n >= 2 it rests on); 0 when fewer than two sizes were executed."""
     ns, ts, ss, ws = [], [], [], []

@@ -200,7 +200,8 @@ def assemble(lab: Lab, curve_threads: int, pairs: list[PairCurve]) -> Profile:
                    source=f"measured on {where} from {plan.repo}",
                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                    notes=tuple(lab.notes + [f"service = Triton's compute time per batch ({source})" if server_side
-                                            else "service = client latency - mean overhead"]),
+                                            else "service = Triton's mean compute time per batch size (statistics "
+                                            "extension), spread as the client latencies"]),
                    request_device=HOST_DEVICE if hosted else None)
 
 
