@@ -10,6 +10,7 @@ import numpy as np
 
 from serving_bench.calibrate.estimators import gpu_demand
 from serving_bench.calibrate.lab import Lab
+from serving_bench.calibrate.paced import Paced, paced_run
 from serving_bench.calibrate.plan import HOST_DEVICE, PER_REQUEST_CONCURRENCY, QUIET_RATES_RPS
 from serving_bench.calibrate.runs import LoopRun
 from serving_bench.calibrate.session import Session, Step
@@ -41,6 +42,16 @@ def cold(lab: Lab, name: str, r: int, session: Session) -> LoopRun:
     rng = np.random.default_rng([r, index])  # seeded: the same quiet times in every profile
     quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
     return session.open_loop(name, 1, np.cumsum(lab.cold_spacing(name) + quiet))
+
+
+def paced(lab: Lab, m: str, b: int, session: Session) -> Paced:
+    """Requests of ``b`` rows to ``m`` one at a time, each counted from the statistics' difference around it
+    (:func:`~serving_bench.calibrate.paced.paced_run`): the service time's distribution from any Triton."""
+    run = paced_run(session.url, m, b, lab.plan.config.seconds)
+    lab.log(f"{m}: batch {b}: {len(run)} paced requests ({run.skipped} with other traffic left out), compute median "
+            f"{float(np.median(run.compute_s)) * 1e3:.3f} ms, p99 {float(np.quantile(run.compute_s, 0.99)) * 1e3:.3f} ms"
+            if len(run) else f"{m}: batch {b}: no paced request was counted ({run.skipped} left out)")
+    return run
 
 
 def gap(lab: Lab, m: str, session: Session) -> LoopRun:
@@ -83,13 +94,16 @@ def quiet(lab: Lab, rate: float, session: Session) -> LoopRun:
 
 
 def steps(lab: Lab) -> list[Step]:
-    """The phase's steps in order: per model its solo runs, the first cold-start round, the gap run and (batching)
+    """The phase's steps in order: per model its solo runs (an external server: and its paced runs), the first
+    cold-start round, the gap run and (batching)
     the per-request and split runs; the later cold-start rounds, the ensembles', the pairs', and the quiet runs
     (after every solo run: the longest model is found from them)."""
     plan = lab.plan
     out: list[Step] = []
     for m in plan.models:
         out += [((m, "solo", b), partial(solo, lab, m, b)) for b in plan.sizes[m]]
+        if plan.external is not None:  # no runner logs: the distributions from the statistics, request by request
+            out += [((m, "paced", b), partial(paced, lab, m, b)) for b in plan.sizes[m]]
         out.append(((m, "cold", 0), partial(cold, lab, m, 0)))
         out.append(((m, "gap"), partial(gap, lab, m)))
         if plan.batched(m):

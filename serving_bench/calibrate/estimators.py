@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 from scipy.special import ndtri
 
+from serving_bench.calibrate.paced import Paced
 from serving_bench.calibrate.runs import LoopRun, batches_of, hop_s, matched_batches
 
 
@@ -55,19 +55,34 @@ def service_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[np
 
 
 def ways_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[float, float]:
-    """(way in, way out), seconds, of a concurrency-1 run's requests from Triton's statistics alone: the time
-    outside the server (the mean latency less Triton's mean ``success`` time, the request inside it) and the
-    server's own handling outside its queue and compute (``success - queue - compute``) split evenly, the
-    queue (less the batcher's own delay ``wait_s``, which the simulator imposes) on the way in. Their sum is
-    :func:`service_from_statistics`' ways (without a ``success`` time: all of it on the way out)."""
+    """(way in, way out), seconds, of a concurrency-1 run's requests from Triton's statistics alone: of
+    :func:`service_from_statistics`' ways, Triton's mean queue time (less the batcher's own delay ``wait_s``, which
+    the simulator imposes) is on the way in, the rest split evenly. (Triton's ``success`` time does not bound the
+    time inside the server: the python backend reports it when it releases the request, after the answer left;
+    on the 2-core VM it was longer than the client's latency for many requests.)"""
     ways = service_from_statistics(run, model, wait_s)[1]
-    stats = run.stats.get(model) or {}
-    success, queue = stats.get("success_mean_s"), stats.get("queue_mean_s") or 0.0
-    if not success:
-        return 0.0, ways
-    way_in = min(max(float(run.latency[model].mean()) - success, 0.0) / 2 +
-                 max(success - queue - run.compute_s(model), 0.0) / 2 + max(queue - wait_s, 0.0), ways)
-    return way_in, ways - way_in
+    queue = min(max(((run.stats.get(model) or {}).get("queue_mean_s") or 0.0) - wait_s, 0.0), ways)
+    return queue + (ways - queue) / 2, (ways - queue) / 2
+
+
+def paced_service(paced: Paced, mean_s: float) -> np.ndarray:
+    """Service samples of one batch size from a paced run's per-request compute times (their shape: each request
+    waited for the counters before it, so its batch started after a little idle time) scaled to ``mean_s``, the
+    back-to-back run's mean compute time (Triton's counters over it)."""
+    compute = paced.compute_s
+    return compute * (mean_s / float(compute.mean())) if len(compute) and compute.mean() > 0 else compute
+
+
+def paced_ways(paced: Paced, wait_s: float, way_in_s: float, way_out_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(way in, way out) samples from a paced run's per-request times, split as :func:`ways_from_statistics` splits
+    the means — each request's latency beyond its queue and compute time half each way, its queue time (less
+    ``wait_s``) on the way in — each shifted to the load driver's means ``way_in_s`` and ``way_out_s`` (the paced
+    run's client is another, so only its spread is taken), at least 0."""
+    queue = np.clip(paced.queue_s - wait_s, 0.0, None)
+    way_out = np.clip(paced.latency_s - paced.compute_s - paced.queue_s, 0.0, None) / 2
+    way_in = way_out + queue
+    return (np.clip(way_in - way_in.mean() + way_in_s, 0.0, None),
+            np.clip(way_out - way_out.mean() + way_out_s, 0.0, None))
 
 
 DRIFT_LAGS_MS = (0.5, 5.0, 50.0)  # the times apart at which phase_drift correlates two requests' services
@@ -120,7 +135,10 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
       CPU time overstates it where threads spin while they wait (they yield the core to real work when it is
       busy): the sharing law's ``psi`` scales it (:mod:`serving_bench.sim.spec`).
 
-    Demands are None where the server did not say."""
+    Demands are None where the server did not say; without a runner log, :func:`process_demands` (hop 0)."""
+    if batches_of(run, model) is None:
+        runner, handoff = process_demands(run, model)
+        return runner, 0.0, handoff
     found = matched_batches(run, model, 5)
     if found is None or np.isnan(found[1].cpu_s).any():
         return None, 0.0, None
@@ -135,45 +153,20 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
     return runner, h, handoff
 
 
-CpuPoint = tuple[int, int, float, float]  # one run of one model: (requests, batches, compute s, host CPU s)
-
-
-def cpu_point(run: LoopRun, model: str) -> CpuPoint | None:
-    """A run of ``model`` alone as :func:`cpu_split` takes it, from the statistics' counters over the run (its
-    requests, executed batches and their summed compute time) and the host CPU it cost; None where either is
-    unknown or nothing ran."""
+def process_demands(run: LoopRun, model: str) -> tuple[float | None, float | None]:
+    """(runner demand, hand-off demand) of a one-at-a-time run of one model where no runner logs its batches but
+    the host's CPU is measured and the instances run in processes of their own (an external server on this machine:
+    the python backend's stubs, ``LoopRun.runner_cpu_s``) — :func:`demands` without the log: the instances' CPU over
+    Triton's summed compute time of the run's batches, and the rest of the run's CPU over the time its requests
+    spent outside the instance (latency less Triton's mean compute, summed), at most 1. None where unknown."""
     times = run.times.get(model)
-    if times is None or run.cpu_s is None or times.executions <= 0:
-        return None
+    if times is None or run.cpu_s is None or run.runner_cpu_s is None:
+        return None, None
     compute = sum(ns for phases in times.by_batch.values() for _, ns in phases.values()) * 1e-9
-    return times.success[0], times.executions, compute, run.cpu_s
-
-
-def cpu_split(points: Sequence[CpuPoint]) -> tuple[float, float, float, float] | None:
-    """Where only the host's whole CPU is known (an external server on this machine: no runner log says what each
-    batch cost), each run's CPU ``X`` split as ``k + c_r R + c_b B + d C`` — a cost per run ``k`` (the load
-    driver's start), per request ``c_r`` (client, Triton's threads), per batch ``c_b`` (hand-offs), and ``d``
-    cores busy while a batch computes — over the runs' requests ``R``, batches ``B`` and compute seconds ``C``
-    (:func:`cpu_point`): non-negative least squares, each run weighing by its requests (the equation divided by
-    ``R``). Runs of one request a batch at several sizes and runs of several (dynamic batching) tell them apart.
-    Returns ``(k, c_r, c_b, d)``; None with fewer than 4 runs or runs that cannot tell them apart."""
-    if len(points) < 4:
-        return None
-    r, b, c, x = (np.array(v, dtype=float) for v in zip(*points))
-    design = np.column_stack([1 / r, np.ones_like(r), b / r, c / r])
-    if np.linalg.matrix_rank(design, tol=1e-9 * float(np.abs(design).max())) < 4:
-        return None
-    k, c_r, c_b, d = nnls(design, x / r)[0]
-    return float(k), float(c_r), float(c_b), float(d)
-
-
-def split_demand(point: CpuPoint, split: tuple[float, float, float, float]) -> float | None:
-    """The cores a batch kept busy while it computed in one run (``point``), given the run costs of
-    :func:`cpu_split`: the run's CPU less its costs per run, request and batch, over its compute seconds (at
-    least 0; None where nothing computed)."""
-    requests, batches, compute, cpu = point
-    k, c_r, c_b, _ = split
-    return max(cpu - k - c_r * requests - c_b * batches, 0.0) / compute if compute > 0 else None
+    outside = float(np.sum(np.clip(run.latency[model] - run.compute_s(model), 0.0, None)))
+    runner = run.runner_cpu_s / compute if compute > 0 else None
+    handoff = min(max(run.cpu_s - run.runner_cpu_s, 0.0) / outside, 1.0) if outside > 0 else None
+    return runner, handoff
 
 
 def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> float | None:
@@ -187,11 +180,16 @@ def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> f
 
 def handoff_point(run: LoopRun, model: str) -> tuple[float, float] | None:
     """(requests per executed batch ``n``, host CPU seconds outside the runner per answered request ``o``) of a run
-    of ``model``: the run's CPU less its logged batches' over its answered requests; None where the server did not
-    say."""
+    of ``model``: the run's CPU less its logged batches' (without a log: its instances' processes', over Triton's
+    count of batches) over its answered requests; None where the server did not say."""
     executed = batches_of(run, model)
     answered = len(run.latency.get(model, ()))
-    if executed is None or run.cpu_s is None or not len(executed) or not answered or np.isnan(executed.cpu_s).any():
+    if executed is None:  # no runner log: the instances' processes' CPU and Triton's count of batches, where known
+        times = run.times.get(model)
+        if times is None or run.cpu_s is None or run.runner_cpu_s is None or not times.executions or not answered:
+            return None
+        return answered / times.executions, (run.cpu_s - run.runner_cpu_s) / answered
+    if run.cpu_s is None or not len(executed) or not answered or np.isnan(executed.cpu_s).any():
         return None
     return answered / len(executed), (run.cpu_s - float(executed.cpu_s.sum())) / answered
 

@@ -12,12 +12,12 @@ import numpy as np
 
 from serving_bench.calibrate.alone import one_thread_models
 from serving_bench.calibrate.cold import cold_starts
-from serving_bench.calibrate.estimators import (batch_gap, cpu_point, cpu_split, demands, handoff_point, handoff_split,
-                                               per_request_cost, per_request_cpu, phase_drift, pickup_s,
-                                               service_and_overhead, split_demand)
+from serving_bench.calibrate.estimators import (batch_gap, demands, handoff_point, handoff_split, paced_service,
+                                               paced_ways, per_request_cost, per_request_cpu, phase_drift, pickup_s,
+                                               service_and_overhead)
 from serving_bench.calibrate.lab import Lab, ModelResult
 from serving_bench.calibrate.plan import HOST_DEVICE
-from serving_bench.calibrate.runs import batches_of, lone_wait_s, thin
+from serving_bench.calibrate.runs import lone_wait_s, thin
 from serving_bench.profiles.distributions import Dist
 from serving_bench.profiles.entries import ModelOnDevice, ThreadTable
 
@@ -42,8 +42,6 @@ def estimate_model(lab: Lab, m: str) -> None:
             lab.log(f"{m}: gap between batches on a busy instance {r.gap_s * 1e6:.0f} us (from {count} batches)")
     if (m, "per_request") in lab.runs:
         per_request(lab, m)
-    if batches_of(lab.runs[(m, "solo", lab.plan.sizes[m][0])], m) is None:
-        cpu_from_totals(lab, m)
     r.idle = cold_starts(lab.runs, m, lone_wait_s(lab.plan.configs[m], 1))
     if r.idle is not None:
         e = r.idle
@@ -59,6 +57,11 @@ def service_and_demand(lab: Lab, m: str, b: int) -> None:
     r, run, first = lab.results[m], lab.runs[(m, "solo", b)], b == lab.plan.sizes[m][0]
     wait_s = lone_wait_s(lab.plan.configs[m], b)
     service, over, dispatch = service_and_overhead(run, m, wait_s)
+    paced = lab.runs.get((m, "paced", b))
+    if paced is not None and len(paced):  # no runner logs: the shapes of the paced run's requests
+        service = paced_service(paced, float(service.mean()))
+        if first and over is not None and dispatch is not None:
+            dispatch, over = paced_ways(paced, wait_s, float(dispatch.mean()), float(over.mean()))
     if first:
         r.overhead = thin(np.clip(over, 0.0, None)) if over is not None else Dist.constant(0.0)
         r.dispatch = thin(dispatch) if dispatch is not None else None
@@ -121,42 +124,6 @@ def split_handoff(lab: Lab, r: ModelResult, m: str, split: tuple[float, float]) 
     r.handoff_cpu_s = split[1]
 
 
-def cpu_from_totals(lab: Lab, m: str) -> None:
-    """Where no runner logs its batches but the host's CPU is measured (an external server on this machine): the
-    runs of ``m`` alone split into costs per run, request and batch and the cores a batch keeps busy
-    (:func:`cpu_split`); each batch size's demand from its solo run (:func:`split_demand`), the per-batch part as
-    the hand-off CPU, the per-request part over the time a request spends outside the instance as its ways' demand
-    (at most one core), and an idle instance's take-up of a payload (:func:`pickup_s`)."""
-    r, plan = lab.results[m], lab.plan
-    split = totals_split(lab, m)
-    if split is None or r.dispatch is None:
-        return
-    for b in plan.sizes[m] if r.device == HOST_DEVICE else ():  # on a GPU the device's share (NVML) stays
-        demand = split_demand(cpu_point(lab.runs[(m, "solo", b)], m), split)
-        if demand is not None:
-            r.demand[b] = demand
-    alone = lab.runs[(m, "solo", plan.sizes[m][0])]
-    if plan.batched(m):
-        r.pickup_s = pickup_s(alone, m, lone_wait_s(plan.configs[m], 1), r.dispatch.mean)
-    outside = r.dispatch.mean - r.pickup_s + r.overhead.mean
-    r.request_demand = min(split[1] / outside, 1.0) if outside > 0 else None
-    r.handoff_cpu_s = split[2]
-    lab.log(f"{m}: host CPU {split[1] * 1e6:.0f} us per request ({r.request_demand or 0.0:.2f} cores on the way in "
-            f"and out) + {split[2] * 1e6:.0f} us per batch + {split[0] * 1e3:.1f} ms per run; {split[3]:.2f} cores "
-            "while a batch computes; by batch size " + ", ".join(f"{b}: {d:.2f}" for b, d in sorted(r.demand.items()))
-            + " (the server's whole CPU split over the runs: no runner log)")
-
-
-def totals_split(lab: Lab, m: str) -> tuple[float, float, float, float] | None:
-    """:func:`cpu_split` of the runs of ``m`` alone on the server of one instance per model (solo, gap, per-request
-    and split runs), None where the host's CPU is unknown or they cannot tell its parts apart."""
-    plan = lab.plan
-    keys = [(m, "solo", b) for b in plan.sizes[m]] + [(m, "gap"), (m, "per_request")] + \
-        [(m, "split", c) for c in plan.split_levels(m)]
-    points = [cpu_point(lab.runs[key], m) for key in keys if key in lab.runs]
-    return cpu_split([p for p in points if p is not None])
-
-
 class ServiceMean:
     """The mean service time (s) of a batch of ``n`` rows from the measured sizes (interpolated), None outside
     them: what :func:`per_request_cost` compares Triton's batches of ``n`` one-row requests with."""
@@ -176,12 +143,13 @@ def estimate_one_thread(lab: Lab) -> None:
     model's ``other_threads[1]``."""
     for m in one_thread_models(lab):
         r, batches, demand = lab.results[m], {}, {}
-        split = totals_split(lab, m) if batches_of(lab.runs[(m, "solo", 1)], m) is None else None
         for b in lab.plan.sizes[m]:
             run = lab.runs[(m, "solo at 1 thread", b)]
-            batches[b] = thin(service_and_overhead(run, m, lone_wait_s(lab.plan.configs[m], b))[0])
-            point = cpu_point(run, m) if split is not None else None
-            batch_demand = demands(run, m)[0] if split is None else split_demand(point, split) if point else None
+            service = service_and_overhead(run, m, lone_wait_s(lab.plan.configs[m], b))[0]
+            paced = lab.runs.get((m, "paced", b))
+            batches[b] = thin(paced_service(paced, float(service.mean())) if paced is not None and len(paced)
+                              else service)
+            batch_demand = demands(run, m)[0]
             if batch_demand is not None:
                 demand[b] = batch_demand
             lab.log(f"{m}: batch {b} at 1 thread: service mean {batches[b].mean * 1e3:.3f} ms ("

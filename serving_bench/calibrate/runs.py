@@ -26,7 +26,9 @@ class LoopRun:
     (``load.driver``'s per-model means), the run's ``perf_counter`` window and, where the server could say, the batches
     it executed in that window (runners' execution logs or Triton's trace; None: unknown); ``times``: per model the
     statistics extension's counters over the run (:class:`~serving_bench.serve.control.ModelTimes`: compute time per
-    executed batch size, queue and success time per request), from any Triton."""
+    executed batch size, queue and success time per request), from any Triton; ``runner_cpu_s``: of ``cpu_s``, what
+    the processes of the run's models' instances used (an external server on this machine whose instances run in
+    processes of their own: the python backend), else None."""
 
     latency: dict[str, np.ndarray]
     stats: dict[str, dict]
@@ -37,6 +39,7 @@ class LoopRun:
     cpu_s: float | None = None  # CPU seconds the server, its stubs and the client used in the run, where known
     sender: str | None = None  # the load driver's sender that ran it (``native`` or ``python``), where known
     times: dict[str, ModelTimes] = field(default_factory=dict)  # the statistics' counters over the run, per model
+    runner_cpu_s: float | None = None  # CPU seconds of the processes of its models' instances, where known apart
 
     def compute_s(self, model: str) -> float:
         """Triton's mean compute time per request in this run (input + infer + output), seconds."""

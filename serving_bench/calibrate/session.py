@@ -38,6 +38,7 @@ TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, re
 # config parameters that set an instance's runtime threads: serving-bench's runners, Triton's ONNX Runtime and PyTorch
 # backends
 THREAD_PARAMETERS = ("threads_per_instance", "intra_op_thread_count", "INTRA_OP_THREAD_COUNT")
+STUB = "triton_python_backend_stub"  # the process the python backend runs each model instance in
 
 
 # tritonserver arguments that trace every request (its trace file comes with trace_args)
@@ -93,11 +94,13 @@ class Session:
     def _collect(self, target, schedule: Schedule, rows_of: Mapping[str, int]) -> LoopRun:
         names = tuple(rows_of)
         times_before = self.model_times(names)
+        instances_before = self.instance_cpu(names)
         cpu_before = self.cpu_seconds()
         start = time.perf_counter()
         records = target.run(schedule)
         end = time.perf_counter()
         cpu_after = self.cpu_seconds()
+        instances_after = self.instance_cpu(names)
         times_after = self.model_times(names)
         if records.info.partial:  # the server or a model instance died: measure this step on a new one
             raise ServerDied(f"the measurement run stopped early: {records.info.stop_reason}")
@@ -121,7 +124,9 @@ class Session:
             executions = {m: ex.window(start, end) for m, ex in self.server.executions().items() if m in names}
         run = LoopRun(latency, dict(records.info.server_stats), (start, end), sent, done, executions,
                       cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None,
-                      records.info.sender, {m: times_after[m].minus(times_before[m]) for m in names})
+                      records.info.sender, {m: times_after[m].minus(times_before[m]) for m in names},
+                      None if instances_before is None or instances_after is None else
+                      sum(cpu - instances_before.get(pid, 0.0) for pid, cpu in instances_after.items()))
         self.runs.append(run)
         return run
 
@@ -140,6 +145,25 @@ class Session:
                 total += t.user + t.system
             me = psutil.Process().cpu_times()  # children_*: the ended (waited-for) sender processes of the runs
             return total + me.user + me.system + me.children_user + me.children_system
+        except psutil.Error:  # a process ended meanwhile: no figure for this run
+            return None
+
+    def instance_cpu(self, models: Sequence[str]) -> dict[int, float] | None:
+        """CPU seconds so far of each process of an external server on this machine that runs an instance of one of
+        ``models`` on its own — the python backend's stubs (:data:`STUB`; their command line names the model's
+        ``model.py``) — by pid; None without such a server or processes (a native backend's instances are threads
+        of the server)."""
+        if self.pid is None:
+            return None
+        try:
+            out = {}
+            for process in psutil.Process(self.pid).children(recursive=True):
+                command = process.cmdline()
+                if command and command[0].endswith(STUB) and len(command) > 1 and \
+                        Path(command[1]).parent.parent.name in models:
+                    t = process.cpu_times()
+                    out[process.pid] = t.user + t.system
+            return out or None
         except psutil.Error:  # a process ended meanwhile: no figure for this run
             return None
 

@@ -1,0 +1,179 @@
+"""``profile --url`` against any Triton: the statistics extension's counters per run and batch size, service and ways
+from them alone, samples from sums (paced runs), the host CPU of a server on this machine split over the runs, model
+control for co-location; and (server, slow) the embedded server profiled as if it were external, its predictions
+against the embedded profile's, the tolerance the embedded profile's own repeatability measured in the same test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serving_bench.calibrate.runs import LoopRun
+from serving_bench.serve.control import COMPUTE_PHASES, ModelTimes
+
+
+def _times(by_batch, queue=(0, 0), success=(0, 0)):
+    """ModelTimes from ``{batch: (executions, compute ns)}`` (all of it in compute_infer)."""
+    phases = {b: {p: ((n, ns) if p == "compute_infer" else (n, 0)) for p in COMPUTE_PHASES}
+              for b, (n, ns) in by_batch.items()}
+    inferences = sum(b * n for b, (n, _) in by_batch.items())
+    return ModelTimes(phases, queue, success, inferences, sum(n for n, _ in by_batch.values()))
+
+
+def test_the_counters_of_a_run_are_their_difference_per_batch_size():
+    before = _times({1: (10, 10_000_000), 4: (2, 8_000_000)}, (12, 1_000_000), (12, 30_000_000))
+    after = _times({1: (20, 30_000_000), 4: (2, 8_000_000), 8: (5, 50_000_000)}, (32, 3_000_000), (32, 90_000_000))
+    run = after.minus(before)
+    assert sorted(run.by_batch) == [1, 8]  # batch size 4 ran nothing in between
+    assert run.executed(1) == 10 and run.compute_s(1) == pytest.approx(0.002) and run.compute_s(8) == pytest.approx(0.01)
+    assert run.compute_s(4) is None and run.executed(4) == 0
+    assert run.batch_counts() == {1: (10, 20_000_000), 8: (5, 50_000_000)}
+    assert run.queue_s == pytest.approx(0.0001) and run.success_s == pytest.approx(0.003)
+    assert run.executions == 15 and run.inferences == 50
+    assert ModelTimes().queue_s is None and ModelTimes().success_s is None
+
+
+def test_service_from_statistics_has_tritons_mean_and_the_latencies_spread():
+    from serving_bench.calibrate.estimators import service_from_statistics
+
+    latency = np.array([0.011, 0.012, 0.013, 0.020])
+    run = LoopRun({"m": latency}, {"m": {"compute_infer_mean_s": 0.010}}, (0.0, 1.0))
+    service, ways = service_from_statistics(run, "m", 0.0005)
+    assert ways == pytest.approx(latency.mean() - 0.010 - 0.0005)
+    assert service.mean() == pytest.approx(0.010) and np.diff(service) == pytest.approx(np.diff(latency))
+
+
+def test_the_gap_between_batches_from_the_runs_cycle():
+    from serving_bench.calibrate.estimators import batch_gap, cycle_gap
+
+    # a closed loop of 3 in flight: 50 batches of 5 ms, 200 us between them; each request 0.5 ms on its way in
+    # and 0.5 ms out; Triton's mean queue time is what the rest of the latency was: the span from the first send to
+    # the last answer, less one request's ways, holds 50 cycles but the last gap
+    n, compute, gap = 50, 0.005, 0.0002
+    done = 0.0005 + np.arange(1, n + 1) * (compute + gap) - gap + 0.0005
+    sent = np.concatenate([np.zeros(3), done[:-3]])
+    queue = float((done - sent).mean()) - 0.001 - compute
+    run = LoopRun({"m": done - sent}, {"m": {"compute_infer_mean_s": compute, "queue_mean_s": queue}}, (0.0, 1.0),
+                  {"m": sent}, {"m": done})
+    value, count = cycle_gap(run, "m")
+    assert count == n and value == pytest.approx(gap * (1 - 1 / n))
+    assert batch_gap(run, "m") == (value, count)  # no logged batches: the cycle
+    assert cycle_gap(LoopRun({"m": done[:2] - sent[:2]}, run.stats, (0.0, 1.0), {"m": sent[:2]}, {"m": done[:2]}),
+                     "m") == (0.0, 0)
+
+
+def test_the_hosts_cpu_of_a_server_here_splits_into_its_instances_and_the_rest():
+    """Without a runner log, a server on this machine whose instances run in processes of their own: 40 requests
+    one at a time, 2 ms of compute each (80 ms in all), 5 ms of latency; the instances' processes used 40 ms, the
+    run 160 ms in all: half a core while a batch computes, the rest (120 ms) over the 120 ms the requests spent
+    outside the instance is one core on the ways (at most one); a loaded run gives the split's point."""
+    from serving_bench.calibrate.estimators import demands, handoff_point, handoff_split, process_demands
+
+    times = {"m": _times({1: (40, 80_000_000)}, (40, 0), (40, 0))}
+    run = LoopRun({"m": np.full(40, 0.005)}, {"m": {"compute_infer_mean_s": 0.002}}, (0.0, 1.0), cpu_s=0.16,
+                  times=times, runner_cpu_s=0.04)
+    assert process_demands(run, "m") == pytest.approx((0.5, 1.0))
+    assert demands(run, "m") == pytest.approx((0.5, 0.0, 1.0))  # no log: these, and no hop
+    assert process_demands(LoopRun(run.latency, run.stats, run.window, cpu_s=0.16, times=times), "m") == (None, None)
+    assert handoff_point(run, "m") == pytest.approx((1.0, 0.003))
+    loaded = LoopRun({"m": np.full(90, 0.01)}, {}, (0.0, 1.0), cpu_s=0.2, runner_cpu_s=0.05,
+                     times={"m": _times({3: (30, 90_000_000)}, (90, 0), (90, 0))})
+    assert handoff_point(loaded, "m") == pytest.approx((3.0, 0.15 / 90))
+    # o = c_r + c_b / n through (1, 3 ms) and (3, 1.67 ms): 1 ms per request, 2 ms per batch
+    assert handoff_split([handoff_point(run, "m"), handoff_point(loaded, "m")]) == pytest.approx((0.001, 0.002))
+
+
+def test_paced_samples_give_the_shape_and_the_back_to_back_run_the_mean():
+    from serving_bench.calibrate.estimators import paced_service, paced_ways
+    from serving_bench.calibrate.paced import Paced, one_request
+
+    compute = np.array([0.0011, 0.0012, 0.0013, 0.0024])
+    queue = np.full(4, 0.00015)
+    success = compute + queue + 0.00005
+    paced = Paced(1, success + np.array([0.0004, 0.0004, 0.0006, 0.0010]), compute, queue, success)
+    service = paced_service(paced, 0.0010)
+    assert service.mean() == pytest.approx(0.0010) and service / compute == pytest.approx(np.full(4, 0.0010 / 0.0015))
+    way_in, way_out = paced_ways(paced, 0.0001, 0.0003, 0.0002)
+    assert way_in.mean() == pytest.approx(0.0003) and way_out.mean() == pytest.approx(0.0002)
+    # each way holds half of the latency beyond queue and compute; the queue, beyond the batcher's delay, is on the
+    # way in
+    assert np.diff(way_out) == pytest.approx(np.diff([0.000225, 0.000225, 0.000325, 0.000525]))
+    assert np.diff(way_in) == pytest.approx(np.diff(way_out))
+    # a difference of the counters counts one request only where it holds exactly one, alone in a batch of its size
+    one = _times({1: (1, 1_200_000)}, (1, 150_000), (1, 1_400_000))
+    assert one_request(one, 1) == pytest.approx((0.0012, 0.00015, 0.0014))
+    assert one_request(_times({1: (2, 2_400_000)}, (2, 0), (2, 0)), 1) is None  # someone else's request too
+    assert one_request(one, 2) is None  # not its size
+
+
+def test_a_served_configuration_reloaded_with_other_instances_and_threads():
+    from serving_bench.calibrate.session import reconfigured, served_threads
+    from serving_bench.export.repository import ModelConfig
+
+    config = ModelConfig(name="m", backend="python", max_batch_size=8)
+    config.instance_group.add(count=1, kind=config.instance_group.add().KIND_CPU)
+    del config.instance_group[1:]
+    config.parameters["threads_per_instance"].string_value = "2"
+    assert served_threads(config) == 2
+    again = reconfigured(config, 3, 1)
+    assert [g.count for g in again.instance_group] == [3] and served_threads(again) == 1
+    assert served_threads(config) == 2  # a copy: the served one unchanged
+    ort = ModelConfig(name="o", platform="onnxruntime_onnx")
+    assert served_threads(ort) is None and not ort.parameters  # looking does not add the parameter
+    assert [g.count for g in reconfigured(ort, 2, 4).instance_group] == [2] and served_threads(
+        reconfigured(ort, 2, 4)) is None  # no thread parameter named: the threads are left as served
+    ort.parameters["intra_op_thread_count"].string_value = "4"
+    assert served_threads(reconfigured(ort, 2, 1)) == 1
+
+
+@pytest.mark.server
+def test_an_external_server_is_inspected_reloaded_and_restored(sleep_repo, tmp_path):
+    """A server without model control (started without ``--model-control-mode=explicit``): the plan says so and
+    keeps what it serves (no calibration, curves only up to its instances). With it: each phase reloads the models
+    with its instances and threads, and the server serves them as before once the phase ends."""
+    from dataclasses import replace
+
+    from serving_bench.calibrate.plan import MeasureConfig, plan_measurement
+    from serving_bench.calibrate.session import inspect_external, reloaded
+    from serving_bench.errors import InputError
+    from serving_bench.serve.control import Control
+    from serving_bench.serve.server import TritonServer
+
+    config = MeasureConfig(colocation=(1, 2), calibrate=2)
+    with TritonServer(sleep_repo) as server:  # every entry, no model control
+        url = server.endpoints.grpc_url
+        plan = plan_measurement(sleep_repo, ["sleep_python"], replace(config, url=url))
+        assert not plan.reloads and not plan.calibrated and plan.instances_at_most("sleep_python", 4) == 1
+        assert any("does not allow model control" in n and "polling" in n for n in plan.notes)
+        with pytest.raises(InputError, match="not served by the server"):
+            inspect_external(url, ["nope"])
+    with TritonServer(sleep_repo, models=["sleep_python"], threads_per_instance=2) as server:
+        url = server.endpoints.grpc_url
+        plan = plan_measurement(sleep_repo, ["sleep_python"], replace(config, url=url))
+        assert plan.reloads and plan.calibrated and plan.threads == 2 and plan.sets_threads("sleep_python")
+        with Control(url) as control:
+            def served():
+                c = control.model_config("sleep_python")
+                return sum(g.count for g in c.instance_group), c.parameters["threads_per_instance"].string_value
+
+            assert served() == (1, "2")
+            with reloaded(url, ["sleep_python"], 3, 1, lambda _line: None):
+                assert served() == (3, "1")
+            assert served() == (1, "2")
+
+
+@pytest.mark.server
+def test_a_paced_run_counts_each_request_from_the_statistics(sleep_repo):
+    """The sleep model (5 ms + 1 ms a row) at 2 rows, one request at a time: each request's compute time from the
+    counters' difference around it is the sleep and the python backend's own work."""
+    from serving_bench.calibrate.paced import paced_run
+    from serving_bench.serve.server import TritonServer
+
+    with TritonServer(sleep_repo, models=["sleep_python"]) as server:
+        run = paced_run(server.endpoints.grpc_url, "sleep_python", 2, 0.5)
+    assert len(run) >= 15 and run.skipped <= 2 and run.rows == 2
+    assert np.all(run.compute_s >= 0.007) and np.median(run.compute_s) < 0.012
+    # Triton's compute time of the python backend ends after the answer left (its output phase, some 0.3-0.6 ms
+    # here): a request's latency is about its queue and compute time, not always more
+    assert np.all(run.latency_s >= 0.007) and np.all(run.success_s >= run.compute_s)
+    assert abs(np.median(run.latency_s - run.compute_s - run.queue_s)) < 0.002
