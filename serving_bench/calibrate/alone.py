@@ -48,9 +48,9 @@ def paced(lab: Lab, m: str, b: int, session: Session) -> Paced:
     """Requests of ``b`` rows to ``m`` one at a time, each counted from the statistics' difference around it
     (:func:`~serving_bench.calibrate.paced.paced_run`): the service time's distribution from any Triton."""
     run = paced_run(session.url, m, b, lab.plan.config.seconds)
+    median, p99 = (float(np.quantile(run.compute_s, q)) * 1e3 for q in (0.5, 0.99)) if len(run) else (0.0, 0.0)
     lab.log(f"{m}: batch {b}: {len(run)} paced requests ({run.skipped} with other traffic left out), compute median "
-            f"{float(np.median(run.compute_s)) * 1e3:.3f} ms, p99 {float(np.quantile(run.compute_s, 0.99)) * 1e3:.3f} ms"
-            if len(run) else f"{m}: batch {b}: no paced request was counted ({run.skipped} left out)")
+            f"{median:.3f} ms, p99 {p99:.3f} ms")
     return run
 
 

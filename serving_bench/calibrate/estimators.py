@@ -43,11 +43,11 @@ def service_and_overhead(run: LoopRun, model: str,
 def service_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[np.ndarray, float]:
     """(service samples, the mean of the ways in and out) of a concurrency-1 run from what any Triton says, its
     statistics extension: the samples' mean is Triton's mean compute time per request of the run (one request a
-    batch: per batch of the run's size; the driver's counters, which leave out its warm-up request), their spread
-    the client latencies' — each latency less the run's mean ways, ``mean latency - mean compute - wait_s``. The extension
-    gives sums, not samples, so the shape is the latencies': the ways' own spread counts as the service's (on the
-    2-core VM the spread of the logged service times was a third to a half of the latencies' at p99;
-    docs/profiles.md, "Against any Triton")."""
+    batch: per batch of the run's size; the driver's counters leave out its warm-up request), their spread the
+    client latencies' — each latency less the run's mean ways, ``mean latency - mean compute - wait_s``. The
+    extension gives sums, not samples: this shape counts the client's own stalls as the service's, so a profile
+    takes the shape of a paced run instead where it has one (:func:`paced_service`; docs/profiles.md, "Against any
+    Triton")."""
     latency = run.latency[model]
     compute = run.compute_s(model)
     ways = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
@@ -267,9 +267,9 @@ def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[
                      service_mean: Callable[[int], float | None]) -> tuple[float, int]:
     """Per-request cost from batches of n one-row requests (the statistics' counters before and after one run,
     ``{batch size: (executions, compute ns)}``; ``before`` ``{}`` where ``after`` is the run's already): the slope
-    of their compute time over n, minus the slope of the service time of *one* request of n rows over the same sizes
-    (both weighted least squares, weights = executions). Slopes, not levels, so a machine that is uniformly slower during
-    this run than during the service measurement does not pass for a per-request cost. Clamped at 0. Returns
+    of their compute time over n, minus the slope of the service time of *one* request of n rows over the same
+    sizes (both weighted least squares, weights = executions). Slopes, not levels, so a machine that is uniformly
+    slower during this run than during the service measurement does not pass for a per-request cost. Clamped at 0. Returns
     (seconds, executions of n >= 2 it rests on); 0 when fewer than two sizes were executed."""
     ns, ts, ss, ws = [], [], [], []
     for n, (count, total) in after.items():

@@ -140,7 +140,8 @@ class ServiceMean:
 
 def estimate_one_thread(lab: Lab) -> None:
     """The solo batches at one runtime thread per instance (service time and demand per batch size) as each
-    model's ``other_threads[1]``."""
+    model's ``other_threads[1]`` (against an external server: each size's mean there, the shape of its paced run at
+    the profile's threads)."""
     for m in one_thread_models(lab):
         r, batches, demand = lab.results[m], {}, {}
         for b in lab.plan.sizes[m]:

@@ -11,8 +11,11 @@ and the client's own jitter on a busy machine must not leak into service times:
   runner's process and back; that difference (Triton's mean compute per request of the run minus the logged mean) is
   added to each logged duration. Triton's request trace is not used by default: with it the bundled tritonserver
   2.51 aborted in most demo profiles (docs/serve.md); ``trace=True`` reads the batches from the trace instead.
-  Against an external server (``url``) neither exists: service samples are then client latencies minus the mean
-  overhead (their spread includes client jitter).
+  Against an external server (``url``) neither exists: each figure then comes from Triton's statistics extension
+  (the counters around every run, per executed batch size; the service time's spread from paced runs,
+  :mod:`~serving_bench.calibrate.paced`), from the host CPU of a server on this machine (its instances' processes
+  in place of the runners' logged CPU), and, where the server allows model control, from each phase's instance
+  counts loaded through it (docs/profiles.md, "Against any Triton").
 * **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows; a batch's
   **service time** is what occupies Triton's instance (logged duration + the hop).
 * **At one thread** (``other_threads``): where the instances run several runtime threads (``threads`` > 1, the
