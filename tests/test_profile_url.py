@@ -90,7 +90,8 @@ def test_paced_samples_give_the_shape_and_the_back_to_back_run_the_mean():
     compute = np.array([0.0011, 0.0012, 0.0013, 0.0024])
     queue = np.full(4, 0.00015)
     success = compute + queue + 0.00005
-    paced = Paced(1, success + np.array([0.0004, 0.0004, 0.0006, 0.0010]), compute, queue, success)
+    paced = Paced(1, success + np.array([0.0004, 0.0004, 0.0006, 0.0010]), compute, queue, success,
+                  np.full(4, 0.002), np.full(4, 0.0005))
     service = paced_service(paced, 0.0010)
     assert service.mean() == pytest.approx(0.0010) and service / compute == pytest.approx(np.full(4, 0.0010 / 0.0015))
     way_in, way_out = paced_ways(paced, 0.0001, 0.0003, 0.0002)
@@ -104,6 +105,34 @@ def test_paced_samples_give_the_shape_and_the_back_to_back_run_the_mean():
     assert one_request(one, 1) == pytest.approx((0.0012, 0.00015, 0.0014))
     assert one_request(_times({1: (2, 2_400_000)}, (2, 0), (2, 0)), 1) is None  # someone else's request too
     assert one_request(one, 2) is None  # not its size
+
+
+def test_cold_starts_from_paced_runs_at_random_quiet_times():
+    """An external server's cold starts: the paced run at batch 1 is the hot reference; paced runs at random quiet
+    times give, by the instance's recent idle time, how much longer a batch computes (here 1 ms more once the
+    instance idled over 10 ms) and, by the time since the previous request, how much longer the way in is (0.5 ms
+    more after 20 ms): the extras grow with the quiet and are 0 back to back."""
+    from serving_bench.calibrate.cold import cold_starts
+    from serving_bench.calibrate.paced import Paced
+
+    def paced(quiet, seed):
+        rng = np.random.default_rng(seed)
+        n = len(quiet)
+        compute = 0.002 + rng.uniform(0, 1e-4, n) + np.where(quiet > 0.01, 0.001, 0.0)
+        queue = 0.0001 + np.where(quiet > 0.02, 0.0005, 0.0)
+        latency = compute + queue + 0.0004
+        since = np.full(n, np.inf)
+        since[1:] = latency[:-1] + quiet[1:]  # each sent its quiet time after the previous answer
+        return Paced(1, latency, compute, queue * np.ones(n), latency, since, np.concatenate([[np.inf], quiet[1:]]))
+
+    hot = paced(np.full(200, 0.001), 0)
+    quiet = np.random.default_rng(1).exponential(np.repeat([0.0005, 0.002, 0.008, 0.032, 0.128], 24))
+    runs = {("m", "paced", 1): hot, ("m", "cold", 0): paced(quiet, 2), ("m", "cold", 1): paced(quiet, 3)}
+    effect = cold_starts(runs, "m", 0.0)
+    assert effect is not None and effect.service_extra_s[0] == 0.0
+    assert effect.service_extra_s[-1] == pytest.approx(0.001, abs=1e-4)
+    assert max(e for x, e in zip(effect.service_idle_s, effect.service_extra_s) if x < 0.005) < 2e-4
+    assert effect.dispatch_extra_s[-1] == pytest.approx(0.0005, abs=1e-4) and max(effect.overhead_extra_s) < 1e-4
 
 
 def test_a_served_configuration_reloaded_with_other_instances_and_threads():

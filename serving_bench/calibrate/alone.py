@@ -34,13 +34,16 @@ def solo(lab: Lab, m: str, b: int, session: Session) -> LoopRun:
     return run
 
 
-def cold(lab: Lab, name: str, r: int, session: Session) -> LoopRun:
+def cold(lab: Lab, name: str, r: int, session: Session) -> LoopRun | Paced:
     """Round ``r`` of the cold-start runs of a model or an ensemble: one-row requests, each a random quiet time
-    after the previous one's back-to-back latency (an ensemble's: its members' summed, no less than its own)."""
+    after the previous one's back-to-back latency (an ensemble's: its members' summed, no less than its own); a
+    model of an external server: paced, each a random quiet time after the previous answer."""
     models = lab.plan.models
     index = models.index(name) if name in lab.plan.configs else len(models) + list(lab.plan.ensembles).index(name)
     rng = np.random.default_rng([r, index])  # seeded: the same quiet times in every profile
     quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
+    if lab.plan.external is not None and name in lab.plan.configs:  # no runner logs: each request counted
+        return paced_run(session.url, name, 1, 0.0, quiet)
     return session.open_loop(name, 1, np.cumsum(lab.cold_spacing(name) + quiet))
 
 

@@ -31,57 +31,76 @@ from serving_bench.serve.control import Control, ModelTimes
 
 SETTLE_S = 0.05  # how long the counters may take to show a request after its answer
 MAX_REQUESTS = 2000  # a paced run's requests at most
+SPIN_S = 0.0005  # the end of a quiet time is waited for by polling the clock
 
 
 @dataclass(frozen=True)
 class Paced:
-    """One paced run of ``rows``-row requests of a model: per counted request its client ``latency_s`` and, from
-    the counters, its ``compute_s``, ``queue_s`` and ``success_s`` (seconds each); ``skipped``: requests left out
-    (their difference held other traffic, or the counters did not show them in time)."""
+    """One paced run of ``rows``-row requests of a model: per counted request its client ``latency_s``, from the
+    counters its ``compute_s``, ``queue_s`` and ``success_s``, and the client's ``since_s`` (from the previous
+    request's send, counted or not; the first: inf) and ``quiet_s`` (from the previous answer to its send; the
+    first: inf), seconds each; ``skipped``: requests left out (their difference held other traffic, or the counters
+    did not show them in time)."""
 
     rows: int
     latency_s: np.ndarray
     compute_s: np.ndarray
     queue_s: np.ndarray
     success_s: np.ndarray
+    since_s: np.ndarray
+    quiet_s: np.ndarray
     skipped: int = 0
 
     def __len__(self) -> int:
         return len(self.latency_s)
 
 
-def paced_run(url: str, model: str, rows: int, seconds: float, timeout_s: float = 30.0) -> Paced:
+def paced_run(url: str, model: str, rows: int, seconds: float, quiet_s: np.ndarray | None = None,
+              timeout_s: float = 30.0) -> Paced:
     """Requests of ``rows`` rows to ``model`` at gRPC ``url``, one at a time for ``seconds`` (at most
-    :data:`MAX_REQUESTS`), each counted from the statistics' difference around it (module docstring). A server that
-    stops answering is :class:`ServerDied`."""
+    :data:`MAX_REQUESTS`), each counted from the statistics' difference around it (module docstring). With
+    ``quiet_s`` (seconds), one request per value instead, each sent that long after the previous answer (or once
+    the counters are read, if later): cold starts. A server that stops answering is :class:`ServerDied`."""
     spec = fetch_specs(url, [model], "profile measurement")[model]
     payload = infer_request(spec, SampleBank(spec, samples=1, seed=0).batch(0, rows))
     channel = InferChannel(url)
-    samples: list[tuple[float, float, float, float]] = []
-    skipped = 0
+    quiet = np.zeros(MAX_REQUESTS) if quiet_s is None else np.asarray(quiet_s, dtype=float)[:MAX_REQUESTS]
+    samples: list[tuple[float, ...]] = []
+    skipped, sent, done = 0, -np.inf, -np.inf
     try:
         channel.ready(timeout_s)
         with Control(url) as control:
             channel.infer_blocking(payload, timeout_s)  # a warm-up, not counted
             before = control.model_times([model])[model]
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end and len(samples) < MAX_REQUESTS:
+            end = time.perf_counter() + (seconds if quiet_s is None else np.inf)
+            for wait in quiet:
+                quiet_until(done + wait)
                 start = time.perf_counter()
+                if start >= end:
+                    break
                 channel.infer_blocking(payload, timeout_s)
-                latency = time.perf_counter() - start
+                since, sent, last, done = start - sent, start, done, time.perf_counter()
                 after = settled(control, model, before)
                 sample = one_request(after.minus(before), rows)
                 if sample is None:
                     skipped += 1
                 else:
-                    samples.append((latency, *sample))
+                    samples.append((done - start, *sample, since, start - last))
                 before = after
     except (grpc.RpcError, grpc.FutureTimeoutError, ServerError) as err:  # the server is gone or failing
         raise ServerDied(f"a paced run of {model} stopped: {type(err).__name__}: {err}") from err
     finally:
         channel.close()
-    columns = np.array(samples, dtype=float).reshape(-1, 4).T
+    columns = np.array(samples, dtype=float).reshape(-1, 6).T
     return Paced(rows, *columns, skipped=skipped)
+
+
+def quiet_until(t: float) -> None:
+    """Return at ``perf_counter`` time ``t``: asleep until :data:`SPIN_S` before it (the host stays quiet), then
+    polling the clock (a sleep's wake-up alone would add to the quiet time)."""
+    while (left := t - time.perf_counter()) > 0:
+        if left > SPIN_S:
+            time.sleep(left - SPIN_S)
 
 
 def settled(control: Control, model: str, before: ModelTimes) -> ModelTimes:
