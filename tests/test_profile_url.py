@@ -108,8 +108,8 @@ def test_paced_samples_give_the_shape_and_the_back_to_back_run_the_mean():
 
 
 def test_cold_starts_from_paced_runs_at_random_quiet_times():
-    """An external server's cold starts: the paced run at batch 1 is the hot reference; paced runs at random quiet
-    times give, by the instance's recent idle time, how much longer a batch computes (here 1 ms more once the
+    """An external server's cold starts: the back-to-back run's mean compute and the paced run at batch 1 are the
+    hot reference; paced runs at random quiet times give, by the instance's recent idle time, how much longer a batch computes (here 1 ms more once the
     instance idled over 10 ms) and, by the time since the previous request, how much longer the way in is (0.5 ms
     more after 20 ms): the extras grow with the quiet and are 0 back to back."""
     from serving_bench.calibrate.cold import cold_starts
@@ -126,8 +126,11 @@ def test_cold_starts_from_paced_runs_at_random_quiet_times():
         return Paced(1, latency, compute, queue * np.ones(n), latency, since, np.concatenate([[np.inf], quiet[1:]]))
 
     hot = paced(np.full(200, 0.001), 0)
+    back_to_back = LoopRun({"m": hot.latency_s}, {"m": {"compute_infer_mean_s": float(hot.compute_s.mean())}},
+                           (0.0, 1.0))
     quiet = np.random.default_rng(1).exponential(np.repeat([0.0005, 0.002, 0.008, 0.032, 0.128], 24))
-    runs = {("m", "paced", 1): hot, ("m", "cold", 0): paced(quiet, 2), ("m", "cold", 1): paced(quiet, 3)}
+    runs = {("m", "solo", 1): back_to_back, ("m", "paced", 1): hot, ("m", "cold", 0): paced(quiet, 2),
+            ("m", "cold", 1): paced(quiet, 3)}
     effect = cold_starts(runs, "m", 0.0)
     assert effect is not None and effect.service_extra_s[0] == 0.0
     assert effect.service_extra_s[-1] == pytest.approx(0.001, abs=1e-4)

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from serving_bench.calibrate.estimators import service_and_overhead
+from serving_bench.calibrate.estimators import paced_service, service_and_overhead, service_from_statistics
 from serving_bench.calibrate.paced import Paced
 from serving_bench.calibrate.runs import LoopRun, hop_s, matched_batches
 from serving_bench.profiles.distributions import EnsembleExtra, IdleEffect, recent_means
@@ -116,13 +116,17 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     sim.md, "Cold starts under irregular arrivals")."""
     cold_runs = [run for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
                  if len(k) == 3 and k[:2] == (model, "cold")]
-    if (model, "paced", 1) in runs:  # no runner logs: paced runs, the hot one at batch 1 (an external server)
-        hot = paced_requests(runs[(model, "paced", 1)], wait_s)
+    if (model, "paced", 1) in runs:  # no runner logs (an external server): paced runs
+        hot, back_to_back = paced_requests(runs[(model, "paced", 1)], wait_s), runs[(model, "solo", 1)]
         quiet = [q for q in (paced_requests(run, wait_s) for run in cold_runs if isinstance(run, Paced)) if q]
         if hot is None or not quiet:
             return None
-        hot_service, hot_out, hot_in = hot["service"], hot["way_out"], hot["way_in"]
-        hot_period, hot_idle = float(np.mean(hot["since"])), float(np.median(hot["recent_idle"]))
+        # the service against the back-to-back run's (a paced request already waited for the counters before it),
+        # the ways against the paced run's at batch 1 (the same client as the cold runs')
+        hot_service = paced_service(runs[(model, "paced", 1)], back_to_back.compute_s(model))
+        hot_out, hot_in = hot["way_out"], hot["way_in"]
+        hot_period = float(np.mean(hot["since"]))
+        hot_idle = service_from_statistics(back_to_back, model, wait_s)[1]
     else:
         hot_run = runs[(model, "solo", 1)]
         hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s)

@@ -1,6 +1,7 @@
 """What a measurement is: the ``profile`` command's options (:class:`MeasureConfig`) resolved once against the model
 repository into a :class:`Plan` — the models measured (an ensemble's members too), their configurations, devices,
-batch sizes and padded sizes, and the runtime threads per instance. Checked before any server starts."""
+batch sizes and padded sizes, and the runtime threads per instance. Checked before any server starts (an external
+server is asked how it serves the models and whether it allows model control)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from serving_bench.calibrate.session import ExternalServing, inspect_external
+from serving_bench.calibrate.session import ExternalServing, inspect_external, local_server_pid
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.repository import CONFIG_NAME, ensemble_members, entry_dir, read_config
 from serving_bench.profiles.law import NAMES, require_kind
@@ -195,9 +196,13 @@ def external_threads(external: ExternalServing, given: int | None) -> int:
 
 def external_notes(external: ExternalServing, url: str) -> list[str]:
     """What a profile of the external server at ``url`` rests on (the profile's notes)."""
-    notes = [f"external server {url}: service time per batch size from Triton's statistics extension (mean "
-             "compute time per executed batch of that size, the spread of the client latencies around it), the rest "
-             "of a request's latency its way in and out; no runner logs, so no CPU demands, drift or hand-off split"]
+    here = local_server_pid(url) is not None
+    notes = [f"external server {url}: service time per batch size from Triton's statistics extension (its mean "
+             "compute time per executed batch of that size; the spread and the cold starts from paced runs, each "
+             "request's counters apart), the rest of a request's latency its way in and out; no runner logs, so no "
+             "drift and no wait for a core measured" +
+             ("; the host CPU from the server's processes on this machine" if here else
+              "; the server is not a process on this machine: no host CPU measured")]
     if external.refusal is not None:
         notes.append(f"the server does not allow model control ({external.refusal}): co-location only up to the "
                      "instances it serves, no calibration runs (no sharing law fitted)")
