@@ -277,15 +277,22 @@ def test_a_url_profile_predicts_what_the_embedded_profile_predicts(tmp_path):
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, SLEEP, base_ms=15.0, per_item_ms=2.0, max_batch_size=8)
-    config = MeasureConfig(seconds=1.0, idle_rounds=1)
+    config = MeasureConfig(seconds=1.0, idle_rounds=1, colocation=(1, 2), colocation_batches=(1,))
     first = measure_profile(repo, [SLEEP], tmp_path / "embedded1.json", config)
     with TritonServer(repo, models=[SLEEP]) as server:  # explicit model control, no execution log
         url = measure_profile(repo, [SLEEP], tmp_path / "url.json",
                               dataclasses.replace(config, url=server.endpoints.grpc_url))
     second = measure_profile(repo, [SLEEP], tmp_path / "embedded2.json", config)
     md = url.models[SLEEP].devices["cpu"]
-    assert md.batch_sizes == (1, 2, 4, 8) and url.calibration and md.demand
-    assert url.models[SLEEP].request_demand is not None and url.request_device == "cpu"
+    # through the server's model control: the calibration runs (2 instances) and a co-location curve S(2); from its
+    # processes here: the demands; from paced runs: the cold starts
+    assert md.batch_sizes == (1, 2, 4, 8) and url.calibration and md.colocation and md.colocation[0].k == (1.0, 2.0)
+    assert md.demand and url.models[SLEEP].request_demand is not None and url.request_device == "cpu" and md.idle
+    for b in (1, 8):
+        print(f"service at batch {b} (ms): p50 / p99 " + ", ".join(
+            f"{name} {p.models[SLEEP].devices['cpu'].batches[b].median * 1e3:.2f} / "
+            f"{p.models[SLEEP].devices['cpu'].batches[b].quantile(0.99) * 1e3:.2f}"
+            for name, p in (("embedded 1", first), ("embedded 2", second), ("--url", url))))
     figures = [predictions(p, repo) for p in (first, second, url)]
     allowed = tolerances(figures[0], figures[1])
     print(f"\n{'prediction':24s} {'embedded 1':>11s} {'embedded 2':>11s} {'--url':>11s}   --url off   allowed")
