@@ -244,15 +244,17 @@ def test_service_dispatch_and_overhead_from_executed_batches():
     done = sent + 0.00055
     run = LoopRun({"m": done - sent}, {"m": _compute_stats(0.00034)}, (99.0, 101.0), {"m": sent}, {"m": done},
                   {"m": _executions(batches)})
-    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
+    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005)
     assert service == pytest.approx(np.full(10, 0.00034), abs=1e-9)
     assert dispatch == pytest.approx(np.full(10, 0.00003), abs=1e-9)
     assert overhead == pytest.approx(np.full(10, 0.00013), abs=1e-9)
-    # without server-side batches: latency - (mean latency - Triton's compute), the rest one constant overhead
+    # without server-side batches (any Triton): latency - (mean latency - Triton's compute - the queue delay); the
+    # ways are 160 us: Triton's queue time (60 us, less the 50 us delay) is on the way in, the rest half each way
     run.executions = None
-    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
-    assert service == pytest.approx(np.full(10, 0.00034)) and dispatch is None
-    assert overhead == pytest.approx([0.00055 - 0.00034 - 0.00005])
+    run.stats["m"].update(queue_mean_s=0.00006)
+    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005)
+    assert service == pytest.approx(np.full(10, 0.00034))
+    assert dispatch == pytest.approx([0.000085]) and overhead == pytest.approx([0.000075])
 
 
 def _one_at_a_time(way_in, service, way_out, gap_s=0.001):
