@@ -12,12 +12,15 @@ skipped):
    native backend runs instances (one CUDA context, a stream each): each alone per batch size 1, 2, 4, 8, 16; at
    batch 1 with 2, 4 and 8 threads; every pair; GPU busy and SM activity sampled (:mod:`gpu_activity`); the graphs'
    and the compiled modules' outputs compared with eager's;
-3. ``triton <mode>: ...`` for eager then CUDA graphs (:mod:`gpu_triton`; one server per mode, one instance per entry,
+3. ``triton <mode>: ...`` for eager and CUDA graphs (:mod:`gpu_triton`; one server per mode, one instance per entry,
    the runners' execution logs on): ``solo`` — each entry alone one request at a time at batch 1 and 8 (what a
    profile measures: service, way in and way out per request) and at batch 1 with 2 in flight (the instance never
-   idle); ``co-located`` — every pair, all three, the ensemble; ``k=2``, ``k=4``, ``k=8`` — every entry reloaded with
-   k instances, each alone with 2 k in flight; ``open loops`` — all three together at Poisson times of 0.5, 0.8 and
-   0.9 of the rates all three reached in their closed loop;
+   idle); ``co-located`` — every pair, all three, the ensemble; ``k=2``, ``k=4``, ``k=8`` — every entry reloaded
+   with k instances, each alone with 2 k in flight; ``open loops`` — all three together at Poisson times of 0.5, 0.8
+   and 0.9 of the rates all three reached in their closed loop; ``cold starts`` — resnet50's and bert_base's one-row
+   requests at random quiet times, as ``profile`` measures them (what a start after idle time costs). The two modes' servers stay
+   up side by side and take turns part by part (solo, co-located, each k, open loops, cold starts), so a budget cut
+   short loses the least wanted parts of both;
 4. ``threads compiled``: ``torch.compile`` of each zoo module in a child process, time-boxed by what is left of the
    budget; each entry that compiled in time is run as in step 2 (batch 1 and 8, 2/4/8 threads), then the pairs.
 
@@ -29,7 +32,8 @@ rewritten after every step, so a campaign cut short keeps what it measured (``co
 CPU plan (``--cpu``, or no GPU): the same steps with tiny_cnn and tiny_mlp on TorchScript and tiny_cnn on ONNX
 Runtime (ensemble tiny_cnn TorchScript + ONNX Runtime), fp32 on KIND_CPU instances, short windows, k = 2 only, no
 CUDA graphs, and ``torch.compile`` with dynamo's ``eager`` backend for tiny_cnn alone (inductor's compile takes over
-a minute there): it checks the campaign end to end on a machine without a GPU; its figures say nothing about a GPU.
+a minute there), cold starts of tiny_cnn alone: it checks the campaign end to end on a machine without a GPU; its
+figures say nothing about a GPU.
 """
 
 from __future__ import annotations
@@ -91,8 +95,9 @@ PLANS = {
     "gpu": Plan("gpu", (("resnet50", "torchscript"), ("bert_base", "torchscript"),
                         ("mobilenet_v3_large", "torchscript")), "fp16",
                 ("vision_ensemble", ("resnet50_torchscript", "mobilenet_v3_large_torchscript")), ("eager", "graphs"),
-                16, (1, 2, 4, 8, 16), (2, 4, 8), 0.25, 0.8, (1, 8), (2, 4, 8), 0.4, 2.0, 3.0, (0.5, 0.8, 0.9),
-                ("resnet50", "mobilenet_v3_large", "bert_base"), (1, 8), "inductor", server_estimate_s=25.0),
+                16, (1, 2, 4, 8, 16), (2, 4, 8), 0.2, 0.6, (1, 8), (2, 4, 8), 0.3, 1.6, 2.5, (0.5, 0.8, 0.9),
+                ("resnet50", "mobilenet_v3_large", "bert_base"), (1, 8), "inductor", cold_entries=2,
+                server_estimate_s=25.0),
     "cpu": Plan("cpu", (("tiny_cnn", "torchscript"), ("tiny_mlp", "torchscript"), ("tiny_cnn", "onnxruntime")),
                 "fp32", ("tiny_ensemble", ("tiny_cnn_torchscript", "tiny_cnn_onnxruntime")), ("eager",),
                 8, (1, 4), (2,), 0.1, 0.3, (1, 4), (2,), 0.2, 0.6, 0.8, (0.5, 0.8, 0.9), ("tiny_cnn",), (1,),

@@ -200,7 +200,8 @@ def _quantiles(latency_ms: np.ndarray) -> dict:
     if not len(latency_ms):
         return {"p50_ms": None, "p99_ms": None, "mean_ms": None}
     p50, p99 = np.percentile(latency_ms, [50, 99])
-    return {"p50_ms": round(float(p50), 4), "p99_ms": round(float(p99), 4), "mean_ms": round(float(latency_ms.mean()), 4)}
+    return {"p50_ms": round(float(p50), 4), "p99_ms": round(float(p99), 4),
+            "mean_ms": round(float(latency_ms.mean()), 4)}
 
 
 def plan_runs(entries: list[Entry], windows: Windows) -> list[tuple[str, dict[str, int], int]]:
@@ -229,7 +230,8 @@ def measure(entries: list[Entry], predictors: Predictors, windows: Windows, devi
             inputs = entry.inputs(batch)
             work += [(entry, p, inputs) for p in predictors.get(entry, count)]
         figures, raw = run_threads(work, windows, device)
-        run = {"kind": "threads", "label": f"{label} ({predictors.mode})", "mode": predictors.mode, "batch": batch,
+        run = {"kind": "threads", "label": f"{label} ({predictors.mode}, threads)", "mode": predictors.mode,
+               "batch": batch,
                "threads": threads, "warmup_s": windows.warmup_s, "window_s": windows.window_s, **figures}
         say(f"  {run['label']}: " + "; ".join(f"{n} {m['throughput_rps']:.1f} req/s p50 {m['p50_ms']} p99 "
                                                f"{m['p99_ms']} ms" for n, m in run["models"].items())

@@ -81,7 +81,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("drift", 0.0, 1.0, "the share of the measured drift of the host's speed the phases follow"),
     Parameter("queue", 0.0, None, "a run queue for the instances' take-ups: its gate as a share of eta C"),
 )}
-THROUGHPUT = ("eta", "power", "alpha", "sigma", "kappa")  # a law takes these only where its name needs them; every law may take the others
+# a law takes these only where its name needs them; every law may take the others
+THROUGHPUT = ("eta", "power", "alpha", "sigma", "kappa")
 WAIT_BY_INSTANCES = ("wait_instances", "wait_p_fewer", "wait_instances_fewer")  # the chance at two instance counts
 WAIT_BY_QUIET = ("wait_gap_s", "wait_gap_quiet_s", "wait_s_quiet")  # the length at two quiet times
 # (parameters given all together or none, the one that must be less, the one it must be less than)
