@@ -163,8 +163,12 @@ class Raw:
         self.data = np.load(path, allow_pickle=False) if path.is_file() else {}
 
     def get(self, index: int, entry: str, name: str) -> np.ndarray:
+        """One array, floats as float64 (saved as float32 seconds from the run's start)."""
         key = f"r{index}/{entry}/{name}"
-        return self.data[key] if key in self.data else np.zeros(0)
+        if name == "intended_s" and key not in self.data:  # a closed loop's intended time is its send
+            key = f"r{index}/{entry}/sent_s"
+        values = self.data[key] if key in self.data else np.zeros(0)
+        return values.astype(np.float64) if values.dtype.kind == "f" else values.astype(np.int32)
 
     def executions(self, index: int, t0: float) -> dict[str, Executions]:
         out = {}

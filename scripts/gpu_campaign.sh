@@ -38,5 +38,5 @@ export SERVING_BENCH_CACHE="${SERVING_BENCH_CACHE:-$REPO/.cache/serving-bench}"
 # the open-loop schedule comes from the simulator's package; without its compiled engine, its source runs
 "$PY" -c "import serving_bench.sim.core" 2>/dev/null || export SERVING_BENCH_SIM_PURE=1
 cd "$REPO"
-# the driver stops starting steps after --budget-s (420 s by default); this is the hard stop behind it
-exec timeout --signal=INT --kill-after=20 470 "$PY" "$REPO/scripts/gpu_campaign.py" ${ARGS[@]+"${ARGS[@]}"}
+# the driver stops starting steps after --budget-s (400 s by default); this is the hard stop behind it
+exec timeout --signal=INT --kill-after=20 450 "$PY" "$REPO/scripts/gpu_campaign.py" ${ARGS[@]+"${ARGS[@]}"}

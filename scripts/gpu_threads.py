@@ -133,38 +133,53 @@ def run_threads(work: list[tuple[Entry, Callable, dict]], windows: Windows, devi
     cuda = device.startswith("cuda")
     times: list[list[tuple[float, float]]] = [[] for _ in work]
     warm, start = threading.Barrier(len(work) + 1), threading.Barrier(len(work) + 1)
+    first = threading.Lock()  # the threads' first calls one at a time (a compiled module may compile again in one)
     end_s = [0.0]
+
+    failed: list[BaseException] = []
 
     def loop(i: int) -> None:
         entry, predict, inputs = work[i]
-        stream = None
-        if cuda:
-            import torch  # heavy: ~1 s to import
+        try:
+            stream = None
+            if cuda:
+                import torch  # heavy: ~1 s to import
 
-            stream = torch.cuda.Stream(device=device)
-        out = times[i]
-        with _stream(stream):
-            predict(inputs)  # this thread's first call (its library handles, a compiled module's guards) unmeasured
-            warm.wait()
-            start.wait()
-            while True:
-                t0 = time.perf_counter()
-                if t0 >= end_s[0]:
-                    break
-                predict(inputs)
-                out.append((t0, time.perf_counter()))
+                stream = torch.cuda.Stream(device=device)
+            out = times[i]
+            with _stream(stream):
+                with first:  # this thread's first call (its library handles, a compiled module's guards) unmeasured
+                    predict(inputs)
+                warm.wait()
+                start.wait()
+                while True:
+                    t0 = time.perf_counter()
+                    if t0 >= end_s[0]:
+                        break
+                    predict(inputs)
+                    out.append((t0, time.perf_counter()))
+        except BaseException as err:  # noqa: BLE001 - the run stops and raises it (no thread left waiting)
+            if not isinstance(err, threading.BrokenBarrierError):
+                failed.append(err)
+            warm.abort()
+            start.abort()
 
     threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(len(work))]
     for t in threads:
         t.start()
     with Activity() as gpu:
-        warm.wait()  # every thread made its first call: the clock starts now
-        begin = time.perf_counter()
-        lo, hi = begin + windows.warmup_s, begin + windows.warmup_s + windows.window_s
-        end_s[0] = hi
-        start.wait()
+        lo = hi = time.perf_counter()
+        try:
+            warm.wait()  # every thread made its first call: the clock starts now
+            lo = time.perf_counter() + windows.warmup_s
+            hi = end_s[0] = lo + windows.window_s
+            start.wait()
+        except threading.BrokenBarrierError:
+            pass  # a thread failed: its error is raised below
         for t in threads:
             t.join()
+        if failed:
+            raise failed[0]
         activity = gpu.summary(lo, hi)
     figures, raw = {}, {}
     for name in dict.fromkeys(e.name for e, _, _ in work):

@@ -85,20 +85,22 @@ def _collect(server, target: TritonTarget, schedule: Schedule, run: dict, warmup
     table = records.table
     run.update(t0_s=t0, partial=summary["partial"], stop_reason=records.info.stop_reason,
                sender=records.info.sender, gpu=activity, server_stats=dict(records.info.server_stats), models={})
-    raw: dict[str, np.ndarray] = {}
+    raw: dict[str, np.ndarray] = {}  # float32 seconds from t0 (a quarter microsecond's resolution over a minute)
+    closed_loop = records.info.mode == "closed"
     for m in run["rows"]:
         ok = table[(table["model"].astype(str) == m) & (table["status"].astype(str) == "ok")].sort_values("sent_s")
-        for column in ("intended_s", "sent_s", "done_s"):
-            raw[f"{m}/{column}"] = ok[column].to_numpy(np.float64)
+        for column in ("sent_s", "done_s") if closed_loop else ("intended_s", "sent_s", "done_s"):
+            raw[f"{m}/{column}"] = ok[column].to_numpy(np.float32)  # a closed loop's intended time is its send
     windowed = {}
     for m, batches in executions.items():  # every runner that executed (an ensemble's members and combiner too)
         batches = batches.window(t0 - 1.0, t0 + total_s + 5.0)
         if len(batches):
             windowed[m] = batches
             for name in ("start_s", "end_s"):
-                raw[f"{m}/x_{name}"] = getattr(batches, name) - t0
-            raw[f"{m}/x_cpu_s"], raw[f"{m}/x_rows"] = batches.cpu_s, batches.rows
-            raw[f"{m}/x_requests"], raw[f"{m}/x_instance"] = batches.requests, batches.instance
+                raw[f"{m}/x_{name}"] = (getattr(batches, name) - t0).astype(np.float32)
+            raw[f"{m}/x_cpu_s"] = batches.cpu_s.astype(np.float32)
+            for name in ("rows", "requests", "instance"):
+                raw[f"{m}/x_{name}"] = getattr(batches, name).astype(np.int16)
     for m in run["rows"]:
         batches = windowed.get(m)
         run["models"][m] = figures(summary["models"][m], run["server_stats"].get(m) or {},
