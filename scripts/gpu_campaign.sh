@@ -15,7 +15,8 @@
 #   here:        cp -r <files_at>/<date>_<gpu> benchmarks/results/gpu/
 #                .venv/bin/python benchmarks/gpu_fidelity.py      # then commit the dataset and the evaluation
 # (budget: the machine's start, ~1-2 min, plus at most 8 min here, inside the session's 15 minutes of device time;
-# give the machine back at once afterwards: there is no time for a second full run.)
+# give the machine back at once afterwards: there is no time for a second full run. What travels must stay under
+# 64 MiB: git ls-files -z | xargs -0 du -cb | tail -1, plus du -sb .cache/gpu-wheels.)
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 SETUP=()
@@ -23,7 +24,7 @@ ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels|--python) SETUP+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
