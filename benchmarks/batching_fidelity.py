@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.calibrate.measure import measure_profile  # noqa: E402
@@ -93,7 +94,7 @@ def measure(quick: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="batching-fidelity-") as tmp:
         repo = Path(tmp) / "repo"
         stage("export")
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=MAX_BATCH)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=MAX_BATCH))
         settle_after_export(time.perf_counter(), print)
         stage("profile (serving-bench profile's defaults)")
         profile = measure_profile(repo, [MODEL], config=MeasureConfig(seconds=seconds),

@@ -15,7 +15,7 @@ server:
 (c) open-loop replays of all entries together at 0.3, 0.6 and 0.9 of their measured co-located capacity (the rates
     "all together" reached), simulated with the law fitted on that closed loop of the same set (a measured point
     of the set replayed stands over what the pairs imply; the pairs' law, held out against it in (b), gave the
-    replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/sim.md); the one at 0.9 is
+    replays a larger p99 error in 7 of the 8 saved sessions measured undisturbed: docs/notes/sim-history.md#benchmarks); the one at 0.9 is
     replayed a second time, and the two measurements' differences (the measurement's own repeatability) are
     printed beside the model's errors; the host's CPU during "all together" and each replay (server, stubs and
     client, cores on average; since 2026-12-05) says how full each ran the host; with the wait for a core behind
@@ -25,7 +25,7 @@ server:
     together" as the rest of the law).
 
 Per entry and scenario: the relative p50, p99 and throughput error of the full model (the law the profile fits by
-default, ``serving_bench.calibrate.measure.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
+default, ``serving_bench.calibrate.plan.DEFAULT_LAW``, or the form given by ``--law``) and of the baseline — the
 same solo profile with no interference (law ``none``: every job runs at its solo speed). The held-out throughput and
 p99 errors of every law are printed too (with ``--quick`` only those of ``pool``, ``pool_eff`` and the default, to
 keep it under 5 minutes): the form is chosen by them, not by goodness of fit; and part (a)'s simulated requests per
@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
@@ -76,10 +77,9 @@ from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.run.metrics import quantile_intervals, simulated_inside, summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
-from serving_bench.serve.runners import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.telemetry.cpu import DISTURBED_SHARE  # noqa: E402
-from serving_bench.serving_config import ServingConfig  # noqa: E402
+from serving_bench.serving_config import ServingConfig, cpu_cores  # noqa: E402
 from serving_bench.sim.interference import (FORMS, WAIT_S_RANGE, Observation, answered, fit,  # noqa: E402
                                              open_schedule, percentiles, serving_from_json, simulate, tail_error,
                                              throughput, with_law)
@@ -111,11 +111,12 @@ def stage(title: str) -> None:
 
 def export(repo: Path) -> list[str]:
     """The entries (members of the ensemble included) exported into ``repo``; returns the served model names."""
-    export_models(["tiny_cnn"], ["onnxruntime", "torchscript", "tvm"], repo, max_batch_size=8,
+    export_models(["tiny_cnn"], ["onnxruntime", "torchscript", "tvm"], repo, options=ExportOptions(max_batch_size=8),
                   ensembles=[f"{ENSEMBLE[0]}={','.join(ENSEMBLE[1])}"])
-    export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=8)
-    export_models(["sleep"], ["onnxruntime"], repo, max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5)
-    export_models(["resnet50"], ["onnxruntime"], repo, max_batch_size=2)
+    export_models(["tiny_mlp"], ["torchscript"], repo, options=ExportOptions(max_batch_size=8))
+    export_models(["sleep"], ["onnxruntime"], repo,
+                  options=ExportOptions(max_batch_size=8, sleep_base_ms=2.0, sleep_per_item_ms=0.5))
+    export_models(["resnet50"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=2))
     exported = ServingConfig.from_repo(repo, [ENSEMBLE[0]])
     assert exported.ensembles == ((ENSEMBLE[0], ENSEMBLE_STEPS),) and \
         exported.ensemble_deps == ((ENSEMBLE[0], ENSEMBLE_DEPS),), exported

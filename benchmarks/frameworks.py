@@ -8,7 +8,7 @@ framework's p50 divided by torch eager's p50 at the same batch (below 1 = faster
 
 Settings: intra-op threads (``--threads``, default = the CPU count) for every framework; ONNX Runtime at graph
 optimisation levels ``all`` and ``basic``; fp32; TVM untuned and, with ``--tvm-tune-trials N`` > 0, MetaSchedule-tuned
-with static buckets = the measured batch sizes (records cached, see docs/export.md). Each cell runs ``--warmup``
+with static buckets = the measured batch sizes (records cached, see docs/export.md#frameworks-and-what-an-entry-holds). Each cell runs ``--warmup``
 batches then measures until ``--iterations`` batches or ``--budget-s`` seconds, whichever comes first (at least 3
 batches); a cell whose single batch is estimated (from the smaller batches) to exceed ``--max-batch-s`` is skipped and
 the table says so (untuned TVM at batch 8/32).
@@ -121,6 +121,7 @@ def export_all(models: list[str], seq_len: int | None, repo: Path, batches: list
     every batch, and the test suite checks it at several batch sizes) and, with ``tune_trials``, ``tuned`` (TVM with
     static buckets = the measured batch sizes, parity at the smallest and largest)."""
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.repository import load_manifest
 
     plans = [("untuned", "torchscript,onnxruntime", 0, max(batches)), ("tvm_untuned", "tvm", 0, min(batches))]
@@ -130,9 +131,11 @@ def export_all(models: list[str], seq_len: int | None, repo: Path, batches: list
     for kind, frameworks, trials, max_batch in plans:
         target = repo / kind
         for model in models:
-            exported = export_models(model, frameworks, target, max_batch_size=max_batch, seq_len=seq_len,
-                                     tvm_tune_trials=trials, tvm_buckets=batches if trials else (), overwrite=True,
-                                     log=lambda line: print("  " + line, flush=True))
+            exported = export_models(model, frameworks, target,
+                                     options=ExportOptions(max_batch_size=max_batch, seq_len=seq_len,
+                                                           tvm_tune_trials=trials,
+                                                           tvm_buckets=batches if trials else ()),
+                                     overwrite=True, log=lambda line: print("  " + line, flush=True))
             failed = [r for r in exported if r["status"] != "exported"]
             if failed:
                 raise SystemExit(f"export failed: {failed[0]['name']}: {failed[0].get('reason')}")

@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
-from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.load.driver import SendOptions, TritonTarget  # noqa: E402
 from serving_bench.load.native import choose_sender  # noqa: E402
 from serving_bench.peers.perf_analyzer import (DELAY_TOLERANCE_S, STABILITY_WINDOWS,  # noqa: E402
-                                               PeerMissing, Unstable, find_perf_analyzer, span_s)
+                                               Level, PeerMissing, Unstable, Windows, find_perf_analyzer, span_s)
 from serving_bench.peers.sustain import Delivery, judge, max_sustained  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -79,7 +79,7 @@ def ours(url: str, rate: float, senders: int, sender: str) -> dict:
     judged on the requests that ended inside it."""
     seed = next(SEEDS)
     schedule = poisson(rate, SPAN_S, seed)
-    records = TritonTarget(url, senders=senders, sender=sender).run(schedule)
+    records = TritonTarget(url, send=SendOptions(senders=senders, sender=sender)).run(schedule)
     table = records.table
     ok = (table["status"].astype(str) == "ok").to_numpy()
     done = table["done_s"].to_numpy()
@@ -101,8 +101,9 @@ def peer(pa, url: str, rate: float) -> dict:
     """One step of perf_analyzer ``-a`` (Poisson request rate): its three merged windows, judged the same way."""
     row = {"side": "perf_analyzer", "rate": rate}
     try:
-        m = pa.measure(MODEL, url, request_rate=rate, async_mode=True, distribution="poisson",
-                       measurement_s=MEASUREMENT_S, stability_pct=PA_STABILITY_PCT, max_trials=STABILITY_WINDOWS)
+        m = pa.measure(MODEL, url, Level(request_rate=rate, async_mode=True, distribution="poisson"),
+                       Windows(measurement_s=MEASUREMENT_S, stability_pct=PA_STABILITY_PCT,
+                               max_trials=STABILITY_WINDOWS))
     except Unstable as err:
         return {**row, "unstable": str(err), "sustained": False, "clear_miss": False, "why": "unstable"}
     except RuntimeError as err:  # it exits non-zero when requests fail
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         write_sleep_entry(tmp, MODEL, base_ms=0.0, per_item_ms=0.0)
         with TritonServer(tmp) as server:
             url = server.endpoints.grpc_url
-            TritonTarget(url, sender=sender).run(poisson(500, 1.0, 0))  # warm the server and the client libraries
+            # warm the server and the client libraries
+            TritonTarget(url, send=SendOptions(sender=sender)).run(poisson(500, 1.0, 0))
             fixed = []
             for rate in RATES:
                 for s in senders:

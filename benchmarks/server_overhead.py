@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from serving_bench.export.api import export_models  # noqa: E402
-from serving_bench.export.frameworks import load_predictor  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions, load_predictor  # noqa: E402
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
 from serving_bench.models import get_model  # noqa: E402
-from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer  # noqa: E402
+from serving_bench.peers.perf_analyzer import Level, PeerMissing, Windows, find_perf_analyzer  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 
@@ -97,8 +97,8 @@ def measure_server(pa, server, model: str, concurrency: int, window_s: float, st
     for stability in (stability_pct, 100.0):
         try:
             with server.guard():
-                m = pa.measure(model, server.endpoints.grpc_url, concurrency=concurrency, async_mode=False,
-                               measurement_s=window_s, stability_pct=stability, max_trials=10)
+                m = pa.measure(model, server.endpoints.grpc_url, Level(concurrency=concurrency, async_mode=False),
+                               Windows(measurement_s=window_s, stability_pct=stability, max_trials=10))
             return m, stability
         except RuntimeError as err:
             if "stable measurement" not in str(err) or stability == 100.0:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="server-overhead-") as tmp:
         repo = Path(tmp) / "repo"
-        records = export_models(["tiny_cnn"], frameworks, repo, max_batch_size=8, seed=SEED)
+        records = export_models(["tiny_cnn"], frameworks, repo, options=ExportOptions(max_batch_size=8, seed=SEED))
         failed = [r for r in records if r["status"] != "exported"]
         if failed:
             print(f"export failed: {failed}", file=sys.stderr)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402
-from serving_bench.tune.cli import TuneOptions, run_tune  # noqa: E402
+from serving_bench.tune.run import TuneOptions, run_tune  # noqa: E402
 from serving_bench.tune.load import SCREEN_REQUESTS, load_from_file  # noqa: E402
 from serving_bench.tune.objective import rank_key  # noqa: E402
 

@@ -62,7 +62,8 @@ sys.path.insert(0, str(ROOT))
 
 from serving_bench.peers.report import compare, figure, interleave, ratio_line, write_result  # noqa: E402  (first)
 from serving_bench.load.native import choose_sender  # noqa: E402
-from serving_bench.peers.perf_analyzer import PeerMissing, Unstable, find_perf_analyzer  # noqa: E402
+from serving_bench.peers.perf_analyzer import (Level, PeerMissing, Unstable, Windows,  # noqa: E402
+                                           find_perf_analyzer)
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
@@ -105,12 +106,14 @@ def peer_env(base: dict) -> dict:
 def make_repo(model: str, dest: Path) -> Path:
     """A repository holding ``model`` (the sleep entry, or a zoo model exported through serving-bench export)."""
     from serving_bench.export.api import export_models, settle_after_export
+    from serving_bench.export.frameworks import ExportOptions
 
     name, _, framework = model.rpartition("_")
     if model == "sleep_python":
-        export_models(["sleep"], [], dest, max_batch_size=32, sleep_base_ms=4.0, sleep_per_item_ms=0.5)
+        export_models(["sleep"], [], dest,
+                      options=ExportOptions(max_batch_size=32, sleep_base_ms=4.0, sleep_per_item_ms=0.5))
     else:
-        export_models([name], [framework], dest, max_batch_size=32)
+        export_models([name], [framework], dest, options=ExportOptions(max_batch_size=32))
     settle_after_export(time.perf_counter(), log)
     return dest
 
@@ -212,7 +215,7 @@ def read_ma_results(export: Path) -> list[dict]:
 def run_serving_bench(repo: Path, model: str, p99_ms: float, work: Path, quick: bool) -> dict:
     """Profile on the same server, then tune on the simulator under the same p99 budget."""
     from serving_bench.tune import adapters
-    from serving_bench.tune.cli import TuneOptions, run_tune
+    from serving_bench.tune.run import TuneOptions, run_tune
 
     load = work / "sb_load.yaml"
     # capacity is searched as a multiple of this load, up to max_scale below: 100 req/s x 128 = 12,800 req/s, above
@@ -276,8 +279,9 @@ def _children_cpu_s() -> float:
 def perf_analyzer_level(pa, url: str, model: str, quick: bool) -> Callable[[int], tuple[float, float]]:
     """perf_analyzer at one concurrency (synchronous mode, as Model Analyzer runs it)."""
     def level(c: int) -> tuple[float, float]:
-        m = pa.measure(model, url, concurrency=c, async_mode=False, measurement_s=SPACE[quick]["measurement_s"],
-                       stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
+        m = pa.measure(model, url, Level(concurrency=c, async_mode=False),
+                       Windows(measurement_s=SPACE[quick]["measurement_s"], stability_pct=PA_STABILITY_PCT,
+                               max_trials=PA_MAX_TRIALS, stabilize_on_p99=False))
         return m.throughput_ips, m.p99_s * 1e3
     return level
 
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         # Model Analyzer's winner as a repository: its config.pbtxt over a copy of ours
         from serving_bench.export.repository import read_config
         from serving_bench.serve.server import TritonServer
-        from serving_bench.load.driver import TritonTarget
+        from serving_bench.load.driver import SendOptions, TritonTarget
         from serving_bench.profiles.schema import Profile
         from serving_bench.serving_config import ServingConfig, model_serving_from_config
         from serving_bench.sim.target import SimTarget
@@ -463,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 perf_analyzer_level(pa, url, args.model, args.quick), args.p99_ms, args.quick,
                 f"measured {labels[side]} (trial {k + 1})") for side, url in urls.items()}
             # serving-bench's pick through our own sender too: the client its profile was measured with
-            own_sender = TritonTarget(urls["serving_bench"], senders=1)
+            own_sender = TritonTarget(urls["serving_bench"], send=SendOptions(senders=1))
             sides[OWN_SENDER] = lambda k: sweep(closed_loop_level(own_sender, args.model, args.quick), args.p99_ms,
                                                 args.quick, f"measured {labels['serving_bench']} through "
                                                 f"serving-bench's sender (trial {k + 1})")

@@ -42,9 +42,10 @@ sys.path.insert(0, str(ROOT))
 from serving_bench.peers.report import (Figure, Spread, compare, figure, interleave, ratio_line,  # noqa: E402
                                         write_result)
 from serving_bench.export.sleep import write_sleep_entry  # noqa: E402
-from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.load.driver import SendOptions, TritonTarget  # noqa: E402
 from serving_bench.load.native import choose_sender  # noqa: E402
-from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer, span_s  # noqa: E402
+from serving_bench.peers.perf_analyzer import (Level, PeerMissing, Windows, find_perf_analyzer,  # noqa: E402
+                                           span_s)
 from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.run.schedule import Schedule  # noqa: E402
 from serving_bench.run.target import ClosedLoop  # noqa: E402
@@ -72,15 +73,16 @@ def ours(url: str, concurrency: int, span: float) -> dict:
     schedule = Schedule(np.zeros(n), np.zeros(n), (MODEL,), rng.integers(0, 16, n), np.ones(n),
                         {"duration_s": warm + span, "warmup_s": warm, "cooldown_s": 0.0})
     # one sender process, like the CLI's default and like perf_analyzer (a process of its own)
-    records = TritonTarget(url, mode=ClosedLoop(concurrency, warm + span), senders=1).run(schedule)
+    records = TritonTarget(url, mode=ClosedLoop(concurrency, warm + span), send=SendOptions(senders=1)).run(schedule)
     s = summarize(records)["overall"]
     return {"throughput_ips": s["throughput_ips"], "p50_s": s["service_p50_s"], "p99_s": s["service_p99_s"],
             "requests": s["counts"]["ok"], "failed": s["counts"]["failed"] + s["counts"]["timeout"]}
 
 
 def peer(pa, url: str, concurrency: int, measurement_s: float) -> dict:
-    m = pa.measure(MODEL, url, concurrency=concurrency, async_mode=False, measurement_s=measurement_s,
-                   stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS, stabilize_on_p99=False)
+    m = pa.measure(MODEL, url, Level(concurrency=concurrency, async_mode=False),
+                   Windows(measurement_s=measurement_s, stability_pct=PA_STABILITY_PCT, max_trials=PA_MAX_TRIALS,
+                           stabilize_on_p99=False))
     return {"throughput_ips": m.throughput_ips, "p50_s": m.p50_s, "p99_s": m.p99_s, "requests": m.request_count}
 
 

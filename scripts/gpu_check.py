@@ -122,10 +122,12 @@ def export_repo(plan: Plan, repo: Path) -> dict[str, dict]:
     """Export the plan's two models to TorchScript (exporter API, parity checked) and switch dynamic batching off;
     returns how each entry is served (``ModelServing`` as a dict, one instance), for :func:`predict`."""
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.serving_config import ServingConfig
 
-    records = export_models(list(plan.pair), ["torchscript"], repo, max_batch_size=plan.max_batch_size,
-                            precision=plan.precision, seq_len=plan.seq_len if "bert_base" in plan.pair else None,
+    records = export_models(list(plan.pair), ["torchscript"], repo,
+                            options=ExportOptions(max_batch_size=plan.max_batch_size, precision=plan.precision,
+                                                  seq_len=plan.seq_len if "bert_base" in plan.pair else None),
                             log=lambda line: print(f"  {line}", flush=True))
     failed = [f"{r['name']}: {r.get('reason')}" for r in records if r["status"] != "exported"]
     if failed:
@@ -154,14 +156,14 @@ def closed_schedule(models: list[str], duration_s: float, seed: int = 0):
 
 def measure(server, models: list[str], concurrency: dict[str, int], plan: Plan, label: str, **facts) -> dict:
     """One closed-loop run against ``server``: per model throughput, p50/p99 (ms) and counts, plus telemetry."""
-    from serving_bench.load.driver import TritonTarget
+    from serving_bench.load.driver import SendOptions, TritonTarget
     from serving_bench.run.target import ClosedLoop
     from serving_bench.run.metrics import summarize
     from serving_bench.telemetry import Telemetry
 
     total_s = plan.warmup_s + plan.duration_s
     target = TritonTarget(server, mode=ClosedLoop(concurrency=concurrency, duration_s=total_s),
-                          senders=min(plan.senders, max(1, sum(concurrency.values()))))
+                          send=SendOptions(senders=min(plan.senders, max(1, sum(concurrency.values())))))
     start = time.perf_counter()
     with Telemetry(server.endpoints.metrics_url, interval_s=0.5, pid=server.pid) as telemetry:
         records = target.run(closed_schedule(models, total_s))
@@ -346,8 +348,9 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
         from serving_bench.export.api import export_models
 
         trt_repo = repo.parent / "tensorrt"
-        [exported] = export_models([plan.pair[0]], ["tensorrt"], trt_repo, max_batch_size=plan.max_batch_size,
-                                   precision=plan.precision, log=lambda line: print(f"  {line}", flush=True))
+        [exported] = export_models([plan.pair[0]], ["tensorrt"], trt_repo,
+                                   options=ExportOptions(max_batch_size=plan.max_batch_size, precision=plan.precision),
+                                   log=lambda line: print(f"  {line}", flush=True))
         if exported["status"] != "exported":
             state["skipped"].append({"step": "tensorrt", "reason": exported.get("reason", exported["status"])})
             print(f"  skipped tensorrt: {exported.get('reason')}", flush=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run every GPU check in one go (scripts/gpu_check.py; docs/serve.md "GPU check"), in under 8 minutes.
+# Run every GPU check in one go (scripts/gpu_check.py; docs/serve.md#gpu-check), in under 8 minutes.
 #
 #   scripts/gpu_check.sh [--wheels DIR] [--python PY] [--setup-only] [--cpu] [--quick] [--out DIR] [--url HOST:PORT]
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fill a folder with the wheels scripts/gpu_check.sh installs on the GPU host, which has no network and whose python3
-# (3.12) has torch but no tritonclient or pytriton (docs/serve.md, "GPU check"). Run it where PyPI is reachable:
+# (3.12) has torch but no tritonclient or pytriton (docs/serve.md#gpu-check). Run it where PyPI is reachable:
 #
 #   scripts/gpu_wheels.sh [DIR]        # default: .cache/gpu-wheels (git-ignored)
 #

@@ -10,7 +10,8 @@ Stages, each a call into the package that owns it (nothing here measures, simula
    (:data:`LATE_LIMIT_S`);
 3. profile the served models on the same server (``serving_bench.profiles``) — once more when the hypervisor took
    CPU time while it was measured and its law misses its own calibration runs (``telemetry.cpu.StealClock``);
-4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured;
+4. simulate the same schedule (``SimTarget``) and 5. validate: simulated vs measured, each predicted figure with its
+   90 % interval over replications, and their coverage (the share of measured figures inside);
 6. tune on the simulator and verify the best configuration on Triton (``serving_bench.tune``);
 7. write the report (``serving_bench.report``) and print its path.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from serving_bench.errors import InputError, ServerError
 from serving_bench.export.api import SETTLE_AFTER_EXPORT_S, export_models, settle_after_export
+from serving_bench.export.frameworks import ExportOptions
 from serving_bench.export.repository import load_manifest
 from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
@@ -41,7 +43,7 @@ from serving_bench.serving_config import ServingConfig
 from serving_bench.telemetry import Telemetry
 from serving_bench.telemetry.cpu import StealClock
 from serving_bench.tune import adapters
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_PROFILE = ROOT / "load_profiles" / "demo.yaml"
@@ -57,7 +59,8 @@ MAX_BATCH = {"tiny_cnn": 8, "tiny_mlp": 8, "resnet50": 2}
 # A replay whose sends to any entry ran later than this at p99 measured a busy or stalled machine (its sender could
 # not keep the schedule): the demo replays once more, as the comparison with the simulator needs the server's
 # figures, not the machine's. Per entry, as the validation compares each entry's p99: a half-second stall that holds
-# 0.7 % of all requests passes an overall check yet sets the p99 of every small entry (docs/sim.md, "Host stalls").
+# 0.7 % of all requests passes an overall check yet sets the p99 of every small entry (docs/accuracy.md#what-is-noise,
+# "Host stalls set the demo's p99").
 LATE_LIMIT_S = 1e-3
 
 
@@ -138,8 +141,8 @@ class Demo:
         records = []
         for batch in sorted(set(MAX_BATCH.values()), reverse=True):
             models = [m for m in EXPORT_MODELS if MAX_BATCH[m] == batch]
-            records += export_models(models, list(FRAMEWORKS), self.repo, max_batch_size=batch, overwrite=True,
-                                     ensembles=[ENSEMBLE] if "tiny_cnn" in models else [],
+            records += export_models(models, list(FRAMEWORKS), self.repo, options=ExportOptions(max_batch_size=batch),
+                                     overwrite=True, ensembles=[ENSEMBLE] if "tiny_cnn" in models else [],
                                      log=lambda line: self.say("  " + line))
         failed = [r for r in records if r["status"] == "failed"]
         if failed:
@@ -205,7 +208,7 @@ class Demo:
                                  replay_dir=self.out / "replay", note=lambda line: self.say(f"  note: {line}"))
         judged = [inside for inside in map(simulated_inside, rows) if inside is not None]
         return (f"{len(rows)} comparison rows in {self.out / 'validate'}; simulated inside the measured 95 % interval "
-                f"in {sum(judged)} of {len(judged)} latency rows")
+                f"in {sum(judged)} of {len(judged)} latency rows; {adapters.coverage_line(rows)}")
 
     def tune(self) -> str:
         config = ServingConfig.from_repo(self.repo, list(self.schedule.models))

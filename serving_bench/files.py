@@ -200,16 +200,44 @@ def hold_folder(path: str | Path, *, need_bytes: int = 0, basis: str = "", optio
     except BaseException:
         _remove_empty(created)
         raise
-    held = HeldFolder(real, real.parent / f".{real.name}{LOCK_SUFFIX}", fd, tuple(created))
+    held = _probed(HeldFolder(real, real.parent / f".{real.name}{LOCK_SUFFIX}", fd, tuple(created)), real, shown,
+                   option)
+    for stale in real.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return held
+
+
+def hold_file(path: str | Path, *, option: str = "--out") -> HeldFolder:
+    """Check the output file ``path`` (written later, atomically) and hold it for this run, before the run does any
+    work: refused, as one :class:`InputError` line naming ``option``, when a folder is in its place, its folder
+    cannot be created or written, or another live run holds it. The hold is :func:`hold_folder`'s lock, beside the
+    file; releasing it removes the folders it created that stayed empty."""
+    shown = Path(path)
+    real = Path(os.path.abspath(shown))
+    if real.is_dir():
+        raise InputError(option, None, f"{shown} is a folder; expected a file to write")
+    existing = next(p for p in real.parents if p.exists())
+    if not existing.is_dir():
+        raise InputError(option, None, f"{existing} is a file; expected a folder to hold {shown}")
+    created = _make_folders(real.parent, shown, option)
+    lock = real.parent / f".{real.name}{LOCK_SUFFIX}"
     try:
-        probe, name = tempfile.mkstemp(dir=real, prefix=".serving-bench-probe-")
+        fd = _take_lock(lock, shown, option)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    return _probed(HeldFolder(real, lock, fd, tuple(created)), real.parent, shown, option)
+
+
+def _probed(held: HeldFolder, folder: Path, shown: Path, option: str) -> HeldFolder:
+    """``held``, once a file could be created in ``folder``; else released, and an :class:`InputError`."""
+    try:
+        probe, name = tempfile.mkstemp(dir=folder, prefix=".serving-bench-probe-")
         os.close(probe)
         os.unlink(name)
     except OSError as err:
         held.release()
         raise InputError(option, None, f"{shown}: cannot write there: {err.strerror or err}") from None
-    for stale in real.glob(f"{STAGING_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
     return held
 
 
@@ -257,8 +285,14 @@ def _take_lock(lock: Path, shown: Path, option: str) -> int:
             break
         os.close(fd)
     facts = {"pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)[:300]}
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps(facts).encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(facts).encode())
+    except OSError as err:  # a full disk
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+        raise InputError(option, None, f"{shown}: cannot write there: {err.strerror or err}") from None
     return fd
 
 

@@ -14,7 +14,9 @@ What Triton accepts of these knobs, checked the same wherever a config comes fro
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -65,11 +67,29 @@ class ModelServing:
         return dataclasses.replace(self, **changes)
 
 
-def default_threads(total_instances: int, cores: int) -> int:
+def cpu_cores() -> int:
+    """Cores this process may run on (its CPU affinity; all the host's where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads(total_instances: int, cores: int | None = None) -> int:
     """The embedded server's intra-op threads per instance, so that all instances together use at most the
-    ``cores``: ``cores // total_instances``, at least 1 (more instances than cores oversubscribe at one thread
-    each)."""
-    return max(1, cores // max(1, total_instances))
+    ``cores`` (default: this host's, :func:`cpu_cores`): ``cores // total_instances``, at least 1 (more instances
+    than cores oversubscribe at one thread each). The one home of this rule: the server, the simulator, the tuner
+    and the profile measurement all ask here."""
+    return max(1, (cpu_cores() if cores is None else cores) // max(1, total_instances))
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads-per-instance N``, the same for every command that serves or simulates (``serve``, ``simulate``,
+    ``validate``, ``tune``): an int, None when not given (the default rule, :func:`default_threads`). Each command
+    checks it with ``require_count`` before any work."""
+    parser.add_argument("--threads-per-instance", type=int,
+                        help="runtime (intra-op) threads of every served instance (default: the embedded server's, "
+                             "cores // all served instances, at least 1)")
 
 
 @dataclass(frozen=True)
@@ -195,7 +215,7 @@ def queue_policy_settings(config: ModelConfig) -> tuple[str, ...]:
     ``field value`` texts (empty: none). Triton (``PriorityQueue``, core r24.10) prefetches only with no priority
     levels and a default queue policy without ``max_queue_size``, ``default_timeout_microseconds`` and
     ``allow_timeout_override``; without prefetching the bundled 2.51 batcher can wait up to 0.5 s for an instance
-    that is already free (docs/serve.md, "Queue policies under overload")."""
+    that is already free (docs/serve.md#queue-policies-under-overload-the-bundled-tritonserver-251)."""
     if not config.HasField("dynamic_batching") or config.max_batch_size <= 0:
         return ()
     db = config.dynamic_batching

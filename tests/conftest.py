@@ -27,8 +27,10 @@ def tiny_repo(tmp_path_factory):
     model, and the ensemble ``ens`` = tiny_cnn_onnxruntime + tiny_cnn_torchscript. Read-only: copy it to change it.
     Returns ``(repo, records)``."""
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
 
     repo = tmp_path_factory.mktemp("tiny_repo")
     records = export_models("tiny_cnn,tiny_mlp,sleep", "torchscript,onnxruntime,tvm,tensorrt", repo,
-                            max_batch_size=4, ensembles=["ens=tiny_cnn_onnxruntime,tiny_cnn_torchscript"])
+                            options=ExportOptions(max_batch_size=4),
+                            ensembles=["ens=tiny_cnn_onnxruntime,tiny_cnn_torchscript"])
     return repo, records

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,16 @@ CASES = [
      ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--finalists", "0", "--out", "FOLDER/out"], "out"),
     ("tune: unknown model", _files(**{"l.yaml": GOOD_LOAD}),
      ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--models", "zz", "--out", "FOLDER/out"], "out"),
+    ("simulate: negative replications", _files(**{"l.yaml": GOOD_LOAD}),
+     ["simulate", "FOLDER/l.yaml", "--profile", "PROFILE", "--replications", "-1", "--out", "FOLDER/out"], "out"),
+    ("validate: confidence above 1", _files(**{"l.yaml": GOOD_LOAD}),
+     ["validate", "FOLDER/l.yaml", "--profile", "PROFILE", "--repo", "FOLDER", "--confidence", "1.5",
+      "--out", "FOLDER/out"], "out"),
+    ("tune: negative host spread", _files(**{"l.yaml": GOOD_LOAD}),
+     ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--host-spread", "-0.1", "--out", "FOLDER/out"], "out"),
+    ("tune: confidence without replications", _files(**{"l.yaml": GOOD_LOAD}),
+     ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--confidence", "0.9", "--replications", "0",
+      "--out", "FOLDER/out"], "out"),
     ("rate beyond the schedule bound", _files(**{"l.yaml": GOOD_LOAD.replace("rate: 10", "rate: 1e9")}),
      ["replay", "FOLDER/l.yaml", "--out", "FOLDER/out"], "out"),
     ("rate of 3e6 over 20 s", _files(**{"l.yaml": GOOD_LOAD.replace("rate: 10", "rate: 3e6").replace("2s", "20s")}),
@@ -147,6 +158,8 @@ CASES = [
      ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--duration", "1e9", "--out", "FOLDER/out"], "out"),
     ("tune: --duration -1", _files(**{"l.yaml": GOOD_LOAD}),
      ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--duration", "-1", "--out", "FOLDER/out"], "out"),
+    ("tune: --max-scale 0.5", _files(**{"l.yaml": GOOD_LOAD}),
+     ["tune", "FOLDER/l.yaml", "--profile", "PROFILE", "--max-scale", "0.5", "--out", "FOLDER/out"], "out"),
     ("plan: forecast missing", _files(), ["plan", "FOLDER/none.yaml"], None),
     ("check-repo: missing repo", _files(), ["check-repo", "FOLDER/norepo"], None),
 ]
@@ -239,6 +252,51 @@ def test_an_out_without_room_for_the_run_is_refused(tmp_path, capsys):
         assert cli(["simulate", str(tmp_path / "l.yaml"), "--profile", str(profile), "--out",
                     str(small / "out")]) == 0
         assert (small / "out" / "records.parquet").is_file()
+    finally:
+        _unmount(small)
+
+
+@pytest.mark.parametrize("source", ["--repo", "--csv", "--import-h200"])
+def test_profile_refuses_an_unwritable_out_before_measuring(source, read_only_folder, tmp_path, capsys):
+    """``profile --out FILE`` where FILE cannot be written (a read-only folder, or one to create inside it), or a
+    folder stands in its place: one line naming ``--out``, exit 2, before a server starts or a file is read (the
+    repository here lacks the entry, the CSV is broken: those errors would come first otherwise)."""
+    (tmp_path / "t.csv").write_text("batch_size,latency_ms\n0,2\n")
+    args = {"--repo": ["--repo", str(tmp_path), "--models", "absent"],
+            "--csv": ["--csv", str(tmp_path / "t.csv"), "--model", "m"], "--import-h200": ["--import-h200"]}[source]
+    for out in (read_only_folder / "h.json", read_only_folder / "sub" / "h.json", read_only_folder):
+        assert cli(["profile", *args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out: {out}"), err
+        assert "cannot" in err[0] or "is a folder" in err[0], err
+    assert list(read_only_folder.iterdir()) == []
+
+
+def test_profile_keeps_a_profile_it_could_not_write_and_names_where(tmp_path, capsys, monkeypatch):
+    """A full disk: refused up front (one line, exit 2). A disk that fills after ``--out`` was checked (room for
+    the hold's lock, a page, not for the profile): the profile goes to the cache folder's ``rescued/``, the one
+    error line names it, exit 4; nothing is left where it was asked."""
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "64k")
+    monkeypatch.setenv("SERVING_BENCH_CACHE", str(tmp_path / "cache"))
+    try:
+        with open(small / "filler", "wb", buffering=0) as fh:  # the file system full to the last byte
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+            assert cli(["profile", "--import-h200", "--out", str(small / "h.json")]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [f"error: --out: {small / 'h.json'}: cannot write there: No space left on device"], err
+            fh.truncate(fh.tell() - 4096)
+        assert cli(["profile", "--import-h200", "--out", str(small / "h.json")]) == 4
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "No space left on device" in err[0], err
+        kept = re.search(r"what was measured is saved in (\S+)$", err[0])
+        assert kept and Path(kept.group(1)).is_relative_to(tmp_path / "cache" / "rescued"), err
+        assert json.loads((Path(kept.group(1)) / "h.json").read_text())["format"] == "serving-bench-profile"
+        assert sorted(p.name for p in small.iterdir()) == ["filler"]
     finally:
         _unmount(small)
 

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from serving_bench.tune.capacity import Ladder, Probe, Repeats, bisect_capacity
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from serving_bench.tune.verify import Replay, capacity_check, capacity_replays, measured_bracket
 from tune_fixtures import write_load, write_profile
 
@@ -156,7 +156,7 @@ def test_the_simulators_capacity_is_the_md1_closed_form(tmp_path, bound_ms, rate
     load = write_load(tmp_path / "l.yaml", {"m": rate}, {"m": bound_ms}, duration_s=3000.0, seed=1)
     doc = run_tune(TuneOptions(load=str(load), profile=str(profile), out=str(tmp_path / "out"), instances=(1,),
                                max_batch_sizes=(1,), queue_delays_us=(0,), max_scale=8.0, verify_top=0, quiet=True,
-                               report=False))
+                               report=False, replications=0))  # the point capacity; its interval: test_intervals.py
     result = doc["best"]["result"]
     assert result["capacity_scale"] == pytest.approx(ladder.scale(rung))
     p99 = {round(math.log2(p["scale"]) * ladder.steps_per_doubling): p["models"]["m"]["p99_s"]

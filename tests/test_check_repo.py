@@ -111,3 +111,25 @@ def test_missing_entry_listed_in_manifest(repo):
 
 def test_torchscript_forward_args_read_without_unpickling(tiny_repo):
     assert torchscript_forward_args(tiny_repo[0] / "tiny_cnn_torchscript" / "1" / "model.pt") == ["input"]
+
+
+def test_variant_settings_must_match_the_variant(repo):
+    """A config whose runtime fields are not its variant's (edited by hand), or whose variant names another
+    framework or does not parse, is a problem line naming the parameters."""
+    config = repo / "tiny_cnn_onnxruntime" / "config.pbtxt"
+    edit(config, 'string_value: "onnxruntime"\n  }\n}\nparameters {\n  key: "precision"',
+         'string_value: "onnxruntime"\n  }\n}\nparameters {\n  key: "intra_op_thread_count"\n  value {\n'
+         '    string_value: "2"\n  }\n}\nparameters {\n  key: "precision"')
+    (problem,) = lines(repo)
+    assert problem == (f"{config}: parameters: runtime settings {{'threads': 2, 'execution_mode': 'seq', "
+                       f"'graph_optimization_level': 'all'}} differ from variant onnxruntime's "
+                       f"{{'execution_mode': 'seq', 'graph_optimization_level': 'all'}}")
+    edit(repo / "tiny_mlp_torchscript" / "config.pbtxt", 'key: "variant"\n  value {\n    string_value: "torchscript"',
+         'key: "variant"\n  value {\n    string_value: "tvm:intra=2"')
+    edit(repo / "tiny_mlp_onnxruntime" / "config.pbtxt", 'key: "variant"\n  value {\n    string_value: "onnxruntime"',
+         'key: "variant"\n  value {\n    string_value: "onnxruntime:turbo"')
+    found = lines(repo)
+    assert f"{repo}/tiny_mlp_torchscript/config.pbtxt: parameters.variant: 'tvm:intra=2' is a tvm variant; expected " \
+           f"one of torchscript's" in found
+    assert any(p.startswith(f"{repo}/tiny_mlp_onnxruntime/config.pbtxt: parameters.variant: 'turbo' is not a "
+                            f"setting of onnxruntime") for p in found)

@@ -111,3 +111,58 @@ def test_the_readme_and_each_reference_page_keep_their_size():
     long = {p.name: n for p in sorted((ROOT / "docs").glob("*.md"))
             if (n := len(p.read_text().splitlines())) > PAGE_LINES}
     assert not long, f"docs pages over {PAGE_LINES} lines (history belongs in docs/notes/): {long}"
+
+
+# -- the code's references to the docs -------------------------------------------------------------------------------
+
+CODE_DIRS = ("serving_bench", "benchmarks", "scripts")
+CODE_SUFFIXES = {".py", ".pxd", ".pyx", ".sh", ".cc", ".h"}
+# docs/PAGE.md, an optional #anchor, and an optional quoted section name right after it ("Host stalls set ...")
+DOC_REF = re.compile(r"\bdocs/([\w./-]+?\.md)(#[\w-]+)?(?:(?:[,;:]\s*|\s+)\"([^\"]+)\")?")
+
+
+def _flat(text: str) -> str:
+    """``text`` with its line breaks, the indentation and comment marks after them, and runs of spaces made one
+    space, so that a reference wrapped over two lines reads as one."""
+    return re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
+
+
+def code_doc_references(root: Path = ROOT) -> list[str]:
+    """``file: reference: why`` for every ``docs/...md`` reference in the code (:data:`CODE_DIRS`) that reaches
+    nothing: a page that does not exist, an ``#anchor`` that names no heading there (GitHub's slugs), or a quoted
+    section name that does not occur in the page (a heading or a paragraph's bold lead)."""
+    dead = []
+    for folder in CODE_DIRS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix not in CODE_SUFFIXES or "__pycache__" in path.parts or not path.is_file():
+                continue
+            for page, anchor, name in DOC_REF.findall(_flat(path.read_text(errors="replace"))):
+                target = root / "docs" / page
+                where = f"{path.relative_to(root)}: docs/{page}{anchor}"
+                if not target.is_file():
+                    dead.append(f"{where}: no such page")
+                elif anchor and anchor[1:] not in anchors(target):
+                    dead.append(f"{where}: no heading with that anchor")
+                elif name and _flat(name) not in _flat(target.read_text()).replace("**", "").replace("`", ""):
+                    dead.append(f'{where} "{name}": no such section name on the page')
+    return dead
+
+
+def test_the_codes_references_to_the_docs_reach_a_page_and_a_section():
+    dead = code_doc_references()
+    assert not dead, "references to the docs that reach nothing (pages moved: docs/notes/ holds the history):\n" + \
+        "\n".join(dead)
+
+
+def test_a_planted_dead_code_reference_is_caught(tmp_path):
+    """A missing page, a missing anchor and a section name the page lacks are each reported; a reference wrapped over
+    two comment lines is read whole; existing ones are not reported."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("# Page\n\n## A part\n\n**A bold lead** and text.\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "x.py").write_text(
+        '"""See docs/gone.md, docs/page.md#no-part and docs/page.md, "Not there".\n'
+        'Fine: docs/page.md#a-part, docs/page.md, "A bold\n    lead".\n"""\n# and docs/page.md#page, "A\n# part"\n')
+    assert code_doc_references(tmp_path) == ["scripts/x.py: docs/gone.md: no such page",
+                                             "scripts/x.py: docs/page.md#no-part: no heading with that anchor",
+                                             'scripts/x.py: docs/page.md "Not there": no such section name on the page']

@@ -16,7 +16,7 @@ import pytest
 from serving_bench.errors import InputError
 from serving_bench.export import frameworks as fw_registry
 from serving_bench.export.api import export_models
-from serving_bench.export.frameworks import FRAMEWORKS, Framework, load_predictor
+from serving_bench.export.frameworks import FRAMEWORKS, load_predictor, ExportOptions, Framework
 from serving_bench.export.parity import torch_outputs
 from serving_bench.export.repository import (config_text, load_manifest, parse_config, read_config)
 from serving_bench.models import get_model
@@ -59,7 +59,8 @@ def test_tensorrt_is_skipped_with_its_reason_and_writes_nothing(tiny_repo):
     assert "tensorrt" in reason or "GPU" in reason
     assert not (repo / "tiny_cnn_tensorrt").exists()
     assert load_manifest(repo)["entries"]["tiny_cnn_tensorrt"] == {
-        "model": "tiny_cnn", "framework": "tensorrt", "precision": "fp32", "status": "skipped", "reason": reason}
+        "model": "tiny_cnn", "framework": "tensorrt", "variant": "tensorrt", "precision": "fp32", "status": "skipped",
+        "reason": reason}
 
 
 @pytest.mark.parametrize("fw", RUNNABLE)
@@ -166,11 +167,12 @@ def test_existing_entry_without_overwrite_changes_nothing(tiny_repo, tmp_path):
     shutil.copytree(tiny_repo[0], repo)
     before = tree_state(repo)
     with pytest.raises(InputError, match="already exists; pass --overwrite"):
-        export_models("tiny_mlp", "tvm,onnxruntime", repo, max_batch_size=4)
+        export_models("tiny_mlp", "tvm,onnxruntime", repo, options=ExportOptions(max_batch_size=4))
     assert tree_state(repo) == before
     # with --overwrite the entry is replaced (a different seed gives a different artifact)
     old = load_manifest(repo)["entries"]["tiny_mlp_onnxruntime"]["sha256"]
-    records = export_models("tiny_mlp", "onnxruntime", repo, max_batch_size=4, overwrite=True, seed=7)
+    records = export_models("tiny_mlp", "onnxruntime", repo, options=ExportOptions(max_batch_size=4, seed=7),
+                            overwrite=True)
     assert records[0]["status"] == "exported"
     assert load_manifest(repo)["entries"]["tiny_mlp_onnxruntime"]["sha256"] != old
     assert load_manifest(repo)["entries"]["tiny_mlp_onnxruntime"]["seed"] == 7
@@ -195,7 +197,7 @@ def test_failing_export_leaves_no_half_written_entry(tmp_path, monkeypatch):
 
     _fake_framework(monkeypatch, "broken", write_then_fail)
     repo = tmp_path / "repo"
-    records = export_models("tiny_mlp", "broken,onnxruntime", repo, max_batch_size=2)
+    records = export_models("tiny_mlp", "broken,onnxruntime", repo, options=ExportOptions(max_batch_size=2))
     status = {r["name"]: (r["status"], r.get("reason")) for r in records}
     assert status["tiny_mlp_broken"] == ("failed", "RuntimeError: disk full halfway")
     assert status["tiny_mlp_onnxruntime"][0] == "exported"  # the other framework still exported
@@ -216,14 +218,15 @@ def test_parity_failure_rejects_the_artifact(tmp_path, monkeypatch):
 
     _fake_framework(monkeypatch, "wrong", write_other_weights)
     repo = tmp_path / "repo"
-    (record,) = export_models("tiny_mlp", "wrong", repo, max_batch_size=2)
+    (record,) = export_models("tiny_mlp", "wrong", repo, options=ExportOptions(max_batch_size=2))
     assert record["status"] == "failed" and record["reason"].startswith("ParityError: batch 1: relative error")
     assert "above the fp32 tolerance 0.0001" in record["reason"]
     assert not (repo / "tiny_mlp_wrong").exists()
 
 
 def test_fp16_export_within_fp16_tolerance(tmp_path):
-    (record,) = export_models("tiny_mlp", "torchscript", tmp_path / "r", max_batch_size=2, precision="fp16")
+    (record,) = export_models("tiny_mlp", "torchscript", tmp_path / "r",
+                              options=ExportOptions(max_batch_size=2, precision="fp16"))
     assert record["status"] == "exported" and record["tolerance"] == 1e-2
     assert 0 < record["parity_error"] <= 1e-2
     config = read_config(tmp_path / "r" / "tiny_mlp_torchscript" / "config.pbtxt")
@@ -251,8 +254,8 @@ def test_ensemble_served_by_real_triton_averages_members(tmp_path):
     from serving_bench.serve.server import TritonServer
 
     repo, other = tmp_path / "repo", tmp_path / "other"
-    export_models("tiny_cnn", "tvm", repo, max_batch_size=4, seed=0)
-    export_models("tiny_cnn", "tvm", other, max_batch_size=4, seed=1)
+    export_models("tiny_cnn", "tvm", repo, options=ExportOptions(max_batch_size=4, seed=0))
+    export_models("tiny_cnn", "tvm", other, options=ExportOptions(max_batch_size=4, seed=1))
     shutil.copytree(other / "tiny_cnn_tvm", repo / "tiny_cnn_tvm_seed1")
     config_path = repo / "tiny_cnn_tvm_seed1" / "config.pbtxt"
     config_path.write_text(config_path.read_text().replace('name: "tiny_cnn_tvm"', 'name: "tiny_cnn_tvm_seed1"'))

@@ -46,15 +46,18 @@ def test_static_buckets_pad_and_trim(tmp_path):
                     reason="MetaSchedule tuning takes minutes on 2 cores (set SERVING_BENCH_SLOW=1 to run it)")
 def test_tuning_records_are_cached_and_reused(tmp_path, monkeypatch):
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.repository import load_manifest, read_config
 
     monkeypatch.setenv("SERVING_BENCH_CACHE", str(tmp_path / "cache"))
-    first = export_models("tiny_mlp", "tvm", tmp_path / "a", max_batch_size=2, tvm_tune_trials=2)[0]
+    first = export_models("tiny_mlp", "tvm", tmp_path / "a",
+                          options=ExportOptions(max_batch_size=2, tvm_tune_trials=2))[0]
     assert first["status"] == "exported" and first["settings"]["reused"] is False
     assert first["settings"]["tasks"] >= 1 and first["settings"]["buckets"] == [1, 2]
     records = list((tmp_path / "cache" / "tvm-tuning").glob("tiny_mlp-*/database_tuning_record.json"))
     assert len(records) == 1 and records[0].read_text().strip()
-    second = export_models("tiny_mlp", "tvm", tmp_path / "b", max_batch_size=2, tvm_tune_trials=2)[0]
+    second = export_models("tiny_mlp", "tvm", tmp_path / "b",
+                           options=ExportOptions(max_batch_size=2, tvm_tune_trials=2))[0]
     assert second["settings"]["reused"] is True and second["parity_error"] <= 1e-4
     assert read_config(tmp_path / "b" / "tiny_mlp_tvm" / "config.pbtxt").parameters["buckets"].string_value == "1,2"
     assert json.loads(json.dumps(load_manifest(tmp_path / "b")["entries"]["tiny_mlp_tvm"]["settings"]))["reused"]

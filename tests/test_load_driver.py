@@ -17,7 +17,7 @@ from repos import write_sleep_chain
 
 from serving_bench.errors import InputError
 from serving_bench.load import native
-from serving_bench.load.driver import TritonTarget
+from serving_bench.load.driver import SendOptions, TritonTarget
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.metrics import summarize
@@ -80,14 +80,14 @@ def test_ensemble_is_summarized_with_its_members(server):
 
 
 def test_perf_analyzer_wrapper_measures_the_same_server(server):
-    from serving_bench.peers.perf_analyzer import PeerMissing, find_perf_analyzer
+    from serving_bench.peers.perf_analyzer import Level, PeerMissing, Windows, find_perf_analyzer
 
     try:
         pa = find_perf_analyzer()
     except PeerMissing as err:
         pytest.skip(f"perf_analyzer cannot run here: {err}")
-    m = pa.measure("sleep_md1", server.endpoints.grpc_url, concurrency=1, measurement_s=1.0, stability_pct=999,
-                   max_trials=3)
+    m = pa.measure("sleep_md1", server.endpoints.grpc_url, Level(concurrency=1),
+                   Windows(measurement_s=1.0, stability_pct=999, max_trials=3))
     assert m.mode == "concurrency" and 20 < m.throughput_ips < 55  # one 20 ms request at a time
     assert 0.020 <= m.p50_s <= m.p99_s < 0.2 and m.server_compute_infer_s >= 0.020
 
@@ -99,7 +99,7 @@ SENDERS = ["python", pytest.param("native", marks=pytest.mark.skipif(
 @pytest.mark.parametrize("sender", SENDERS)
 def test_several_sender_processes_share_one_schedule(server, sender):
     schedule = poisson_schedule(300, 1.5, seed=1)
-    records = TritonTarget(server, senders=2, sender=sender).run(schedule)
+    records = TritonTarget(server, send=SendOptions(senders=2, sender=sender)).run(schedule)
     c = assert_target_contract(schedule, records)
     assert c["ok"] == len(schedule) and records.info.senders == 2 and records.info.sender == sender
 
@@ -113,7 +113,8 @@ def test_native_and_python_senders_record_a_mixed_schedule_alike(server):
     schedule = Schedule(np.sort(rng.random(n) * 1.5), rng.choice(3, n, p=[0.6, 0.3, 0.1]),
                         ("sleep_zero", "sleep_ens", "sleep_slow"), rng.integers(0, 4, n), np.ones(n),
                         {"duration_s": 1.5})
-    runs = {s: TritonTarget(server, timeout_s=0.3, sender=s).run(schedule) for s in ("python", "native")}
+    runs = {s: TritonTarget(server, send=SendOptions(timeout_s=0.3, sender=s)).run(schedule)
+            for s in ("python", "native")}
     for sender, records in runs.items():
         c = assert_target_contract(schedule, records)
         assert records.info.sender == sender and not records.info.partial
@@ -159,7 +160,8 @@ def test_sender_falls_back_to_python_when_the_native_one_cannot_be_built(tmp_pat
 @pytest.mark.parametrize("sender", SENDERS)
 def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server, sender):
     schedule = poisson_schedule(1000, 3.0, model="sleep_md1")  # far more requests than 1 s can serve
-    records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0), sender=sender).run(schedule)
+    records = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=1.0),
+                           send=SendOptions(sender=sender)).run(schedule)
     c = assert_target_contract(schedule, records, closed_loop=True)
     assert 20 < c["ok"] < 110  # ~20 ms each, one instance: about 50 in 1 s
     sent = np.sort(records.table["sent_s"].to_numpy())
@@ -171,11 +173,13 @@ def test_closed_loop_keeps_concurrency_and_trims_unreached_requests(server, send
 @pytest.mark.parametrize("sender", SENDERS)
 def test_cap_drop_and_wait_are_accounted(server, sender):
     schedule = poisson_schedule(100, 1.0, model="sleep_slow", seed=2)
-    dropped = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="drop"), sender=sender).run(schedule)
+    dropped = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="drop"),
+                           send=SendOptions(sender=sender)).run(schedule)
     c = assert_target_contract(schedule, dropped)
     assert c["not_sent"] > 0 and dropped.info.dropped == c["not_sent"] and c["ok"] == c["sent"]
     short = schedule.select(np.arange(len(schedule)) < 12)
-    waited = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="wait"), sender=sender).run(short)
+    waited = TritonTarget(server, mode=OpenLoop(max_in_flight=4, on_cap="wait"),
+                          send=SendOptions(sender=sender)).run(short)
     c = assert_target_contract(short, waited)
     assert c["ok"] == len(short)
     late = (waited.table["sent_s"] - waited.table["intended_s"]).to_numpy()
@@ -184,7 +188,7 @@ def test_cap_drop_and_wait_are_accounted(server, sender):
 
 def test_timeout_status(server):
     schedule = Schedule([0.0, 0.01], [0, 0], ("sleep_slow",), [0, 1], [1, 1], {"duration_s": 0.1})
-    records = TritonTarget(server, timeout_s=0.1).run(schedule)
+    records = TritonTarget(server, send=SendOptions(timeout_s=0.1)).run(schedule)
     c = assert_target_contract(schedule, records)
     assert c["timeout"] == 2 and records.table["error"].str.startswith("timeout").all()
 
@@ -305,8 +309,9 @@ def test_stop_ends_a_closed_loop_within_the_grace_period(server, sender):
             stopped_at.append(time.monotonic())
             target.stop()
 
-    target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0), grace_s=0.2,
-                          progress=stop_once_in_flight, progress_interval_s=0.1, sender=sender)
+    target = TritonTarget(server, mode=ClosedLoop(concurrency=2, duration_s=30.0),
+                          send=SendOptions(grace_s=0.2, sender=sender), progress=stop_once_in_flight,
+                          progress_interval_s=0.1)
     records = target.run(schedule)
     # a few tenths after the stop (the warm-up before it may wait for a previous test's requests still running)
     assert time.monotonic() - stopped_at[0] < 2.0

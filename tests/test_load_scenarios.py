@@ -65,7 +65,7 @@ def test_offline_and_single_stream(target):
 
 
 def test_peak_qps_search_brackets_the_capacity(target):
-    result = peak_qps(target, profile("sleep_md1"), start_qps=25, min_duration_s=1.2, min_queries=20,
+    result = peak_qps(target, profile("sleep_md1"), Server(25, min_duration_s=1.2, min_queries=20),
                       tolerance=0.2, max_steps=8)
     assert result.qps is not None and 40 <= result.qps <= 125, result.steps
     valid = [s["qps"] for s in result.steps if s["valid"]]

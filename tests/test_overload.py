@@ -16,7 +16,7 @@ import pytest
 from conformance import assert_target_contract
 
 from serving_bench.load.collapse import QueuePolicyCollapseWarning, queue_policy_collapse
-from serving_bench.load.driver import TritonTarget
+from serving_bench.load.driver import SendOptions, TritonTarget
 from serving_bench.run.metrics import summarize
 from serving_bench.run.records import Records, counts, new_records
 from serving_bench.run.schedule import Schedule
@@ -73,7 +73,8 @@ def capacity(server) -> float:
 @pytest.mark.parametrize("factor", [2, 4])
 def test_overload_without_the_defect_answers_near_capacity(server, capacity, factor):
     schedule = poisson("sleep_open", factor * capacity, RUN_S, seed=factor)
-    target = TritonTarget(server, mode=OpenLoop(max_in_flight=IN_FLIGHT, on_cap="drop"), timeout_s=DEADLINE_S)
+    target = TritonTarget(server, mode=OpenLoop(max_in_flight=IN_FLIGHT, on_cap="drop"),
+                          send=SendOptions(timeout_s=DEADLINE_S))
     records = target.run(schedule)
 
     assert_target_contract(schedule, records)
@@ -97,7 +98,7 @@ def test_overload_without_the_defect_answers_near_capacity(server, capacity, fac
 def test_queue_policy_collapse_is_flagged(server, capacity):
     schedule = poisson("sleep_q16", 4 * capacity, RUN_S, seed=7)
     with pytest.warns(QueuePolicyCollapseWarning, match=r"sleep_q16: answered .*\(max_queue_size 16\)"):
-        records = TritonTarget(server, timeout_s=DEADLINE_S).run(schedule)
+        records = TritonTarget(server, send=SendOptions(timeout_s=DEADLINE_S)).run(schedule)
 
     assert_target_contract(schedule, records)
     c = counts(records.table)

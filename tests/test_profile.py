@@ -610,7 +610,7 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     from serving_bench.load.native import choose_sender
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
-    from serving_bench.serve.runners import default_threads
+    from serving_bench.serving_config import default_threads
     from serving_bench.validate import run_validation
 
     repo = tmp_path / "repo"
@@ -630,6 +630,8 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert 1.5 < s2 <= 2.0  # sleeping instances share the CPUs almost perfectly
     # a lone model's law is fitted to three throughputs: its 2 instances with 2 clients, with 4, and batching with 16
     assert sorted(c["clients"]["sleep_python"] for c in profile.calibration) == [2, 4, 16]
+    # the host's run-to-run spread from those three loops' two rounds each (beyond their finite samples)
+    assert (profile.host_spread.df, profile.host_spread.runs) == (3, 3) and 0.0 <= profile.host_spread.sigma < 0.5
     # threads per instance: one instance gets every core, and its batches are measured at one thread too; the
     # co-located servers' instances (calibration: 2, curves: 2) split the cores as a served configuration would
     assert md.threads == default_threads(1)
@@ -645,6 +647,10 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     assert abs(errors["mean batch"]) < 0.15
     p50 = next(r for r in rows if r["metric"] == "p50")
     assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~660 requests bound a median tightly
+    # each predicted figure with its 90 % interval over replications on hosts drawn from the profile's spread
+    assert p50["predicted_low"] < p50["simulated"] < p50["predicted_high"] and p50["inside"] is not None
+    coverage = json.loads((tmp_path / "val" / "validation.json").read_text())["coverage"]
+    assert coverage["rows"] == 4 and 0 <= coverage["inside"] <= 4 and coverage["median_half_width"] > 0
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()
     assert (tmp_path / "val" / "real" / "perf_analyzer.csv").is_file()  # one results writer for both sides
     # the profile says which sender measured it; the replay went through the same one, so nothing to note
@@ -734,16 +740,17 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
     import math
 
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.repository import entry_dir
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
-    from serving_bench.validate import run_validation
+    from serving_bench.validate import ValidateOptions, run_validation
 
     def ratio(row):
         return abs(math.log(row["simulated"] / row["measured"]))
 
     repo, name = tmp_path / "repo", "tiny_cnn_onnxruntime"
-    records = export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+    records = export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
     assert [r["status"] for r in records] == ["exported"]
     profile = measure_profile(repo, [name], tmp_path / "p.json", MeasureConfig(
         batch_sizes=(1, 8), colocation=(1,), seconds=0.5, rounds=1))
@@ -765,7 +772,7 @@ def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
                                              for b in (1, 8)}}
     (tmp_path / "naive.json").write_text(json.dumps(naive))
     rows = {r["metric"]: r for r in run_validation(load, repo, tmp_path / "naive.json", tmp_path / "naive",
-                                                   replay_dir=tmp_path / "val" / "real")}
+                                                   ValidateOptions(replay_dir=tmp_path / "val" / "real"))}
     assert ratio(rows["server mean"]) > math.log(3), rows["server mean"]
 
 

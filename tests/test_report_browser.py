@@ -24,7 +24,7 @@ def results(tmp_path_factory, sleep_repo):
     from serving_bench.serving_config import ServingConfig
     from serving_bench.telemetry import Telemetry
     from serving_bench.tune import adapters
-    from serving_bench.tune.cli import TuneOptions, run_tune
+    from serving_bench.tune.run import TuneOptions, run_tune
     from serving_bench.tune.load import load_from_file
 
     d = tmp_path_factory.mktemp("report")

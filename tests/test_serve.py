@@ -18,7 +18,7 @@ from serving_bench.errors import InputError, ServerError
 from serving_bench.export.frameworks import load_predictor
 from serving_bench.models import get_model
 from serving_bench.serve.control import Control
-from serving_bench.serve.runners import default_threads
+from serving_bench.serving_config import default_threads
 from serving_bench.serve.server import ExternalServer, TritonServer, connect
 from serving_bench.telemetry import Telemetry
 
@@ -48,10 +48,11 @@ def zoo_repo(tmp_path_factory):
     """tiny_cnn exported by the exporters to ONNX Runtime, TorchScript and TVM, an ensemble of two of them, and a
     python entry whose runner raises on negative input."""
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.sleep import write_sleep_entry
 
     repo = tmp_path_factory.mktemp("zoo") / "repo"
-    records = export_models(["tiny_cnn"], FRAMEWORKS, repo, max_batch_size=MAX_BATCH, seed=SEED,
+    records = export_models(["tiny_cnn"], FRAMEWORKS, repo, options=ExportOptions(max_batch_size=MAX_BATCH, seed=SEED),
                             ensembles=[f"{ENSEMBLE}=tiny_cnn_onnxruntime,tiny_cnn_torchscript"])
     assert {r["name"]: r["status"] for r in records if r["status"] != "exported"} == {}
     entry = write_sleep_entry(repo, "failing_python", base_ms=0, per_item_ms=0, max_batch_size=4)

@@ -10,7 +10,8 @@ import pytest
 
 from serving_bench.export.repository import read_config
 from serving_bench.export.sleep import write_sleep_entry
-from serving_bench.serve.runners import PACKAGE_DIR, SAFE_RUNNER_NAME, default_threads
+from serving_bench.serve.runners import PACKAGE_DIR, SAFE_RUNNER_NAME
+from serving_bench.serving_config import default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serve.runtime_view import build_runtime_repo
 
@@ -55,7 +56,7 @@ def test_default_threads_count_every_instance_triton_starts(tmp_path, monkeypatc
     del config.instance_group[:]
     config.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_GPU, gpus=[0, 1])
     write_config(config, gpu / "config.pbtxt")
-    monkeypatch.setattr("serving_bench.serve.runners.cpu_cores", lambda: 16)
+    monkeypatch.setattr("serving_bench.serving_config.cpu_cores", lambda: 16)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     build_runtime_repo(repo, tmp_path / "view", validate=False)
     for name in ("sleep_a", "sleep_gpu"):

@@ -11,7 +11,7 @@ import tritonclient.http as httpclient
 
 from serving_bench.errors import InputError, ServerError
 from serving_bench.serve.ports import free_ports, port_is_free
-from serving_bench.serve.server import Endpoints, TritonServer
+from serving_bench.serve.server import Endpoints, ServerOptions, TritonServer
 
 pytestmark = pytest.mark.server
 
@@ -44,7 +44,7 @@ def test_given_port_in_use_is_a_clear_error(sleep_repo):
     with TritonServer(sleep_repo, models=["sleep_zero"]) as server:
         taken = int(server.endpoints.http_url.rsplit(":", 1)[1])
         with pytest.raises(ServerError, match=f"--http-port {taken} is already in use"):
-            TritonServer(sleep_repo, http_port=taken).start()
+            TritonServer(sleep_repo, options=ServerOptions(http_port=taken)).start()
 
 
 def test_model_that_fails_to_load_is_named_with_reason(tmp_path):
@@ -53,7 +53,7 @@ def test_model_that_fails_to_load_is_named_with_reason(tmp_path):
     entry = write_sleep_entry(tmp_path, "broken_sleep", base_ms=0, per_item_ms=0)
     (entry / "1" / "model.py").write_text("raise RuntimeError('deliberately broken runner')\n")
     with pytest.raises(ServerError, match=r"model 'broken_sleep' failed to load: .*deliberately broken runner"):
-        TritonServer(tmp_path, startup_timeout_s=60).start()
+        TritonServer(tmp_path, options=ServerOptions(startup_timeout_s=60)).start()
 
 
 def test_unknown_model_lists_available(sleep_repo):

@@ -1309,8 +1309,9 @@ def test_simulate_command_runs_a_closed_loop(tmp_path, capsys):
                 "--concurrency", "3"]) == 0
     records = load_records(tmp_path / "out")
     assert records.info.mode == "closed" and records.info.concurrency == {"sleep_python": 3}
-    # three clients on one 6 ms instance: the instance never idles, 2 s / 6 ms answers
-    assert len(records.table) == pytest.approx(2.0 / 0.006, abs=4)
+    # three clients on one instance that batches them (the config a profile implies: dynamic batching up to its
+    # largest measured size): it never idles, a batch of 3 every 5 + 3 x 1 ms, 3 x 2 s / 8 ms answers
+    assert len(records.table) == pytest.approx(3 * 2.0 / 0.008, abs=4)
     assert cli(["simulate", str(load), "--profile", str(profile), "--out", str(tmp_path / "bad"),
                 "--concurrency", "0"]) == 2
 

@@ -13,8 +13,8 @@ import pytest
 from serving_bench.errors import InputError
 from tune_fixtures import write_profile
 from serving_bench.load.fields import Where
-from serving_bench.load.traces import (Trace, TraceOrderWarning, convert, map_functions, read_azure,
-                                       read_request_csv, scale_counts)
+from serving_bench.load.trace_files import TraceOrderWarning, read_azure, read_request_csv
+from serving_bench.load.traces import Trace, convert, map_functions, scale_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE = ROOT / "load_profiles" / "traces" / "azure_functions_synthetic.csv"

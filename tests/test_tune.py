@@ -7,7 +7,7 @@ import json
 import pytest
 
 from serving_bench.cli import main as cli_main
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from tune_fixtures import write_load, write_profile
 
 # m: 4 ms + 1 ms/item on a 2-core CPU. At 150 req/s with p99 <= 40 ms, capacity (req/s) is bounded by
@@ -23,8 +23,9 @@ def inputs(tmp_path_factory):
 
 
 def opts(inputs, out, **kw) -> TuneOptions:
+    """The search alone: the pick's capacity interval (40 more searches) is tested in test_intervals.py."""
     base = dict(load=str(inputs["load"]), profile=str(inputs["profile"]), out=str(out), verify_top=0, quiet=True,
-                report=False, **SPACE)
+                report=False, replications=0, **SPACE)
     base.update(kw)
     return TuneOptions(**base)
 
@@ -334,3 +335,23 @@ def test_threads_per_instance_are_simulated_and_recommended(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main([*argv, "--threads-per-instance", "0", "--out", str(tmp_path / "zero")]) == 2
     assert not (tmp_path / "zero").exists()
+
+
+def test_simulate_and_tune_serve_a_profile_without_a_repository_alike(tmp_path):
+    """Without --repo or --config, ``simulate`` and ``tune`` (and ``plan``) start from one config: each model as
+    exported and served by Triton — one instance on its first device, dynamic batching up to the largest batch size
+    the profile measured (1 for a model measured at batch 1 only: one request per execution)."""
+    from serving_bench.load.profile import LoadProfile, build_schedule
+    from serving_bench.profiles.schema import Profile
+    from serving_bench.sim.cli import serving_config_for
+    from serving_bench.tune.run import base_config
+    from serving_bench.tune.load import load_from_file
+
+    profile = Profile.load(write_profile(tmp_path / "p.json", {"batched": (2.0, 1.0, 8), "single": (1.0, 0.0, 1)}))
+    load_path = write_load(tmp_path / "l.yaml", {"batched": 50, "single": 20}, {}, duration_s=2.0)
+    simulated = serving_config_for(None, None, profile, build_schedule(LoadProfile.load(load_path)))
+    tuned = base_config(None, profile, load_from_file(load_path))
+    assert simulated == tuned
+    assert simulated["batched"].max_batch_size == 8 and simulated["batched"].dynamic_batching
+    assert simulated["single"].max_batch_size == 1
+    assert {m.instances for m in simulated.models} == {(("cpu", 1),)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving_bench.tune.cli import TuneOptions, run_tune
+from serving_bench.tune.run import TuneOptions, run_tune
 from tune_fixtures import write_load, write_profile
 
 ray = pytest.importorskip("ray", reason="ray is pinned in setup.cfg; install it with `make test`")
@@ -33,7 +33,7 @@ def test_ray_executor_matches_local(local_ray, tmp_path):
     load = write_load(tmp_path / "load.yaml", {"m": 120, "n": 200}, {"m": 40, "n": 30}, duration_s=4.0)
     common = dict(load=str(load), profile=str(profile), instances=(1, 2), max_batch_sizes=(4, 8),
                   queue_delays_us=(0,), models=("m", "n"), verify_top=0, quiet=True, report=False, batch=4,
-                  max_evals=6)
+                  max_evals=6, replications=0)
     local = run_tune(TuneOptions(out=str(tmp_path / "local"), executor="local", **common))
     remote = run_tune(TuneOptions(out=str(tmp_path / "ray"), executor="ray", **common))
     assert local["search"]["evaluated"] == remote["search"]["evaluated"] == 6

@@ -47,7 +47,7 @@ from serving_bench.files import read_json  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.serve.execution_log import Executions  # noqa: E402
-from serving_bench.serve.runners import cpu_cores  # noqa: E402
+from serving_bench.serving_config import cpu_cores  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
 from serving_bench.sim.interference import fit, with_law  # noqa: E402
 from serving_bench.sim.target import SimTarget  # noqa: E402

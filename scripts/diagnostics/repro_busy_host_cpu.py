@@ -13,7 +13,7 @@ about as much as with batching (1.03 / 0.80 / 0.63 ms at ``n`` 1.18 / 1.59 / 2.5
 attributes to batching is the host being busy: threads that find work waiting are not put to sleep and woken again
 (on a VM, waking an idle virtual CPU costs a hypervisor exit). Each run's k = 1 is sometimes twice as slow as usual
 (432 and 582 req/s against 850-1,000; its CPU per request doubles too): a slow mode of this VM that a first server
-start after an export sometimes meets, not understood. See docs/notes/sim-history.md, "Fidelity and what is noise".
+start after an export sometimes meets, not understood. See docs/notes/sim-history.md#fidelity-and-what-is-noise.
 
     .venv/bin/python scripts/diagnostics/repro_busy_host_cpu.py [--seconds 3]
 """
@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir  # noqa: E402
 from serving_bench.calibrate.session import Session  # noqa: E402
 from serving_bench.serve.server import TritonServer  # noqa: E402
@@ -46,7 +47,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="busy-host-cpu-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
         settle_after_export(time.perf_counter(), print)
         config = entry_dir(repo, MODEL) / CONFIG_NAME
         exported = config.read_text()

@@ -9,7 +9,7 @@ matter), the correlation of the three phases of one request, the p99 of their su
 marginals drawn independently (what the simulator does today), and the correlation of the service of two requests
 as a function of the time between them: how long the host stays slow or fast.
 
-What it showed on the 2-core VM (2026-12-02, docs/notes/sim-history.md, "The host's speed drifts"): the phases of one
+What it showed on the 2-core VM (2026-12-02, docs/notes/sim-history.md#the-hosts-speed-drifts-a-requests-phases-move-together): the phases of one
 request correlate by 0.42-0.68; independent draws put the sum's p99 15-21 % low; two requests' services correlate by
 0.57 0.5 ms apart, 0.24 at 5 ms, 0.16 at 10-20 ms and nothing from 50 ms on in a quiet run, and still 0.15 at 100 ms in
 a run the hypervisor disturbed (4.9 % steal).
@@ -30,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.calibrate.estimators import phase_drift, service_and_overhead  # noqa: E402
 from serving_bench.calibrate.session import ServerSetup, open_session  # noqa: E402
 from serving_bench.telemetry.cpu import StealClock  # noqa: E402
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     steal = StealClock()
     with tempfile.TemporaryDirectory(prefix="repro-host-drift-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
         settle_after_export(time.perf_counter(), print)
         with open_session(ServerSetup(repo, (MODEL,)), [], print) as session:
             run = session.run({MODEL: (1, 1)}, args.seconds)

@@ -11,7 +11,7 @@ Per entry it prints what the client saw (sent, ok, rejected, timeout, answered r
 latency from the intended time, the sender's lateness, the longest gap between two answers) and what Triton counted
 (executed batches, their compute time as a share of the run = utilisation, mean queue time). The signature of the
 defect: the policy entry answers far below capacity with its instance idle most of the time, and answers come in
-bursts separated by ~0.5 s, the dynamic batcher's own timer (docs/serve.md, "Queue policies under overload").
+bursts separated by ~0.5 s, the dynamic batcher's own timer (docs/serve.md#queue-policies-under-overload-the-bundled-tritonserver-251).
 
     .venv/bin/python scripts/diagnostics/repro_queue_policy.py [options]
 
@@ -149,14 +149,14 @@ def schedule_for(entry: str, rate: float, duration_s: float, args: argparse.Name
 
 def measure_capacity(url: str, args: argparse.Namespace) -> float:
     """Answered req/s of ``sleep_nopolicy`` in a closed loop that keeps every instance busy with full batches."""
-    from serving_bench.load.driver import TritonTarget
+    from serving_bench.load.driver import SendOptions, TritonTarget
     from serving_bench.run.target import ClosedLoop
 
     per_batch = max(1, args.max_batch_size // args.batch)
     concurrency = 2 * args.instances * per_batch
     schedule = schedule_for("sleep_nopolicy", 1e4, args.capacity_duration_s, args)
     records = TritonTarget(url, mode=ClosedLoop(concurrency=concurrency, duration_s=args.capacity_duration_s),
-                           timeout_s=30.0).run(schedule)
+                           send=SendOptions(timeout_s=30.0)).run(schedule)
     return float((records.table["status"].astype(str) == "ok").sum()) / args.capacity_duration_s
 
 
@@ -168,14 +168,14 @@ def _triton(stats: dict, instances: int, length_s: float) -> dict:
 def run_driver(url: str, entry: str, rate: float, capacity: float, args: argparse.Namespace) -> Result:
     import warnings
 
-    from serving_bench.load.driver import TritonTarget
+    from serving_bench.load.driver import SendOptions, TritonTarget
     from serving_bench.run.target import OpenLoop
 
     schedule = schedule_for(entry, rate, args.duration_s, args)
     mode = OpenLoop(max_in_flight=args.max_in_flight, on_cap="drop")
     with warnings.catch_warnings():  # the flag is reported in the table below
         warnings.simplefilter("ignore")
-        records = TritonTarget(url, mode=mode, timeout_s=args.timeout_s).run(schedule)
+        records = TritonTarget(url, mode=mode, send=SendOptions(timeout_s=args.timeout_s)).run(schedule)
     table = records.table
     status = table["status"].astype(str)
     count = status.value_counts().to_dict()

@@ -10,7 +10,7 @@ ways in and out).
 What it showed on the 2-core VM while the profile measured cold starts at even spacings (2026-12-02/03, native
 sender, ONNX Runtime's spinning off): every rate predicted too fast, p50 by 14-38 %, p99 by 29-55 %. With the cold
 starts measured at random quiet times (2026-12-03, quiet VM): p50 -11 / -0 / +4 / -3 / -4 %, p99 -14 / +19 / -16 /
--19 / -8 % at 30 / 100 / 300 / 600 / 900 req/s (docs/notes/sim-history.md, "Cold starts under irregular arrivals").
+-19 / -8 % at 30 / 100 / 300 / 600 / 900 req/s (docs/notes/sim-history.md#cold-starts-under-irregular-arrivals).
 
     .venv/bin/python scripts/diagnostics/repro_solo_open_loop.py [--seconds 6]
 """
@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
+from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.repository import CONFIG_NAME, entry_dir, read_config  # noqa: E402
 from serving_bench.load.arrivals import poisson_times  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
@@ -74,7 +75,7 @@ def main() -> int:
     steal = StealClock()
     with tempfile.TemporaryDirectory(prefix="solo-open-loop-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(["tiny_cnn"], ["onnxruntime"], repo, max_batch_size=8)
+        export_models(["tiny_cnn"], ["onnxruntime"], repo, options=ExportOptions(max_batch_size=8))
         settle_after_export(time.perf_counter(), print)
         profile = measure_profile(repo, [MODEL], Path(tmp) / "profile.json",
                                   MeasureConfig(seconds=2.0, calibrate=0, pairs=False))

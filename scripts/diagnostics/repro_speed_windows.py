@@ -9,8 +9,7 @@ entries' solo windows correlate (a shared host speed). A reference is worth taki
 correlated in time; where they are not, dividing a replay's prediction by a reference adds the reference's own noise.
 
 What it showed on the 2-core VM (2026-12-05, quiet: raw CPU speed — a Python loop, a 64x64 matmul, the ONNX Runtime
-sessions in process — stayed within 0.5 % over 8 minutes outside one 15 s disturbance; docs/notes/sim-history.md,
-"Fidelity and what is noise"): 30 windows of 2 s, the solo means varied by 4.0-5.7 % (CV), with lag-1 autocorrelation
+sessions in process — stayed within 0.5 % over 8 minutes outside one 15 s disturbance; docs/notes/sim-history.md#fidelity-and-what-is-noise): 30 windows of 2 s, the solo means varied by 4.0-5.7 % (CV), with lag-1 autocorrelation
 0.01 and 0.22 and a correlation of 0.25 between the two entries; the co-located means by 5.3 % and 12.8 %, lag-1 0.43
 and 0.14, drifting down by about 10 % over the 6 minutes.
 

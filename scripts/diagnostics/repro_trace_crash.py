@@ -5,7 +5,7 @@
     .venv/bin/python scripts/diagnostics/repro_trace_crash.py --tries 2 --untraced-tries 0 --pattern merged \
         --gdb  # with gdb's stacks
 
-Root cause and figures: docs/notes/serve-history.md, "Request tracing in the bundled tritonserver 2.51".
+Root cause and figures: docs/notes/serve-history.md#request-tracing-in-the-bundled-tritonserver-251-why-profile-does-not-use-it.
 
 What it runs, each piece the team's own (nothing here is a copy of ``profile``):
 
@@ -97,6 +97,7 @@ def ensure_repo(repo: Path) -> None:
     every one is there already."""
     from serving_bench.demo import ENSEMBLE, FRAMEWORKS, MAX_BATCH
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.export.repository import load_manifest
 
     wanted = served_entries(None) + [ENSEMBLE.split("=")[0]]
@@ -108,8 +109,8 @@ def ensure_repo(repo: Path) -> None:
         return
     print(f"exporting the demo's tiny entries and {ENSEMBLE} into {repo} ...", flush=True)
     batch = MAX_BATCH[TINY_MODELS[0]]
-    records = export_models(list(TINY_MODELS), list(FRAMEWORKS), repo, max_batch_size=batch, overwrite=True,
-                            ensembles=[ENSEMBLE], log=lambda line: print("  " + line, flush=True))
+    records = export_models(list(TINY_MODELS), list(FRAMEWORKS), repo, options=ExportOptions(max_batch_size=batch),
+                            overwrite=True, ensembles=[ENSEMBLE], log=lambda line: print("  " + line, flush=True))
     failed = [r for r in records if r["status"] == "failed"]
     if failed:
         raise SystemExit("export failed: " + ", ".join(f"{r['name']} ({r.get('reason')})" for r in failed))
@@ -305,7 +306,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
     """Serve ``models`` (traced or not) and drive ``target`` with ``pattern`` until the server dies, stops
     answering, or ``bound_s`` seconds pass."""
     from serving_bench.calibrate.session import TRACE_ARGS, Session
-    from serving_bench.serve.server import TritonServer
+    from serving_bench.serve.server import ServerOptions, TritonServer
 
     out.mkdir(parents=True, exist_ok=True)
     result = TryResult(traced, log=out / "server.log")
@@ -316,7 +317,7 @@ def one_try(repo: Path, models: Sequence[str], target: str, pattern: str, traced
     if log_verbose:
         extra.append("--log-verbose=1")
     server = TritonServer(repo, models=list(models), instances={m: 1 for m in models}, threads_per_instance=1,
-                          extra_args=extra, log_path=result.log)
+                          options=ServerOptions(extra_args=tuple(extra), log_path=result.log))
     debugger = watchdog = None
     try:
         server.start()

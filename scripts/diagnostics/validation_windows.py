@@ -11,7 +11,7 @@ the simulation lacks is the machine's, not the server model's.
     .venv/bin/python scripts/diagnostics/validation_windows.py [--real results/demo/replay]
         [--sim results/demo/validate/sim] [--window-s 3]
 
-What it showed for the demo on the 2-core VM (2026-12-02, docs/notes/sim-history.md, "Host stalls set the demo's p99"):
+What it showed for the demo on the 2-core VM (2026-12-02, docs/notes/sim-history.md#host-stalls-set-the-demos-p99):
 one half-second at 5.2-5.8 s in which requests were sent up to 12.5 ms late held most of each tiny model's measured
 requests above its simulated p99; outside it the p99s agreed within a few percent.
 """

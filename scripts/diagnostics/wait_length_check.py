@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from serving_bench.profiles.law import WAIT_BY_QUIET  # noqa: E402
-from serving_bench.validate import run_validation  # noqa: E402
+from serving_bench.validate import ValidateOptions, run_validation  # noqa: E402
 
 SEEDS = (0, 1, 2)
 WITHIN = 0.15
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             errors: dict[tuple[str, str], list[float]] = {}
             for seed in SEEDS:
                 rows = run_validation(args.load, args.repo, path, Path(tmp) / f"{len(errors)}_{seed}",
-                                      replay_dir=demo / "replay", seed=seed)
+                                      ValidateOptions(replay_dir=demo / "replay", seed=seed))
                 for r in rows:
                     if r["metric"] in ("p50", "p99"):
                         errors.setdefault((r["model"], r["metric"]), []).append(float(r["rel_error"]))

@@ -2,7 +2,9 @@
 (:func:`serving_bench.sim.interference.fit`): closed loops of one-row requests (each model alone with ``calibrate``
 clients, beside the longest, all together) and open loops beside the longest model's occasional batches, whose
 requests give the wait for a core (:func:`~serving_bench.calibrate.waits.quiet_wait`). A fit that misses its own
-runs, or sits on a bound of a parameter's range, is noted in the profile (:func:`fit_warning`)."""
+runs, or sits on a bound of a parameter's range, is noted in the profile (:func:`fit_warning`). Each closed loop runs
+``rounds`` times in a row: how much its rounds differ beyond their finite samples is the host's run-to-run spread
+(:func:`~serving_bench.calibrate.estimators.host_spread`, the profile's ``host_spread``)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,15 @@ from functools import partial
 
 import numpy as np
 
+from serving_bench.calibrate.estimators import host_spread, round_speed
 from serving_bench.calibrate.lab import Lab
 from serving_bench.calibrate.plan import DEFAULT_LAW, QUIET_RATES_RPS, QUIET_SECONDS, calibration_serving
 from serving_bench.calibrate.runs import LoopRun
 from serving_bench.calibrate.session import Session, Step
 from serving_bench.calibrate.waits import WAITED_S, QuietWait, quiet_wait
 from serving_bench.profiles.law import GPU_LAW, Law
-from serving_bench.profiles.schema import Profile
-from serving_bench.serve.runners import default_threads
-from serving_bench.serving_config import ModelServing
+from serving_bench.profiles.schema import HostSpread, Profile
+from serving_bench.serving_config import ModelServing, default_threads
 from serving_bench.sim.interference import WAIT_S_RANGE, Observation, fit, pinned, tail_error, with_law
 
 FIT_WARNING = 0.25  # a law fit whose mean throughput error exceeds this is flagged in the log and the profile's notes
@@ -39,6 +41,7 @@ class Calibration:
     per_instance: int
     slowest: str
     quiet_runs: dict[float, LoopRun] = field(default_factory=dict)
+    rounds: dict[tuple, list[tuple[float, float]]] = field(default_factory=dict)  # per closed loop: round_speed's
 
 
 def observe(cal: Calibration, clients: dict[str, int], session: Session) -> Observation:
@@ -47,11 +50,15 @@ def observe(cal: Calibration, clients: dict[str, int], session: Session) -> Obse
     config = cal.lab.plan.config
     rates: dict[str, list[float]] = {m: [] for m in clients}
     tails: dict[str, list[float]] = {m: [] for m in clients}
+    speeds = cal.rounds[tuple(sorted(clients.items()))] = []  # a step run again on a new server starts afresh
     for _ in range(config.rounds):
         run = session.run({m: (1, c) for m, c in clients.items()}, config.seconds)
         for m in clients:
             rates[m].append(len(run.latency[m]) / config.seconds)
             tails[m].append(float(np.percentile(run.latency[m], 99)))
+        speed = round_speed({m: run.done[m] for m in clients})
+        if speed is not None:
+            speeds.append(speed)
     obs = Observation(cal.device, {m: cal.serving[m] for m in clients}, clients,
                       {m: float(np.median(v)) for m, v in rates.items()},
                       measured_p99={m: float(np.median(v)) for m, v in tails.items()}, threads=cal.per_instance)
@@ -94,11 +101,12 @@ def steps(cal: Calibration) -> list[Step]:
     return out
 
 
-def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None]:
-    """The phase's observations (none where the plan is not calibrated) and the wait for a core it measured."""
+def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None, HostSpread | None]:
+    """The phase's observations (none where the plan is not calibrated), the wait for a core it measured and the
+    host's run-to-run spread its rounds give."""
     plan = lab.plan
     if not plan.calibrated:
-        return [], None
+        return [], None, None
     calibrate, models = plan.config.calibrate, plan.models
     device = plan.devices[models[0]]
     cal = Calibration(lab, device, {m: calibration_serving(plan.configs[m], device, calibrate, plan.sizes[m][-1])
@@ -118,8 +126,13 @@ def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None]:
                 f"({waits.instances} in all) {waits.waited} of {waits.beside} requests waited > "
                 f"{WAITED_S * 1e3:g} ms on their way in: wait_p {waits.p:.2f}, a wait up to "
                 f"{waits.slice_s * 1e3:.1f} ms, after {waits.quiet_s * 1e3:.1f} ms of quiet{fewer} (the chance "
-                "follows the host's instances in all: docs/sim.md)")
-    return list(done.values()), waits
+                "follows the host's instances in all: docs/sim.md#waiting-for-a-core-wait)")
+    spread = host_spread(list(cal.rounds.values()))
+    if spread is not None:
+        lab.log(f"{device}: the host's run-to-run spread: {spread.sigma * 100:.1f} % (the log throughput's standard "
+                f"deviation between the rounds of {spread.runs} closed loops beyond their finite samples, "
+                f"{spread.df} degrees of freedom)")
+    return list(done.values()), waits, spread
 
 
 def fit_sharing_law(lab: Lab, profile: Profile, observations: list[Observation],

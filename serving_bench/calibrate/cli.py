@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from serving_bench.calibrate.measure import measure_profile
 from serving_bench.calibrate.plan import DEFAULT_CALIBRATION, DEFAULT_LAW, LAW_CHOICES, MeasureConfig
 from serving_bench.errors import InputError, require_count
+from serving_bench.files import hold_file, rescue_folder
 from serving_bench.profiles import importers
 from serving_bench.profiles.law import GPU_LAW
 
@@ -66,29 +68,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.import_h200:
-        profile = importers.import_h200_eager()
-    elif args.csv:
-        profile = importers.import_csv(args.csv, importers.CsvImport(model=args.model, device=args.device,
-                                                                     cores=args.cores,
-                                                                     execution_mode=args.execution_mode))
-    else:
-        if not args.models:
-            raise InputError("--models", None, "expected the comma-separated entries to measure")
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        sizes = _ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None
-        require_count("--threads", args.threads)
-        config = MeasureConfig(batch_sizes=sizes,
-                               colocation=_ints(args.colocation, "--colocation") if args.colocation else (),
-                               calibrate=args.calibrate, law=args.law,
-                               colocation_batches=_ints(args.colocation_batches, "--colocation-batches")
-                               if args.colocation_batches else None,
-                               pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds,
-                               threads=args.threads, url=args.url, trace=args.trace, cuda_graphs=args.cuda_graphs)
-        profile = measure_profile(args.repo, models, None, config, log=print)
-    profile.save(args.out)
+    """Measure or import the profile and write it to ``--out``, held before any work (:func:`hold_file`); a write
+    that fails after measuring keeps the profile elsewhere and names it (:class:`OutputError`, exit 4)."""
+    measured = None if args.import_h200 or args.csv else _measure_config(args)
+    with hold_file(args.out):
+        if args.import_h200:
+            profile = importers.import_h200_eager()
+        elif args.csv:
+            profile = importers.import_csv(args.csv, importers.CsvImport(model=args.model, device=args.device,
+                                                                         cores=args.cores,
+                                                                         execution_mode=args.execution_mode))
+        else:
+            models, config = measured
+            profile = measure_profile(args.repo, models, None, config, log=print)
+        try:
+            profile.save(args.out)
+        except OSError as err:
+            name = Path(args.out).name
+            raise rescue_folder(args.out, err, lambda folder: profile.save(folder / name)) from None
     names = ", ".join(sorted(profile.models))
     print(f"wrote {args.out}: {len(profile.models)} models ({names}) on {', '.join(sorted(profile.devices))}")
     for note in profile.notes:
         print(f"note: {note}")
     return 0
+
+
+def _measure_config(args: argparse.Namespace) -> tuple[list[str], MeasureConfig]:
+    """``--repo``'s entries to measure and the measurement's options, checked."""
+    if not args.models:
+        raise InputError("--models", None, "expected the comma-separated entries to measure")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    sizes = _ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None
+    require_count("--threads", args.threads)
+    return models, MeasureConfig(
+        batch_sizes=sizes, colocation=_ints(args.colocation, "--colocation") if args.colocation else (),
+        calibrate=args.calibrate, law=args.law,
+        colocation_batches=_ints(args.colocation_batches, "--colocation-batches") if args.colocation_batches else None,
+        pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds, threads=args.threads, url=args.url,
+        trace=args.trace, cuda_graphs=args.cuda_graphs)

@@ -94,8 +94,8 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     Why random quiet times and a recent idle time: how much slower a batch starts depends on the model's recent rate,
     not on its last gap alone. On the 2-core VM an ONNX Runtime model's batches under Poisson arrivals took ~110 us
     more than back to back at any last gap from 0.3 ms on, and the same at fixed spacings of the same mean; keyed
-    on the weighted mean of the last ~8 idle times, fixed spacings and Poisson arrivals of every rate agree (docs/
-    sim.md, "Cold starts under irregular arrivals")."""
+    on the weighted mean of the last ~8 idle times, fixed spacings and Poisson arrivals of every rate agree
+    (docs/profiles.md#cold-starts-under-irregular-arrivals)."""
     hot_run = runs[(model, "solo", 1)]
     hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s, None)
     quiet = [q for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
@@ -133,7 +133,7 @@ def ensemble_extra(since: np.ndarray, measured: np.ndarray, simulated: np.ndarra
 
     Why: on the 2-core VM the demo's ensemble alone after 60 ms and more of quiet took 3.4 ms at the median where
     its members' simulated path gave 2.8; the hand-off to its combiner alone took 0.47 ms against 0.26 ms back to
-    back (docs/sim.md, "An ensemble's own time")."""
+    back (docs/profiles.md#an-ensembles-own-time)."""
     keep = np.isfinite(since) & np.isfinite(measured) & np.isfinite(simulated).all(axis=0)
     if keep.sum() < COLD_MINIMUM:
         return None

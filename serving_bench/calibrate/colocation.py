@@ -11,8 +11,7 @@ from serving_bench.calibrate.lab import Lab
 from serving_bench.calibrate.session import Session, Step
 from serving_bench.profiles.distributions import Curve
 from serving_bench.profiles.schema import PairCurve
-from serving_bench.serve.runners import default_threads
-from serving_bench.serving_config import model_serving_from_config
+from serving_bench.serving_config import default_threads, model_serving_from_config
 
 
 def curve(lab: Lab, m: str, b: int, usable: list[int], session: Session) -> Curve | None:

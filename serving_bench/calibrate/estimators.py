@@ -6,12 +6,14 @@ and why each is the way it is are described there). Tested on synthetic data in 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.special import ndtri
 
 from serving_bench.calibrate.runs import LoopRun, batches_of, hop_s, matched_batches
+from serving_bench.profiles.schema import HostSpread
 
 
 def service_and_overhead(run: LoopRun, model: str, wait_s: float,
@@ -59,7 +61,7 @@ def phase_drift(run: LoopRun, model: str, wait_s: float, lags_ms: Sequence[float
     (``service_out``), and of the services of two requests ``lags_ms`` apart (``service_by_lag_ms``: each request
     against the first whose batch started at least that much later; a lag with fewer such pairs than
     :data:`DRIFT_MINIMUM` is left out). None with fewer than :data:`DRIFT_MINIMUM` matched requests. Simulated by
-    :mod:`serving_bench.sim.drift` where the host's law has ``drift`` (docs/sim.md, "The host's speed drifts")."""
+    :mod:`serving_bench.sim.drift` where the host's law has ``drift`` (docs/sim.md#the-hosts-speed-drifts)."""
     found = matched_batches(run, model, DRIFT_MINIMUM)
     if found is None:
         return None
@@ -111,7 +113,7 @@ def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> f
     """The share of a GPU one batch keeps busy alone: ``busy_share`` (NVML's share of time a kernel ran over a
     one-at-a-time run of ``model`` lasting ``seconds``) over the share of the run its instance spent executing
     (answered batches x Triton's mean compute time / ``seconds``), at most 1; None where the run executed nothing.
-    (Eager resnet50 at batch 1 on an H200: 0.21-0.33, docs/serve.md "GPU check".)"""
+    (Eager resnet50 at batch 1 on an H200: 0.21-0.33, docs/serve.md#what-the-gpu-check-has-measured.)"""
     executing = len(run.latency[model]) * run.compute_s(model) / seconds
     return min(1.0, busy_share / executing) if executing > 0 else None
 
@@ -132,7 +134,7 @@ def handoff_split(points: Sequence[tuple[float, float] | None]) -> tuple[float, 
     different numbers of requests (:func:`handoff_point` of closed loops at several concurrencies on one instance
     with dynamic batching): ``o = c_r + c_b / n``; least squares of ``o`` on ``1 / n`` gives both (each at least 0).
     Loaded runs are the ones to fit: one request at a time the host idles between requests and its threads' polling
-    counts against each (docs/sim.md, "Per request and per batch"). None where a run's server did not say,
+    counts against each (docs/sim.md#per-request-and-per-batch). None where a run's server did not say,
     or where the runs batched alike (largest ``n`` within 10 % of the smallest)."""
     if len(points) < 2 or any(p is None for p in points):
         return None
@@ -212,7 +214,7 @@ def per_request_cpu(solo: Sequence[LoopRun], loaded: Sequence[LoopRun], model: s
     batch, up to the largest size measured alone) of each batch's CPU less what a batch of ``n`` rows costs one
     request at a time (the ``solo`` runs' mean CPU per batch at each size, interpolated), least squares, clamped at
     0. CPU, not time: on a busy host a batch's time also holds its waits for a core, which the sharing law simulates
-    (the time's slope counted them twice: docs/sim.md, "Big batches"); a slope, not a level, so a uniformly slower
+    (the time's slope counted them twice: docs/profiles.md#big-batches); a slope, not a level, so a uniformly slower
     machine does not pass for a cost.
     Returns (CPU seconds per request, batches of 2+ requests it rests on); None where the server logged no CPU or
     fewer than two sizes were executed."""
@@ -247,3 +249,43 @@ def colocation_speedup(k: float, per_round: Sequence[float], solo: Sequence[floa
     s = min(float(np.median(per_round)), k)
     spread = (max(solo) - min(solo)) / float(np.median(solo)) if len(solo) > 1 and np.median(solo) > 0 else 0.0
     return s, f"slowdown {(k / s - 1.0) * 100:.1f} %, solo spread between rounds {spread * 100:.1f} %"
+
+
+def round_speed(done: Mapping[str, np.ndarray], slices: int = 5) -> tuple[float, float] | None:
+    """One round of a closed-loop run, from each model's completion times (s): its speed ``y``, the mean over the
+    models of the log of their throughput over the round's span (first to last completion), and the variance ``v``
+    a run of that length has of ``y`` from its own finite sample, by batch means: the span cut in ``B`` equal slices
+    (``slices``, fewer where a model answered fewer than 8 requests a slice), ``y_b`` each slice's speed,
+    ``v = var(y_b) / B`` (a round's ``y`` is about the slices' mean; slices of a second or so are far apart next to
+    the loop's memory). None where a model answered too few requests for two slices."""
+    times = {m: np.sort(np.asarray(t, dtype=float)) for m, t in done.items()}
+    if not times or min(len(t) for t in times.values()) < 16:
+        return None
+    first = min(float(t[0]) for t in times.values())
+    last = max(float(t[-1]) for t in times.values())
+    count = min(slices, min(len(t) for t in times.values()) // 8)
+    if last <= first:
+        return None
+    edges = np.linspace(first, last, count + 1)
+    per_slice = np.array([np.histogram(t, edges)[0] for t in times.values()], dtype=float)  # models x slices
+    if (per_slice == 0).any():
+        return None
+    span = (last - first) / count
+    y_slices = np.log(per_slice / span).mean(axis=0)
+    y = float(np.mean([math.log(len(t) / (last - first)) for t in times.values()]))
+    return y, float(y_slices.var(ddof=1)) / count
+
+
+def host_spread(repeats: Sequence[Sequence[tuple[float, float]]]) -> HostSpread | None:
+    """The host's run-to-run spread from runs each repeated in rounds (per run, per round :func:`round_speed`'s
+    ``(y, v)``): the pooled variance of ``y`` between the rounds of each run,
+    ``s^2 = sum_i sum_j (y_ij - mean_i)^2 / sum_i (n_i - 1)`` with ``df = sum_i (n_i - 1)`` degrees of freedom, less
+    the part the runs' finite samples explain (the mean of ``v``, which the simulator's replications draw on their
+    own), at least 0: ``sigma = sqrt(max(s^2 - mean(v), 0))``. None without a run of two rounds or more."""
+    runs = [r for r in repeats if len(r) >= 2]
+    if not runs:
+        return None
+    df = sum(len(r) - 1 for r in runs)
+    between = sum(float(np.sum((np.array([y for y, _ in r]) - np.mean([y for y, _ in r])) ** 2)) for r in runs) / df
+    finite = float(np.mean([v for r in runs for _, v in r]))
+    return HostSpread(math.sqrt(max(between - finite, 0.0)), df, len(runs))

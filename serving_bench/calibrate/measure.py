@@ -10,7 +10,7 @@ and the client's own jitter on a busy machine must not leak into service times:
   batches are the ones inside its time window. Triton's own compute time per batch is longer by the hop to the
   runner's process and back; that difference (Triton's mean compute per request of the run minus the logged mean) is
   added to each logged duration. Triton's request trace is not used by default: with it the bundled tritonserver
-  2.51 aborted in most demo profiles (docs/serve.md); ``trace=True`` reads the batches from the trace instead.
+  2.51 aborted in most demo profiles (docs/serve.md#request-tracing-in-the-bundled-tritonserver-251); ``trace=True`` reads the batches from the trace instead.
   Against an external server (``url``) neither exists: service samples are then client latencies minus the mean
   overhead (their spread includes client jitter).
 * **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows; a batch's
@@ -29,7 +29,7 @@ and the client's own jitter on a busy machine must not leak into service times:
 * **Drift** (``drift``; simulated where the host's law has ``drift``, form ``pool_eff+wait+drift``:
   :mod:`serving_bench.sim.drift`): from the ``b = 1`` run, how the host's speed moves a request's way in, service and
   way out together and two requests' services some milliseconds apart
-  (:func:`~serving_bench.calibrate.estimators.phase_drift`; docs/sim.md, "The host's speed drifts").
+  (:func:`~serving_bench.calibrate.estimators.phase_drift`; docs/sim.md#the-hosts-speed-drifts).
 * **Cold starts** (``idle``): requests of one row sent one at a time, each after the previous answer plus a random quiet
   time (exponential, seeded; open loop; :data:`~serving_bench.calibrate.alone.COLD_BLOCK` requests at each mean of
   :data:`~serving_bench.calibrate.alone.COLD_QUIET_S`, rising); binned by the time since the previous request (by the
@@ -39,7 +39,7 @@ and the client's own jitter on a busy machine must not leak into service times:
   to back). A batch's warmth follows the model's recent rate, not only its last gap
   (:func:`~serving_bench.calibrate.cold.cold_starts`). The simulator adds it per batch from the instance's recent idle
   time and per request from the time since the previous request. The ways in and out also keep their extra at the 90th
-  percentile: a cold way's tail grows more than its middle (docs/sim.md, "The host's speed drifts"); a draw takes the
+  percentile: a cold way's tail grows more than its middle (docs/sim.md#the-hosts-speed-drifts); a draw takes the
   median extra up to probability 0.5 and the p90 one from 0.9.
 * **An ensemble's own time** (``ensembles``; an ensemble named in ``models``: its members are measured as models):
   the ensemble's one-row requests alone, sent as the cold-start runs are, against the same requests simulated with
@@ -82,6 +82,9 @@ and the client's own jitter on a busy machine must not leak into service times:
   how quiet the host was: :func:`~serving_bench.calibrate.waits.quiet_wait`) — those two also on the one-instance server
   of the first phase, so that the wait's chance follows the host's instances in all (the law's ``wait_instances``) — or,
   without them, fitted on the p99s of the light closed loops. The runs are kept in the profile (``calibration``).
+  How much the rounds of each closed loop differ beyond what their finite samples explain is the host's run-to-run
+  spread (``host_spread``: :func:`~serving_bench.calibrate.estimators.host_spread`), which the simulator's intervals
+  draw a host speed from (:mod:`serving_bench.sim.intervals`).
 * **Co-location curves** (optional overrides, ``colocation``) ``S(k)`` at batch sizes ``colocation_batches``: a
   server with ``max(colocation)`` instances of every model; per round, one run at concurrency 1 (one instance busy:
   ``t_1``) then one at concurrency k (``t_k``), both Triton's mean compute time of executed batches of exactly that
@@ -153,8 +156,8 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     measure_one_thread(lab)
     estimate_one_thread(lab)
     curve_threads = measure_curves(lab)
-    observations, waits = calibration_runs(lab)
-    profile = assemble(lab, curve_threads, pair_curves(lab))
+    observations, waits, spread = calibration_runs(lab)
+    profile = dataclasses.replace(assemble(lab, curve_threads, pair_curves(lab)), host_spread=spread)
     if observations:
         profile = fit_sharing_law(lab, profile, observations, waits)
     if lab.plan.ensembles:
@@ -264,6 +267,7 @@ def mode_of(config, padded: Sequence[int] = ()) -> str:
 def sender_of(runs) -> dict[str, str]:
     """``{"sender": name}`` for the profile's ``host``: the load driver's sender its runs went through (``native``
     or ``python``; both, comma-separated, if they differed), or nothing where no run said. A request's ways in and
-    out include its sender's own time, so a profile holds for replays through the same sender (docs/sim.md)."""
+    out include its sender's own time, so a profile holds for replays through the same sender
+    (docs/profiles.md#measurement-profile---repo)."""
     names = sorted({r.sender for r in runs if isinstance(r, LoopRun) and r.sender})
     return {"sender": ", ".join(names)} if names else {}

@@ -11,10 +11,9 @@ from typing import Any, Mapping, Sequence
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.repository import CONFIG_NAME, ensemble_members, entry_dir, read_config
 from serving_bench.profiles.law import NAMES, require_kind
-from serving_bench.serve.runners import cpu_cores, default_threads
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serve.server import MAX_RESTARTS
-from serving_bench.serving_config import ModelServing, model_serving_from_config
+from serving_bench.serving_config import ModelServing, cpu_cores, default_threads, model_serving_from_config
 from serving_bench.sim.interference import FORMS
 
 DEFAULT_SECONDS = 2.0

@@ -42,7 +42,7 @@ class LoopRun:
 
 class Trace:
     """Triton's request trace (``--trace-config level=TIMESTAMPS``), read as executed batches: an optional second
-    source of what :mod:`serving_bench.serve.execution_log` records (off by default: see docs/serve.md)."""
+    source of what :mod:`serving_bench.serve.execution_log` records (off by default: see docs/serve.md#request-tracing-in-the-bundled-tritonserver-251)."""
 
     @staticmethod
     def load(path: Path) -> dict[str, Executions]:

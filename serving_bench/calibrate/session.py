@@ -25,7 +25,7 @@ from serving_bench.calibrate.runs import LoopRun, Trace
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop
 from serving_bench.serve.control import Control
-from serving_bench.serve.server import MAX_RESTARTS, TritonServer, connect
+from serving_bench.serve.server import MAX_RESTARTS, ServerOptions, TritonServer, connect
 
 TRACE_LEVEL = "TIMESTAMPS"  # per request: arrival, queue, compute start/end, response (only with trace=True)
 
@@ -224,7 +224,7 @@ def open_session(setup: ServerSetup, notes: list[str], log: Callable[[str], None
         server = connect(setup.repo, url=setup.url, models=[*setup.models, *setup.ensembles],
                          instances={m: setup.instances for m in setup.models}, threads_per_instance=setup.threads,
                          execution_log=not trace, cuda_graphs=setup.cuda_graphs,
-                         extra_args=trace_args(trace_file) if trace else ())
+                         options=ServerOptions(extra_args=trace_args(trace_file) if trace else ()))
         embedded = isinstance(server, TritonServer)
         session = None
         try:

@@ -15,6 +15,8 @@ What is checked, per entry folder:
   manifest's recorded I/O must match the config;
 - ensembles: every step names an existing entry, maps only tensors that member declares, reads only tensors that are
   ensemble inputs or another step's outputs; every ensemble output is produced; member I/O shapes match;
+- a variant's config (parameter ``variant``) names its framework, and its runtime fields (threads, graph level,
+  execution mode) are the ones that variant writes;
 - the manifest lists no exported entry whose folder is missing.
 """
 
@@ -29,9 +31,11 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving_bench.errors import InputError
-from serving_bench.export.frameworks import FRAMEWORKS, PLATFORM_ARTIFACTS, PYTHON_ARTIFACT, native_platform
+from serving_bench.export.frameworks import (FRAMEWORKS, PLATFORM_ARTIFACTS, PLATFORM_TO_FRAMEWORK, PYTHON_ARTIFACT,
+                                             native_platform)
 from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, TRITON_TO_NUMPY, ModelConfig,
                                              check_entry_name, file_sha256, load_manifest, read_config)
+from serving_bench.export.variants import VARIANT_PARAMETER, Variant, loader_settings
 
 # platform (or the python backend) -> artifact file in the version folder
 ARTIFACTS = {**PLATFORM_ARTIFACTS, "python": PYTHON_ARTIFACT}
@@ -124,6 +128,8 @@ def _check_entry(entry: Path, config: ModelConfig, record: dict | None, problems
         problems.add(path, "platform" if config.platform else "backend",
                      f"{kind or 'none'!r}: expected platform pytorch_libtorch, onnxruntime_onnx, tensorrt_plan or "
                      f"ensemble, or backend python")
+    if VARIANT_PARAMETER in config.parameters:
+        _check_variant(path, config, problems)
     if config.max_batch_size < 0:
         problems.add(path, "max_batch_size", f"{config.max_batch_size}: expected >= 0")
     if config.max_batch_size == 0 and config.HasField("dynamic_batching"):
@@ -155,6 +161,26 @@ def _check_entry(entry: Path, config: ModelConfig, record: dict | None, problems
         _check_torchscript_io(artifact_path, path, config, problems)
     if record:
         _check_against_manifest(entry, config, record, problems)
+
+
+def _check_variant(path: Path, config: ModelConfig, problems: Problems) -> None:
+    """The ``variant`` parameter parses, names the entry's framework, and the runtime fields agree with it."""
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    try:
+        variant = Variant.parse(params[VARIANT_PARAMETER], "parameters.variant")
+    except InputError as err:
+        problems.add(path, "parameters.variant", err.expected)
+        return
+    framework = PLATFORM_TO_FRAMEWORK.get(native_platform(config.platform, config.backend) or "",
+                                          params.get("framework", ""))
+    if variant.framework != framework:
+        problems.add(path, "parameters.variant", f"{variant.id!r} is a {variant.framework} variant; expected one of "
+                                                 f"{framework or 'this entry'}'s")
+        return
+    found = loader_settings(framework, params, config.optimization.graph.level)
+    if found != variant.loader_settings():
+        problems.add(path, "parameters", f"runtime settings {found} differ from variant {variant.id}'s "
+                                         f"{variant.loader_settings()}")
 
 
 def _batch_dims(config: ModelConfig, dims: list[int]) -> list[int]:

@@ -29,9 +29,11 @@ Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 @dataclass(frozen=True)
 class ExportOptions:
     """How to export. ``max_batch_size`` >= 1 (the batch dimension is dynamic over 1..max); ``precision`` is
-    ``fp32`` or ``fp16``; ``instances`` is the instance count written to ``instance_group``; ``seed`` draws the
-    weights and the parity inputs; ``tvm_tune_trials`` > 0 turns on MetaSchedule tuning for TVM over the static batch
-    ``tvm_buckets`` (default: powers of two up to the maximum; the maximum is always added)."""
+    ``fp32``, ``fp16`` or ``int8`` (ONNX Runtime's quantised graph); ``instances`` is the instance count written to
+    ``instance_group``; ``seed`` draws the weights and the parity inputs; ``tvm_tune_trials`` > 0 turns on
+    MetaSchedule tuning for TVM over the static batch ``tvm_buckets`` (default: powers of two up to the maximum; the
+    maximum is always added); ``seq_len``: a transformer's token count (None: the zoo's default); ``sleep_base_ms``
+    and ``sleep_per_item_ms``: the sleep model's time per batch and per row."""
 
     max_batch_size: int = 32
     precision: str = "fp32"
@@ -39,6 +41,9 @@ class ExportOptions:
     seed: int = 0
     tvm_tune_trials: int = 0
     tvm_buckets: tuple[int, ...] = ()
+    seq_len: int | None = None
+    sleep_base_ms: float = 5.0
+    sleep_per_item_ms: float = 1.0
 
 
 @dataclass(frozen=True)

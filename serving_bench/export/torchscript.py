@@ -29,11 +29,20 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
 
 
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
-         threads: int | None = None, **_settings) -> Predictor:
+         threads: int | None = None, inter_threads: int | None = None, **_settings) -> Predictor:
+    """``threads`` and ``inter_threads`` are torch's process-wide intra- and inter-op thread counts (a served
+    instance is a process of its own); the inter-op pool can be sized only before it first runs, so asking for
+    another size later raises."""
     import torch  # heavy: ~1 s to import
 
     if threads:
         torch.set_num_threads(int(threads))
+    if inter_threads and torch.get_num_interop_threads() != int(inter_threads):
+        try:
+            torch.set_num_interop_threads(int(inter_threads))
+        except RuntimeError as err:
+            raise RuntimeError(f"cannot use {inter_threads} inter-op threads: this process already runs "
+                               f"{torch.get_num_interop_threads()} ({err})") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         module = torch.jit.load(str(version_dir / "model.pt"), map_location=device).eval()

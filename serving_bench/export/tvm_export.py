@@ -14,6 +14,7 @@ The target is the host's LLVM target in TVM's JSON-dict form (``{"kind": "llvm",
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -78,6 +79,20 @@ def write(module, spec: ModelSpec, version_dir: Path, opts: ExportOptions) -> di
     return settings
 
 
+def set_threads(threads: int) -> None:
+    """Size TVM's (process-wide) thread pool. ``config_threadpool`` alone is capped at TVM's default concurrency
+    (``TVM_NUM_THREADS``, else half the logical cores on x86: one thread on a 2-vCPU host), so the variable is set
+    first; raises if the pool did not take the size. Untuned kernels have no parallel loops: the count matters for
+    tuned entries."""
+    import tvm  # heavy: ~1 s to import
+
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    tvm.get_global_func("runtime.config_threadpool")(0, threads)
+    running = int(tvm.get_global_func("runtime.NumThreads")())
+    if running != threads:
+        raise RuntimeError(f"TVM runs {running} threads after asking for {threads}")
+
+
 def load(version_dir: Path, input_names: list[str], output_names: list[str], *, device: str = "cpu",
          threads: int | None = None, buckets: str | None = None, **_settings) -> Predictor:
     """A predictor over ``model.so``. With ``buckets`` (``"1,2,4,8"``, from a tuned export) a batch runs in the
@@ -86,7 +101,7 @@ def load(version_dir: Path, input_names: list[str], output_names: list[str], *, 
     from tvm import relax  # heavy: ~1 s to import
 
     if threads:
-        tvm.get_global_func("runtime.config_threadpool")(0, int(threads))
+        set_threads(int(threads))
     dev = tvm.cpu()
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(version_dir / "model.so")), dev)
     sizes = sorted(int(b) for b in str(buckets).split(",") if b.strip()) if buckets else []

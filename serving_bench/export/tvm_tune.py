@@ -10,8 +10,11 @@ batch size keep tuning cost and library size bounded, at the price of at most 2x
 chooses other bucket sizes.
 
 Records live in ``cache_dir()/tvm-tuning/<key>/`` (a MetaSchedule JSON database); the key covers the model, its
-precision and tensor shapes, the buckets, the target, the trial budget and the TVM version. A complete folder is
-reused without measuring anything; tuning writes to a temporary folder renamed into place when done.
+precision and tensor shapes, the buckets, the target with the core count the schedules were measured on, the trial
+budget and the TVM version. A complete folder is reused without measuring anything; tuning writes to a temporary
+folder renamed into place when done (a concurrent export that finished first keeps its records). Reuse is safe
+even where the key misses a change (a zoo model's architecture edited under the same name): MetaSchedule applies a
+record only to a kernel structurally equal to the one it was tuned on, so a stale record is unused, never wrong.
 
 Search settings: ``replay-trace`` sampling of each task's design space with MetaSchedule's random cost model
 (xgboost, which its learned model needs, is not installed), seeded, measured by local builder and runner processes.
@@ -67,7 +70,7 @@ def cache_key(spec: ModelSpec, target: dict, sizes: list[int], trials: int) -> s
 
     payload = {"model": spec.name, "precision": spec.precision,
                "inputs": [(t.name, t.dtype, t.shape) for t in spec.inputs], "buckets": sizes, "target": target,
-               "trials": trials, "tvm": tvm.__version__, "v": 1}
+               "trials": trials, "tvm": tvm.__version__, "v": 2}
     return f"{spec.name}-{hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]}"
 
 
@@ -123,8 +126,9 @@ def tune(mod, spec: ModelSpec, target_dict: dict, opts: ExportOptions, log=None)
 
     sizes = sorted(set(opts.tvm_buckets) | {opts.max_batch_size}) if opts.tvm_buckets else buckets(opts.max_batch_size)
     mod = add_static_buckets(mod, sizes)
-    target = tvm.target.Target({**target_dict, "num-cores": max(1, os.cpu_count() or 1)})
-    key = cache_key(spec, target_dict, sizes, opts.tvm_tune_trials)
+    tuned_for = {**target_dict, "num-cores": max(1, os.cpu_count() or 1)}  # schedules are measured on these cores
+    target = tvm.target.Target(tuned_for)
+    key = cache_key(spec, tuned_for, sizes, opts.tvm_tune_trials)
     folder = cache_dir() / "tvm-tuning" / key
     settings = {"buckets": sizes, "tuning_records": str(folder), "tune_trials": opts.tvm_tune_trials}
     if (folder / DONE_MARKER).is_file():

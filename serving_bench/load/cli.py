@@ -25,7 +25,7 @@ from serving_bench.errors import InputError, require_count
 from serving_bench.files import atomic_write_json
 from serving_bench.interrupts import RunInterrupted, deferred_interrupts
 from serving_bench.load import scenarios
-from serving_bench.load.driver import TritonTarget
+from serving_bench.load.driver import SendOptions, TritonTarget
 from serving_bench.load.fields import Where, seconds
 from serving_bench.load.native import choose_sender
 from serving_bench.load.profile import MAX_REQUESTS, LoadProfile, build_schedule, check_schedule_size
@@ -168,6 +168,11 @@ def _checked_options(args) -> tuple[float, dict[str, int]]:
     return timeout_s, instances
 
 
+def _send_options(args, timeout_s: float) -> SendOptions:
+    """The replay's sending options: ``--timeout`` (checked, in s), ``--senders``, ``--sender``."""
+    return SendOptions(timeout_s=timeout_s, senders=args.senders, sender=args.sender)
+
+
 def _replay(args, server, schedule: Schedule, mode, timeout_s: float, signals, stopped_early: str | None):
     """Run ``schedule`` on the started ``server`` (None: it did not start); returns the records and the stopped
     telemetry (None when off). The server is stopped on the way out, however the run ended."""
@@ -176,8 +181,7 @@ def _replay(args, server, schedule: Schedule, mode, timeout_s: float, signals, s
         stopped_early = stopped_early or signals.reason and f"{signals.reason} before the start"
         if stopped_early:
             return not_sent_records(schedule, TritonTarget.name, stopped_early), None
-        target = TritonTarget(server, mode=mode, timeout_s=timeout_s, senders=args.senders, source=args.profile,
-                              sender=args.sender)
+        target = TritonTarget(server, mode=mode, send=_send_options(args, timeout_s), source=args.profile)
         print(target.sender_note, file=sys.stderr)
         target.prepare(schedule)  # unknown models, unreachable server, bad inputs: fail before anything
         bar = _Bar(len(schedule), not args.no_progress)
@@ -229,17 +233,17 @@ def _run_scenario(args, out: Path, timeout_s: float, instances) -> int:
             connect(Path(args.repo), url=args.url, metrics_url=args.metrics_url,
                     models=[m.name for m in profile.models], instances=instances) as server:
         target = TritonTarget(server, mode=OpenLoop(max_in_flight=args.max_in_flight, on_cap=args.on_cap),
-                              timeout_s=timeout_s, senders=args.senders, source=args.profile, sender=args.sender)
+                              send=_send_options(args, timeout_s), source=args.profile)
         print(target.sender_note, file=sys.stderr)
+        server_scenario = scenarios.Server(args.qps or 0.0, bound, 99.0, min_duration, args.min_queries)
         if args.scenario == "server":
-            result = scenarios.Server(args.qps, bound, 99.0, min_duration, args.min_queries).run(target, profile)
+            result = server_scenario.run(target, profile)
         elif args.scenario == "offline":
             result = scenarios.Offline(args.queries).run(target, profile)
         elif args.scenario == "singlestream":
             result = scenarios.SingleStream(min_duration, args.min_queries).run(target, profile)
         else:
-            result = scenarios.peak_qps(target, profile, start_qps=args.qps, latency_bound_s=bound,
-                                        min_duration_s=min_duration, min_queries=args.min_queries,
+            result = scenarios.peak_qps(target, profile, server_scenario,
                                         on_step=lambda s: print(f"qps {s['qps']:9.1f}: "
                                                                 f"{'valid' if s['valid'] else 'invalid'} "
                                                                 f"{'; '.join(s['reasons'])}", file=sys.stderr))

@@ -5,7 +5,8 @@ levels; :func:`serving_bench.serving_config.queue_policy_settings`) Triton's dyn
 instance only while an instance is waiting for one, and an instance that becomes free does not wake it: the batcher
 notices on the next *accepted* arrival or after its own 0.5 s timer. With a full queue arrivals are rejected before
 they could wake it, so the server computes one batch per timer tick while rejecting everything else
-(``docs/serve.md``, "Queue policies under overload"; ``scripts/repro_queue_policy.py`` reproduces it).
+(``docs/serve.md#queue-policies-under-overload-the-bundled-tritonserver-251``;
+``scripts/diagnostics/repro_queue_policy.py`` reproduces it).
 
 The symptom a run can see without knowing the model's capacity: the server refused or expired many requests (queue
 full, queue timeout, or the client's deadline) while its instances were computing only a small part of the run.

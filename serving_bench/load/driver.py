@@ -34,7 +34,7 @@ import multiprocessing as mp
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -54,7 +54,7 @@ from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serve.control import Control, stats_delta
 from serving_bench.serve.server import Endpoints, TritonServer
 
-__all__ = ["TritonTarget", "Progress", "INSTANCE_DIED", "SERVER_DIED"]
+__all__ = ["TritonTarget", "SendOptions", "Progress", "INSTANCE_DIED", "SERVER_DIED"]
 
 SERVER_DIED = "server died"  # stop_reason prefix when the server process is gone
 
@@ -75,33 +75,45 @@ class Progress:
     p99_s: float | None
 
 
+@dataclass(frozen=True)
+class SendOptions:
+    """How requests are sent: ``timeout_s`` per-request deadline (the gRPC deadline); ``grace_s`` the time in-flight
+    requests get to finish after a stop before they are cancelled; ``senders`` sender processes (0 = a thread in
+    this process; N > 0 Python sender processes need the calling script to have the ``if __name__ == "__main__":``
+    guard, as multiprocessing's spawn requires); ``sender`` ``"native"``, ``"python"`` or ``None`` (native where it
+    is built, python otherwise; a native sender is always a process, so ``senders=0`` runs one)."""
+
+    timeout_s: float = 30.0
+    grace_s: float = 5.0
+    senders: int = 0
+    sender: str | None = None
+
+
 class TritonTarget:
     """Runs a :class:`Schedule` against a real Triton server; ``run(schedule, mode=None) -> Records``.
 
     ``endpoints``: an ``Endpoints``, a ``TritonServer`` (its death then stops the run at once), an
     ``ExternalServer`` or a gRPC ``host:port``. ``mode``: the default mode of :meth:`run`, :class:`OpenLoop` (default)
-    or :class:`ClosedLoop`. ``timeout_s``: per-request deadline.
-    ``senders``: sender processes (0 = a thread in this process; N > 0 Python sender processes need the calling
-    script to have the ``if __name__ == "__main__":`` guard, as multiprocessing's spawn requires). ``sender``:
-    ``"native"``, ``"python"`` or ``None`` (native where it is built, python otherwise; ``sender_note`` says which
-    and why; a native sender is always a process, so ``senders=0`` runs one). ``progress``: called about every
-    ``progress_interval_s`` with a :class:`Progress` from a monitor thread. ``stop()`` ends a run early (partial
+    or :class:`ClosedLoop`. ``send``: deadline, stop grace and senders (:class:`SendOptions`; ``sender_note`` says
+    which sender runs and why). ``alive``: raises :class:`ServerError` when the server is gone (default: a local
+    server's ``check_alive``). ``progress``: called about every ``progress_interval_s`` with a :class:`Progress` from
+    a monitor thread. ``source`` names the schedule's file in error messages. ``stop()`` ends a run early (partial
     records); so do Ctrl-C and the server dying.
     """
 
     name = "triton"
 
-    def __init__(self, endpoints: Any, *, mode: OpenLoop | ClosedLoop | None = None, timeout_s: float = 30.0,
-                 senders: int = 0, grace_s: float = 5.0, alive: Callable[[], None] | None = None,
+    def __init__(self, endpoints: Any, *, mode: OpenLoop | ClosedLoop | None = None,
+                 send: SendOptions = SendOptions(), alive: Callable[[], None] | None = None,
                  progress: Callable[[Progress], None] | None = None, progress_interval_s: float = 0.5,
-                 source: str | None = None, sender: str | None = None):
+                 source: str | None = None):
         self.url, server = _grpc_url(endpoints)
-        self.sender, self.sender_note = choose_sender(sender)
+        self.sender, self.sender_note = choose_sender(send.sender)
         self.alive = alive or (server.check_alive if server is not None else None)
         self.mode = mode or OpenLoop()
-        self.timeout_s = float(timeout_s)
-        self.senders = max(0, int(senders))
-        self.grace_s = float(grace_s)
+        self.timeout_s = float(send.timeout_s)
+        self.senders = max(0, int(send.senders))
+        self.grace_s = float(send.grace_s)
         self.progress = progress
         self.progress_interval_s = progress_interval_s
         self.source = source
@@ -199,115 +211,93 @@ class TritonTarget:
     def _execute(self, shares: list[Share], arrays: Arrays, shm, n: int, schedule: Schedule, native: bool):
         """Start the senders, give them a common t0, watch (progress, server liveness, a stop) until they finish.
         A stop before the start sends nothing; a sender that fails before the start is a :class:`ServerError`, one
-        that fails later ends the run (partial)."""
-        threaded = shm is None
-        inboxes: list = []
-        messages: Any
-        go: Any
-        stop: Any
-        t0_value: Any
-        if native or threaded:  # talked to by threads of this process
-            messages, go, stop, t0_value = queue.Queue(), threading.Event(), threading.Event(), LocalValue()
-        workers: list[Any]
-        if native:
-            workers = [NativeSender(s, arrays, shm.name, messages, go, t0_value, stop) for s in shares]
-        elif threaded:
-            workers = [threading.Thread(target=sender_main, name="serving-bench-sender",
-                                        args=(s, arrays, None, n, messages, go, t0_value, stop), daemon=True)
-                       for s in shares]
-        else:
-            ctx = mp.get_context("spawn")
-            messages, go, stop, t0_value = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
-            # a share (every payload) goes through a queue after the start, not with the process: a child that dies
-            # before reading its start-up data would otherwise block Process.start() on a full pipe for ever
-            inboxes = [ctx.Queue() for _ in shares]
-            workers = [ctx.Process(target=sender_main, name="serving-bench-sender",
-                                   args=(box, None, shm.name, n, messages, go, t0_value, stop), daemon=True)
-                       for box in inboxes]
-        errors: dict[int, str] = {}
-        reasons: list[str] = []
-        failures: list[str] = []
+        that fails later ends the run (partial). Returns the error texts by row, the stop reasons, the seconds the
+        run lasted and Triton's statistics at the start."""
+        crew = _Crew.hire(shares, arrays, shm, n, native)
         t0 = time.perf_counter()
         stats_before: dict = {}
-        sender_cpu = 0.0
         try:
-            for w, inbox, share in zip(workers, inboxes or [None] * len(workers), shares):
-                w.start()
-                if inbox is not None:
-                    inbox.put(share)
-            ready = 0
-            deadline = time.monotonic() + 120.0
-            while ready < len(workers) and not failures and not self._stop.is_set():
-                try:
-                    kind, payload = messages.get(timeout=0.2)
-                except queue.Empty:
-                    dead = [w for w in workers if not w.is_alive()]
-                    if dead or time.monotonic() > deadline:
-                        failures.append("a sender process exited before it was ready (senders > 0 start new "
-                                        "Python processes: the calling script needs `if __name__ == '__main__':`)"
-                                        if dead and not native else "a native sender exited before it was ready"
-                                        if dead else "the senders were not ready within 120 s")
-                    continue
-                if kind == "ready":
-                    ready += 1
-                else:
-                    failures.append(payload if kind == "failed" else str(payload))
-            if failures:
-                raise ServerError(failures[0])
+            crew.start(shares)
+            self._await_ready(crew)
             started = not self._stop.is_set()  # stopped before the start: nothing is sent
-            finished = 0 if started else len(workers)
             if started:
                 stats_before = self._stats(list(self.specs))  # after the warm-up requests
                 t0 = time.perf_counter() + 0.02
-                t0_value.value = t0
-                go.set()
-            last_progress = 0.0
-            while finished < len(workers):
-                try:
-                    kind, payload = messages.get(timeout=0.1)
-                except queue.Empty:
-                    kind = None
-                if kind == "done":
-                    finished += 1
-                    errs, reason, cpu = payload
-                    sender_cpu += cpu
-                    errors.update(errs)
-                    if reason:
-                        reasons.append(reason)
-                        stop.set()  # one sender lost the server: stop the others too
-                elif kind == "failed":
-                    finished += 1
-                    reasons.append(f"a sender failed: {payload}")
-                    stop.set()
-                if self._stop.is_set() and not stop.is_set():
-                    stop.set()
-                if self.alive is not None and not stop.is_set():
-                    try:
-                        self.alive()
-                    except ServerError as err:
-                        reasons.append(f"{SERVER_DIED}: {err}")
-                        stop.set()
-                now = time.perf_counter()
-                if self.progress is not None and now - last_progress >= self.progress_interval_s:
-                    last_progress = now
-                    self.progress(_progress(arrays, schedule, now - t0))
+                crew.t0.value = t0
+                crew.go.set()
+            watch = self._watch(crew, arrays, schedule, t0, finished=0 if started else len(crew.workers))
             elapsed = time.perf_counter() - t0 if started else 0.0
         finally:
-            stop.set()
-            go.set()
-            for w in workers:
-                if w.ident is not None:  # started
-                    w.join(timeout=30)
-                    if not threaded and w.is_alive():
-                        w.kill()
-        if any(r.startswith(SERVER_UNAVAILABLE) for r in reasons) and self.alive is not None:
-            reasons[:0] = self._server_death()  # the transport noticed first; say why the server is gone
+            crew.release()
+        if any(r.startswith(SERVER_UNAVAILABLE) for r in watch.reasons) and self.alive is not None:
+            watch.reasons[:0] = self._server_death()  # the transport noticed first; say why the server is gone
         if self.progress is not None:
             self.progress(_progress(arrays, schedule, elapsed))
         self.t0_unix = time.time() + (t0 - time.perf_counter())
         self.t0_s = t0
-        self.sender_cpu_s = sender_cpu
-        return errors, reasons, elapsed, stats_before
+        self.sender_cpu_s = watch.sender_cpu_s
+        return watch.errors, watch.reasons, elapsed, stats_before
+
+    def _await_ready(self, crew: "_Crew") -> None:
+        """Wait until every sender said it is ready (its warm-up done), or a stop; :class:`ServerError` when one
+        failed or exited first, or none was ready within 120 s."""
+        ready = 0
+        failures: list[str] = []
+        deadline = time.monotonic() + 120.0
+        while ready < len(crew.workers) and not failures and not self._stop.is_set():
+            try:
+                kind, payload = crew.messages.get(timeout=0.2)
+            except queue.Empty:
+                dead = [w for w in crew.workers if not w.is_alive()]
+                if dead or time.monotonic() > deadline:
+                    failures.append("a sender process exited before it was ready (senders > 0 start new "
+                                    "Python processes: the calling script needs `if __name__ == '__main__':`)"
+                                    if dead and not crew.native else "a native sender exited before it was ready"
+                                    if dead else "the senders were not ready within 120 s")
+                continue
+            if kind == "ready":
+                ready += 1
+            else:
+                failures.append(payload if kind == "failed" else str(payload))
+        if failures:
+            raise ServerError(failures[0])
+
+    def _watch(self, crew: "_Crew", arrays: Arrays, schedule: Schedule, t0: float, finished: int) -> "_Watched":
+        """Collect the senders' reports until all ``len(crew.workers) - finished`` left have finished; stop them
+        all when one lost the server, on a stop request, or when the server died; report progress meanwhile."""
+        watched = _Watched()
+        last_progress = 0.0
+        stop = crew.stop
+        while finished < len(crew.workers):
+            try:
+                kind, payload = crew.messages.get(timeout=0.1)
+            except queue.Empty:
+                kind = None
+            if kind == "done":
+                finished += 1
+                errs, reason, cpu = payload
+                watched.sender_cpu_s += cpu
+                watched.errors.update(errs)
+                if reason:
+                    watched.reasons.append(reason)
+                    stop.set()  # one sender lost the server: stop the others too
+            elif kind == "failed":
+                finished += 1
+                watched.reasons.append(f"a sender failed: {payload}")
+                stop.set()
+            if self._stop.is_set() and not stop.is_set():
+                stop.set()
+            if self.alive is not None and not stop.is_set():
+                try:
+                    self.alive()
+                except ServerError as err:
+                    watched.reasons.append(f"{SERVER_DIED}: {err}")
+                    stop.set()
+            now = time.perf_counter()
+            if self.progress is not None and now - last_progress >= self.progress_interval_s:
+                last_progress = now
+                self.progress(_progress(arrays, schedule, now - t0))
+        return watched
 
     def _server_death(self, wait_s: float = 1.0) -> list[str]:
         """``["server died: ..."]`` (naming its exit code and log) when the local server process is gone, waiting up
@@ -352,6 +342,70 @@ class TritonTarget:
             records["request_id"] = np.arange(len(records), dtype=np.int64)
         return (records, bool(stopped), "; ".join(dict.fromkeys(stopped)) if stopped else None,
                 int(sum(1 for e in errors.values() if e.startswith("dropped:"))))
+
+
+@dataclass
+class _Watched:
+    """What the senders reported: error texts by row, stop reasons, their CPU seconds."""
+
+    errors: dict[int, str] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    sender_cpu_s: float = 0.0
+
+
+@dataclass
+class _Crew:
+    """The senders of one run and what they talk through: ``messages`` (their reports), ``go`` (the common start),
+    ``stop``, ``t0`` (the start time, shared) and, for sender processes, ``inboxes`` (each one's share, sent after
+    it started)."""
+
+    workers: list[Any]
+    messages: Any
+    go: Any
+    stop: Any
+    t0: Any
+    native: bool
+    threaded: bool
+    inboxes: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def hire(cls, shares: list[Share], arrays: Arrays, shm, n: int, native: bool) -> "_Crew":
+        """Native sender processes, sender threads (no shared memory) or Python sender processes, not started."""
+        threaded = shm is None
+        if native or threaded:  # talked to by threads of this process
+            messages, go, stop, t0 = queue.Queue(), threading.Event(), threading.Event(), LocalValue()
+            if native:
+                workers: list[Any] = [NativeSender(s, arrays, shm.name, messages, go, t0, stop) for s in shares]
+            else:
+                workers = [threading.Thread(target=sender_main, name="serving-bench-sender",
+                                            args=(s, arrays, None, n, messages, go, t0, stop), daemon=True)
+                           for s in shares]
+            return cls(workers, messages, go, stop, t0, native, threaded)
+        ctx = mp.get_context("spawn")
+        messages, go, stop, t0 = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+        # a share (every payload) goes through a queue after the start, not with the process: a child that dies
+        # before reading its start-up data would otherwise block Process.start() on a full pipe for ever
+        inboxes = [ctx.Queue() for _ in shares]
+        workers = [ctx.Process(target=sender_main, name="serving-bench-sender",
+                               args=(box, None, shm.name, n, messages, go, t0, stop), daemon=True)
+                   for box in inboxes]
+        return cls(workers, messages, go, stop, t0, native, threaded, inboxes)
+
+    def start(self, shares: list[Share]) -> None:
+        for w, inbox, share in zip(self.workers, self.inboxes or [None] * len(self.workers), shares):
+            w.start()
+            if inbox is not None:
+                inbox.put(share)
+
+    def release(self) -> None:
+        """Stop and join every started sender (killing a process that does not end within 30 s)."""
+        self.stop.set()
+        self.go.set()
+        for w in self.workers:
+            if w.ident is not None:  # started
+                w.join(timeout=30)
+                if not self.threaded and w.is_alive():
+                    w.kill()
 
 
 def _split(total: int, parts: int, k: int) -> int:

@@ -5,7 +5,7 @@ polls it.
 of :meth:`InferChannel.next` (blocking, in the thread that polls) as ``(tag, status code, details)``. One poller per
 channel. Nothing else is created per call: no coroutine or task (``grpc.aio``), no condition variable, rendezvous
 object or callback list (the sync channel's ``future()``), whose per-call Python work dominated the sender's CPU
-(measured in ``docs/load.md``).
+(measured: ``docs/load.md#drivers``).
 
 This is the same Cython layer (``grpc._cython.cygrpc``: ``integrated_call`` / ``next_call_event``) that grpcio's own
 sync channel drives for ``future()``; it is not a public API, so grpcio is pinned in ``setup.cfg`` and

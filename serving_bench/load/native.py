@@ -3,7 +3,7 @@ sending and stamping, while Python keeps everything else — the schedule, the p
 as bytes), the outcome arrays, the judging of failures and their texts (:mod:`serving_bench.load.outcomes`),
 progress, liveness, stops and the records.
 
-Why (measured in ``docs/load.md``): the Python sender spends 210–300 µs of CPU per request, most of it in grpcio's
+Why (measured: ``docs/load.md#drivers``): the Python sender spends 220–300 µs of CPU per request, most of it in grpcio's
 Cython layer and in two threads handing the GIL to each other; on two shared cores that caps the open-loop rate
 below perf_analyzer's. The native one sends the same bytes with gRPC C++'s generic stub from one timing thread and
 stamps outcomes from one completion thread, without a GIL.

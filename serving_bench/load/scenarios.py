@@ -6,7 +6,7 @@
 * **Offline** — every query arrives at t = 0 (the server may batch freely); the figure is throughput, with at most
   ``max_in_flight`` requests outstanding (the target's open-loop cap).
 * **SingleStream** — one query at a time (closed loop, concurrency 1); the figure is the 90th percentile latency.
-* **peak_qps** — the highest Server ``qps`` that is valid: doubling from ``start_qps`` until a run fails, then
+* **peak_qps** — the highest Server ``qps`` that is valid: doubling from the start's ``qps`` until a run fails, then
   bisection until the bracket is within ``tolerance`` (relative); every step is recorded.
 
 Traffic mix (models, shares, batch sizes, input samples, SLOs) comes from a :class:`LoadProfile`; the scenario
@@ -185,16 +185,15 @@ class PeakResult:
     steps: tuple[dict, ...] = field(default_factory=tuple)
 
 
-def peak_qps(target: Target, profile: LoadProfile, *, start_qps: float, latency_bound_s: float | None = None,
-             percentile: float = 99.0, min_duration_s: float = 10.0, min_queries: int = 256,
-             tolerance: float = 0.05, max_steps: int = 12,
+def peak_qps(target: Target, profile: LoadProfile, start: Server, *, tolerance: float = 0.05, max_steps: int = 12,
              on_step: Callable[[dict], None] | None = None) -> PeakResult:
-    """Binary search of the highest Server qps meeting the latency bound (see the module doc)."""
+    """Binary search of the highest Server qps meeting the latency bound (see the module doc): ``start`` is the
+    first Server run (its ``qps`` the start of the doubling), every step the same scenario at another ``qps``;
+    ``on_step`` is called with each step as it is recorded."""
     steps: list[dict] = []
 
     def trial(qps: float) -> bool:
-        scenario = Server(qps, latency_bound_s, percentile, min_duration_s, min_queries)
-        result = scenario.run(target, profile)
+        result = dataclasses.replace(start, qps=qps).run(target, profile)
         step = {"qps": qps, "valid": result.valid, "reasons": list(result.reasons), **result.figure}
         steps.append(step)
         if on_step is not None:
@@ -202,7 +201,7 @@ def peak_qps(target: Target, profile: LoadProfile, *, start_qps: float, latency_
         return result.valid
 
     good, bad = None, None
-    qps = start_qps
+    qps = start.qps
     while len(steps) < max_steps:
         if trial(qps):
             good = qps

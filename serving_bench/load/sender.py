@@ -7,7 +7,7 @@ the next request started from the completion thread the moment one returns. Outc
 (:class:`Arrays`: shared memory across processes); the orchestration (:mod:`serving_bench.load.driver`) starts the
 senders, gives them a common ``t0`` and turns the arrays into records.
 
-Why it looks like this (measured on 2 cores against a no-op python model, figures in ``docs/load.md``): the client
+Why it looks like this (measured on 2 cores against a no-op python model, figures in ``docs/load.md#drivers``): the client
 must cost less per request than the server for a Python load generator to keep up with a C++ one. ``grpc.aio``
 spent most of the sender's CPU on per-call machinery (a task, coroutines, a loop wake-up per completion); the
 completion-queue calls skip all of it. The timing thread sleeps with ``time.sleep`` (``clock_nanosleep``) and 1 µs

@@ -4,7 +4,7 @@ Install with ``scripts/install_perf_analyzer.sh`` (it needs Debian's ``libb64-0d
 ``nvidia-cuda-runtime-cu12`` wheel, put on ``LD_LIBRARY_PATH`` here; no GPU is needed). Newer wheels need glibc 2.38.
 
     pa = find_perf_analyzer()                       # PeerMissing with the install command if it cannot run
-    m = pa.measure("sleep_zero", url, concurrency=4, measurement_s=3)
+    m = pa.measure("sleep_zero", url, Level(concurrency=4), Windows(measurement_s=3))
     m.throughput_ips, m.p99_s, m.delayed_pct        # delayed_pct None: at most 1 % of requests > 1 ms late
     # Unstable (a RuntimeError) when it found no stable window within max_trials: a benchmark records the point
     # as unstable, with the message, and goes on
@@ -33,6 +33,7 @@ import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Mapping, Sequence
 
 
 class PeerMissing(RuntimeError):
@@ -82,6 +83,68 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class Level:
+    """The load of one measurement: exactly one of ``concurrency`` (requests in flight) or ``request_rate``
+    (requests per second, arriving by ``distribution``: ``poisson`` or ``constant``); ``async_mode`` (``-a``: without
+    it the request-rate mode is synchronous, a few threads); ``batch`` rows per request; ``shapes`` the input shapes
+    (name -> dims without the batch axis) of a model with variable dims."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    async_mode: bool = True
+    distribution: str = "poisson"
+    batch: int = 1
+    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of concurrency and request_rate")
+
+    @property
+    def mode(self) -> str:
+        return "concurrency" if self.concurrency is not None else "request_rate"
+
+    @property
+    def value(self) -> float:
+        return float(self.concurrency if self.concurrency is not None else self.request_rate)
+
+    def args(self) -> list[str]:
+        """perf_analyzer's arguments for the load (the batch size aside)."""
+        args = []
+        if self.concurrency is not None:
+            args += ["--concurrency-range", str(int(self.concurrency))]
+        else:
+            args += ["--request-rate-range", f"{self.request_rate:g}", "--request-distribution", self.distribution]
+        if self.async_mode:
+            args.append("-a")
+        for name, dims in self.shapes.items():
+            args += ["--shape", f"{name}:{','.join(str(d) for d in dims)}"]
+        return args
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How perf_analyzer measures: time windows of ``measurement_s`` seconds (each lasts 1.2 x that), stable when
+    the last three windows agree within ``stability_pct`` percent, at most ``max_trials`` windows.
+    ``stabilize_on_p99``: the stability check compares the windows' p99 (``--percentile 99``); False compares their
+    average latency instead (its default; far less noisy over short windows). The percentiles are reported either
+    way."""
+
+    measurement_s: float = 5.0
+    stability_pct: float = 10.0
+    max_trials: int = 10
+    stabilize_on_p99: bool = True
+
+    def args(self) -> list[str]:
+        """perf_analyzer's arguments for the windows and the stability rule (the percentile aside)."""
+        return ["--measurement-mode", "time_windows", "--measurement-interval", str(int(self.measurement_s * 1000)),
+                "-s", str(self.stability_pct), "--max-trials", str(self.max_trials)]
+
+    def percentile_args(self) -> list[str]:
+        return ["--percentile", "99"] if self.stabilize_on_p99 else []
+
+
+@dataclass(frozen=True)
 class PerfAnalyzer:
     binary: Path
     env: dict
@@ -98,46 +161,24 @@ class PerfAnalyzer:
             wheel = "no tritonclient wheel"
         return f"{text.splitlines()[0] if text else 'perf_analyzer'}; {wheel}"
 
-    def measure(self, model: str, url: str, *, concurrency: int | None = None, request_rate: float | None = None,
-                async_mode: bool = True, distribution: str = "poisson", batch: int = 1,
-                measurement_s: float = 5.0, stability_pct: float = 10.0, max_trials: int = 10,
-                stabilize_on_p99: bool = True, shapes: dict | None = None, extra: tuple[str, ...] = (),
-                timeout_s: float = 300.0) -> Measurement:
-        """Run one level (``concurrency`` or ``request_rate``) against ``url`` (gRPC host:port) and parse it.
-
-        ``stabilize_on_p99``: perf_analyzer's stability check compares the windows' p99 (``--percentile 99``);
-        False compares their average latency instead (its default; far less noisy over short windows). The
-        percentiles are reported either way."""
-        if (concurrency is None) == (request_rate is None):
-            raise ValueError("give exactly one of concurrency and request_rate")
+    def measure(self, model: str, url: str, level: Level, windows: Windows = Windows(), *,
+                extra: tuple[str, ...] = (), timeout_s: float = 300.0) -> Measurement:
+        """Run one ``level`` against ``url`` (gRPC host:port) measured in ``windows`` and parse it; ``extra``:
+        more perf_analyzer arguments; ``timeout_s``: how long the whole run may take."""
         with tempfile.TemporaryDirectory(prefix="serving-bench-pa-") as tmp:
             csv_path = Path(tmp) / "pa.csv"
-            args = [str(self.binary), "-m", model, "-u", url, "-i", "grpc", "-b", str(batch),
-                    "--measurement-mode", "time_windows", "--measurement-interval", str(int(measurement_s * 1000)),
-                    "-s", str(stability_pct), "--max-trials", str(max_trials), "-f", str(csv_path)]
-            if stabilize_on_p99:
-                args += ["--percentile", "99"]
-            if concurrency is not None:
-                args += ["--concurrency-range", str(int(concurrency))]
-                mode, level = "concurrency", float(concurrency)
-            else:
-                args += ["--request-rate-range", f"{request_rate:g}", "--request-distribution", distribution]
-                mode, level = "request_rate", float(request_rate)
-            if async_mode:
-                args.append("-a")
-            for name, dims in (shapes or {}).items():
-                args += ["--shape", f"{name}:{','.join(str(d) for d in dims)}"]
-            args += list(extra)
+            args = [str(self.binary), "-m", model, "-u", url, "-i", "grpc", "-b", str(level.batch),
+                    *windows.args(), "-f", str(csv_path), *windows.percentile_args(), *level.args(), *extra]
             out = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout_s)
             text = out.stdout + out.stderr
             if out.returncode != 0 or not csv_path.is_file():
                 unstable = next((line.strip() for line in text.splitlines() if STABLE_FAILURE in line), None)
                 if unstable:
-                    raise Unstable(f"perf_analyzer at {mode} {level:g}: {unstable}")
+                    raise Unstable(f"perf_analyzer at {level.mode} {level.value:g}: {unstable}")
                 tail = " | ".join(line.strip() for line in text.splitlines()[-4:] if line.strip())
                 raise RuntimeError(f"perf_analyzer failed (exit {out.returncode}): {tail}")
             rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
-        return parse_measurement(rows[-1], text, mode, level, tuple(args))
+        return parse_measurement(rows[-1], text, level.mode, level.value, tuple(args))
 
 
 def parse_measurement(row: dict, text: str, mode: str, level: float, command: tuple[str, ...] = ()) -> Measurement:

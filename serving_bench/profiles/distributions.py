@@ -186,8 +186,8 @@ class IdleEffect:
     An executed batch whose instance's *recent idle time* is ``service_idle_s[i]`` seconds takes
     ``service_extra_s[i]`` longer than back-to-back ("hot"): the exponentially weighted mean of the instance's idle
     times before its batches, the newest weighing ``service_memory`` (1: the last idle time alone, as older profiles
-    have it; a model's warmth follows its recent rate, not only its last gap: docs/sim.md, "Cold starts under
-    irregular arrivals"). A request that reaches the server
+    have it; a model's warmth follows its recent rate, not only its last gap:
+    docs/profiles.md#cold-starts-under-irregular-arrivals). A request that reaches the server
     ``overhead_gap_s[i]`` seconds after the previous request (any model) has an overhead ``overhead_extra_s[i]``
     longer than the hot one, and its dispatch inside the server ``dispatch_extra_s[i]`` longer (empty: 0). Those two
     are medians; ``overhead_extra_p90_s`` / ``dispatch_extra_p90_s`` (empty: none measured) are the same extras at

@@ -46,7 +46,7 @@ NAMES: dict[str, LawName] = {n.name: n for n in (
 )}
 OVERLAP = ("overlap", "overlap_sat", "overlap_usl")  # the GPU laws of a device capacity that grows with the kernels
 DEFAULT_BY_KIND = {"cpu": "pool", "gpu": "serial"}  # a device's law where the profile names none
-GPU_LAW = DEFAULT_BY_KIND["gpu"]  # chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md)
+GPU_LAW = DEFAULT_BY_KIND["gpu"]  # chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md#laws-and-forms)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ Layout (``format: serving-bench-profile``, ``version: 1``; every time in seconds
      "pairs": [{"device": "cpu", "models": ["a", "b"], "batch": 1, "k": [2, 4], "speedup": [1.8, 2.0]}],
      "calibration": [{"device": "cpu", "clients": {...}, "measured_rps": {...}, "serving": {...}}],  # optional
      "ensembles": {"tiny_ensemble": {"gap_s": [...], "extra_s": [...], "extra_p90_s": [...]}},  # optional
+     "host_spread": {"sigma": 0.03, "df": 12, "runs": 6},  # optional: the host's run-to-run spread (HostSpread)
      "notes": ["..."]}
 
 The entries' measurements (``models``) are :mod:`serving_bench.profiles.entries`; distributions, curves, the
@@ -53,6 +54,12 @@ profile split that cost (``handoff_cpu_s`` measured), ``request_demand`` is only
 (its thread waking up), while which the payload still grows. A device's
 ``law`` names the sharing law and its fitted parameters (default: processor sharing over its cores, or over one GPU;
 the names, the parameters and where each is valid: :mod:`serving_bench.profiles.law`).
+
+**The host's run-to-run spread** (``host_spread``, optional; :class:`HostSpread`): how much the same run's
+throughput differs when it is run again a little later on the same host, as the standard deviation ``sigma`` of its
+logarithm, with its degrees of freedom ``df`` (``calibrate.estimators.host_spread``). The simulator's intervals draw
+a host speed per replication from it (:mod:`serving_bench.sim.intervals`); without it they are the finite sample's
+only.
 
 **Padding** (``padded_sizes``, empty by default): runtimes that run fixed sizes only (CUDA graphs per captured batch
 size, TVM's tuned static buckets) pad a batch of ``b`` rows to the smallest of these sizes ``>= b`` and take that
@@ -142,6 +149,33 @@ class DeviceInfo:
         return cls(name, data["kind"], str(data.get("name", "")), **ints, law=law)
 
 @dataclass(frozen=True)
+class HostSpread:
+    """The host's run-to-run spread: ``sigma``, the standard deviation of the log of a run's throughput between
+    repeats of the same run, with ``df`` degrees of freedom, pooled over ``runs`` repeated runs."""
+
+    sigma: float
+    df: int
+    runs: int
+
+    def to_json(self) -> dict:
+        return {"sigma": self.sigma, "df": self.df, "runs": self.runs}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str) -> "HostSpread":
+        """The profile's ``host_spread``."""
+        if not isinstance(data, Mapping):
+            raise InputError(source, "host_spread", 'expected {"sigma": number >= 0, "df": integer >= 1, "runs": '
+                                                    'integer >= 1}')
+        counts = {}
+        for key in ("df", "runs"):
+            value = data.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(source, f"host_spread.{key}", f"expected an integer >= 1, got {value!r}")
+            counts[key] = value
+        return cls(number(data.get("sigma"), source, "host_spread.sigma"), **counts)
+
+
+@dataclass(frozen=True)
 class PairCurve:
     """Co-location curve measured with two models sharing ``device`` (k batches in all, half of each)."""
 
@@ -172,6 +206,7 @@ class Profile:
     calibration: tuple[Mapping[str, Any], ...] = ()  # the co-located runs the devices' laws were fitted to
     ensembles: Mapping[str, EnsembleExtra] = field(default_factory=dict)  # per ensemble: its time beyond its members'
     path: str | None = None  # where it was loaded from (for error messages); not saved
+    host_spread: HostSpread | None = None  # the host's run-to-run spread (None: not measured)
 
     # -- queries -----------------------------------------------------------------------------------------------------
     def model(self, name: str, device: str | None = None) -> ModelProfile:
@@ -216,6 +251,8 @@ class Profile:
             out["calibration"] = [dict(c) for c in self.calibration]
         if self.ensembles:
             out["ensembles"] = {n: self.ensembles[n].to_json() for n in sorted(self.ensembles)}
+        if self.host_spread is not None:
+            out["host_spread"] = self.host_spread.to_json()
         return out
 
     def save(self, path: str | Path) -> Path:
@@ -259,9 +296,11 @@ class Profile:
         if not isinstance(ensembles, Mapping):
             raise InputError(source, "ensembles", "expected an object: ensemble name -> its time beyond its members'")
         ensembles = {str(n): parse_ensemble_extra(e, source, f"ensembles.{n}") for n, e in ensembles.items()}
+        spread = HostSpread.from_json(data["host_spread"], source) if data.get("host_spread") is not None else None
         return cls(devices, models, overhead, tuple(pairs), dict(host), str(data.get("source", "")),
                    str(data.get("created", "")), number(data.get("ensemble_step_s", 0.0), source, "ensemble_step_s"),
-                   tuple(str(n) for n in notes), request_device, tuple(calibration), ensembles, source)
+                   tuple(str(n) for n in notes), request_device, tuple(calibration), ensembles, source,
+                   host_spread=spread)
 
 
 def _parse_pairs(data: Any, devices: Mapping, models: Mapping, source: str) -> list[PairCurve]:

@@ -3,7 +3,8 @@
 Read (any depth below the folder): ``tune.json`` (+ its ``observations.jsonl``) from ``serving-bench tune``,
 ``plan.json`` from ``serving-bench plan``, ``records.parquet`` from any target (latency CDFs), telemetry tables
 ``telemetry.parquet`` / ``telemetry.csv`` (long form ``t_s, source, metric, model, value``), and validation tables
-``validation.json`` (rows with ``model, metric, simulated, measured``). Missing pieces are simply absent.
+``validation.json`` (rows with ``model, metric, simulated, measured``, the predicted intervals, and its ``coverage``).
+Missing pieces are simply absent.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def collect(root: str | Path) -> dict:
     if not root.is_dir():
         raise InputError(root, None, "results folder does not exist")
     data: dict = {"root": str(root), "tune": None, "plan": None, "cdfs": [], "telemetry": [], "validation": [],
-                  "validation_notes": [], "observations": []}
+                  "validation_notes": [], "coverage": [], "observations": []}
     for path in sorted(root.rglob("tune.json")):
         data["tune"] = _read_json(path)
         obs = path.parent / "observations.jsonl"
@@ -103,6 +104,9 @@ def collect(root: str | Path) -> dict:
         if isinstance(rows, dict):
             data["validation_notes"] += [f"{_label(path, root)}: {n}" for n in rows.get("notes") or []
                                          if isinstance(n, str)]
+            if isinstance(rows.get("coverage"), dict):
+                data["coverage"].append(dict(rows["coverage"], source=_label(path, root),
+                                             replications=rows.get("replications")))
         rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
         for row in rows if isinstance(rows, list) else []:
             if isinstance(row, dict):

@@ -11,7 +11,7 @@ import math
 from collections import defaultdict
 from html import escape
 
-from serving_bench.report.svg import heat_map, line_chart
+from serving_bench.report.svg import LineChart, heat_map
 from serving_bench.run.metrics import simulated_inside
 
 CSS = """
@@ -109,9 +109,9 @@ def cdf_section(data: dict) -> str:
     slos = (data.get("tune") or {}).get("slos", {})
     charts = []
     for i, (model, series) in enumerate(sorted(by_model.items())):
-        charts.append(line_chart(series, title=f"{model}: latency CDF", x_label="latency from intended time (ms, log)",
-                                 y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True,
-                                 log_x=True))
+        charts.append(LineChart(title=f"{model}: latency CDF", x_label="latency from intended time (ms, log)",
+                                y_label="fraction of requests", chart_id=f"cdf-{i}", markers=False, step=True,
+                                log_x=True).svg(series))
         if model in slos:
             charts[-1] += f'<p class="note">SLO for {escape(model)}: ' + ", ".join(
                 f"{escape(s)} ≤ {b * 1e3:g} ms" for s, b in slos[model].items()) + "</p>"
@@ -134,9 +134,9 @@ def curves_section(data: dict) -> str:
                            [(p["models"][model]["p99_s"] or math.nan) * 1e3 for p in probes]))
         bound = slos.get(model, {}).get("p99")
         hl = [(f"SLO p99 {bound * 1e3:g} ms", bound * 1e3)] if bound else []
-        charts.append(line_chart(series, title=f"{model}: throughput vs p99 (simulated)",
-                                 x_label="throughput (req/s)", y_label="p99 latency (ms)", chart_id=f"curve-{i}",
-                                 hlines=hl, y_max=4 * bound * 1e3 if bound else None))
+        charts.append(LineChart(title=f"{model}: throughput vs p99 (simulated)", x_label="throughput (req/s)",
+                                y_label="p99 latency (ms)", chart_id=f"curve-{i}", hlines=hl,
+                                y_max=4 * bound * 1e3 if bound else None).svg(series))
     body = "".join(charts) or '<p class="empty">No tuning results.</p>'
     note = ('<p class="note">Each point is the candidate run on the simulator at a multiple of the profile\'s load; '
             'numbers (#1, #2, ...) are the ranks of the top candidates; p99 above four times the SLO is drawn at the '
@@ -146,8 +146,8 @@ def curves_section(data: dict) -> str:
 
 def telemetry_section(data: dict) -> str:
     series = [(f'{s["source"]}: {s["name"]}', s["t_s"], s["value"]) for s in data.get("telemetry", [])]
-    body = line_chart(series, title="Utilisation over time", x_label="time (s)", y_label="utilisation",
-                      chart_id="utilisation", markers=False) if series else \
+    body = LineChart(title="Utilisation over time", x_label="time (s)", y_label="utilisation",
+                     chart_id="utilisation", markers=False).svg(series) if series else \
         '<p class="empty">No telemetry in this folder (GPU/CPU utilisation is sampled during replays).</p>'
     return f'<section id="utilisation-section"><h2>GPU/CPU utilisation over time</h2>{body}</section>'
 
@@ -204,19 +204,41 @@ def validation_section(data: dict) -> str:
         inside = simulated_inside(r)
         ends = ["…" if r.get(end) is None else fmt(r[end]) for end in ("measured_low", "measured_high")]
         interval = "–" if inside is None else f"{ends[0]} – {ends[1]}" + ("" if inside else " (simulated outside)")
+        low, high, verdict = r.get("predicted_low"), r.get("predicted_high"), r.get("inside")
+        predicted = "–" if low is None or high is None else f"{fmt(low)} – {fmt(high)}"
         rows.append([r.get("source", ""), r.get("model", ""), label,
                      (fmt(r.get("simulated")), r.get("simulated") or 0), (fmt(r.get("measured")), r.get("measured") or 0),
+                     (predicted, low or 0), ("–" if verdict is None else "yes" if verdict else "no", int(bool(verdict))),
                      (interval, r.get("measured_low") or 0),
                      ("–" if err is None else f"{err * 100:+.1f} %", err if err is not None else 0)])
-    headers = ["source", "model", "metric", "simulated", "measured", "measured 95 % interval", "error"]
+    headers = ["source", "model", "metric", "simulated", "measured", "predicted interval", "measured inside",
+               "measured 95 % interval", "error"]
     body = _table(headers, rows, "sim-vs-measured") if rows \
         else '<p class="empty">No simulated-vs-measured comparison in this folder.</p>'
     note = ('<p class="note">Error = (simulated − measured) / measured, for the same schedule on the simulator and on '
-            'real Triton. A measured percentile\'s 95 % interval is distribution-free (order statistics of the '
+            'real Triton. The predicted interval is taken over seeded replications of the simulation, each on its own '
+            'draw of the host\'s speed (the profile\'s host spread); “measured inside” says whether the replay fell '
+            'in it. A measured percentile\'s 95 % interval is distribution-free (order statistics of the '
             'requests in the window); “…” is an end too few requests bound — an error inside the interval is within '
             'what the replay itself can tell.</p>') if rows else ""
+    note += "".join(f'<p class="note coverage">{escape(coverage_text(c))}</p>' for c in data.get("coverage", []))
     note += "".join(f'<p class="note">Note: {escape(n)}</p>' for n in data.get("validation_notes", []))
     return f'<section id="sim-vs-measured-section"><h2>Simulated vs measured</h2>{note}{body}</section>'
+
+
+def coverage_text(c: dict) -> str:
+    """A validation's coverage (``validation.json``'s ``coverage``) in one sentence."""
+    text = (f"{c.get('source', '')}: coverage {c['inside']} of {c['rows']} measured figures "
+            f"({', '.join(c.get('metrics') or [])}) inside their predicted {c['confidence']:.0%} interval "
+            f"({c['coverage']:.0%}); median half-width {c['median_half_width'] * 100:.1f} %")
+    if c.get("width_ratio") is not None:
+        text += (f"; on the percentiles {c['median_half_width_vs_own'] * 100:.1f} % against the measurement's own "
+                 f"{c['median_measured_spread'] * 100:.1f} % ({c['width_ratio']:.2f}×)")
+    about = c.get("replications") or {}
+    if about:
+        text += (f"; {about.get('count')} replications, host spread {about.get('host_spread', 0) * 100:.1f} % "
+                 f"({about.get('host_spread_source', '')})")
+    return text + "."
 
 
 def capacity_section(data: dict) -> str:
@@ -263,10 +285,11 @@ def top_section(data: dict) -> str:
         rows.append([(f'{t["rank"]} (screen)' if t.get("screened") else t["rank"], t["rank"]),
                      ("yes" if r["feasible"] else "no", int(r["feasible"])),
                      (_num(r["capacity_rps"]), r["capacity_rps"]), (f'{r["capacity_scale"]:.2f}×', r["capacity_scale"]),
-                     r["gpus"], r["instances"], config])
+                     _interval_cell(r.get("capacity_interval")), r["gpus"], r["instances"], config])
     growth = tune.get("growth", "superpose")
-    body = _table(["rank", "meets SLOs", f"capacity (req/s, {growth})", f"× load ({growth})", "GPUs", "instances",
-                   "configuration"], rows,
+    confidence = (tune.get("intervals") or {}).get("confidence", 0.9)
+    body = _table(["rank", "meets SLOs", f"capacity (req/s, {growth})", f"× load ({growth})",
+                   f"{confidence:.0%} interval (× load)", "GPUs", "instances", "configuration"], rows,
                   "top-configs") if rows else '<p class="empty">No tuning results.</p>'
     search = tune.get("search", {})
     note = (f'<p class="note">Searched {search.get("evaluated", 0) + search.get("resumed", 0)} configurations '
@@ -274,6 +297,13 @@ def top_section(data: dict) -> str:
             f'{search.get("wall_s", 0):.1f} s) of {search.get("space_points", "?")}'
             + (_screen_note(search["screen"]) if search.get("screen") else "") + '.</p>') if search else ""
     return f'<section id="top-configurations"><h2>Top configurations</h2>{note}{body}</section>'
+
+
+def _interval_cell(found: dict | None) -> tuple[str, float]:
+    """A capacity interval (``capacity_interval``) as a table cell: ``low – high``, or – where none was found."""
+    if not found or found.get("low_scale") is None:
+        return "–", 0
+    return f'{found["low_scale"]:.2f} – {found["high_scale"]:.2f}', found["low_scale"]
 
 
 def _screen_note(screen: dict) -> str:

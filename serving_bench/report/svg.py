@@ -7,8 +7,9 @@ its values. Series are down-sampled to at most ``max_points`` points (evenly by 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from html import escape
-from typing import Sequence
+from typing import Callable, Sequence
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
            "#bcbd22")
@@ -54,88 +55,134 @@ def _downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tu
     return [xs[i] for i in idx], [ys[i] for i in idx]
 
 
-def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *, title: str, x_label: str,
-               y_label: str, chart_id: str, log_x: bool = False, markers: bool = True, step: bool = False,
-               hlines: Sequence[tuple[str, float]] = (), max_points: int = 400, y_max: float | None = None) -> str:
-    """Lines (one per ``(label, xs, ys)``), optional horizontal reference lines ``(label, y)`` (e.g. an SLO).
-    With ``y_max``, larger values are drawn at the top edge (their tooltips keep the true value)."""
-    clean = []
-    for label, xs, ys in series:
-        pts = [(float(x), float(y)) for x, y in zip(xs, ys)
-               if x is not None and y is not None and math.isfinite(x) and math.isfinite(y) and (not log_x or x > 0)]
-        if pts:
-            px, py = _downsample([p[0] for p in pts], [p[1] for p in pts], max_points)
-            clean.append((label, px, py))
-    if not clean:
-        return f'<p class="empty" id="{escape(chart_id)}">{escape(title)}: no data</p>'
-    all_x = [x for _, xs, _ in clean for x in xs]
-    all_y = [y for _, _, ys in clean for y in ys] + [y for _, y in hlines]
-    fx = (lambda v: math.log10(v)) if log_x else (lambda v: v)
-    x_lo, x_hi = fx(min(all_x)), fx(max(all_x))
-    if x_hi <= x_lo:
-        x_hi = x_lo + 1.0
-    y_lo, y_hi = min(0.0, min(all_y)), max(all_y) * 1.05 or 1.0
-    if y_max is not None and y_hi > y_max:
-        y_hi = y_max
-    pw, ph = WIDTH - MARGIN["left"] - MARGIN["right"], HEIGHT - MARGIN["top"] - MARGIN["bottom"]
+Series = Sequence[tuple[str, Sequence[float], Sequence[float]]]  # (label, xs, ys) per line
 
-    def sx(v):
-        return MARGIN["left"] + (fx(v) - x_lo) / (x_hi - x_lo) * pw
 
-    def sy(v):
-        return MARGIN["top"] + ph - (min(v, y_hi) - y_lo) / (y_hi - y_lo) * ph
+@dataclass(frozen=True)
+class LineChart:
+    """A line chart's settings: its ``title``, axis labels and element id; ``log_x`` (a log-scaled x axis: points at
+    x <= 0 are left out); ``markers`` (a circle per point, with its values on hover, for series of at most 60
+    points); ``step`` (each value held until the next x); ``hlines`` horizontal reference lines ``(label, y)`` (e.g.
+    an SLO); ``max_points`` per series (down-sampled beyond); ``y_max`` (larger values are drawn at the top edge,
+    their tooltips keeping the true value)."""
 
-    out = [f'<svg class="chart" id="{escape(chart_id)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-           f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
-           f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="ct">{escape(title)}</text>']
-    # axes and ticks
-    out.append(f'<g class="axis"><line x1="{MARGIN["left"]}" y1="{MARGIN["top"] + ph}" x2="{MARGIN["left"] + pw}" '
-               f'y2="{MARGIN["top"] + ph}"/><line x1="{MARGIN["left"]}" y1="{MARGIN["top"]}" x2="{MARGIN["left"]}" '
-               f'y2="{MARGIN["top"] + ph}"/>')
-    if log_x:
-        xt = [m * 10 ** e for e in range(math.floor(x_lo), math.ceil(x_hi) + 1) for m in (1, 2, 5)
-              if x_lo - 1e-9 <= math.log10(m * 10 ** e) <= x_hi + 1e-9]
-        xt = xt or [10 ** x_lo, 10 ** x_hi]
-    else:
-        xt = nice_ticks(x_lo, x_hi)
-    for t in xt:
-        x = sx(t)
-        out.append(f'<line class="grid" x1="{x:.1f}" y1="{MARGIN["top"]}" x2="{x:.1f}" y2="{MARGIN["top"] + ph}"/>'
-                   f'<text x="{x:.1f}" y="{MARGIN["top"] + ph + 16}" text-anchor="middle">{_fmt(t)}</text>')
-    for t in nice_ticks(y_lo, y_hi):
-        y = sy(t)
-        out.append(f'<line class="grid" x1="{MARGIN["left"]}" y1="{y:.1f}" x2="{MARGIN["left"] + pw}" y2="{y:.1f}"/>'
-                   f'<text x="{MARGIN["left"] - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
-    out.append(f'<text x="{MARGIN["left"] + pw / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(x_label)}</text>'
-               f'<text transform="translate(14 {MARGIN["top"] + ph / 2}) rotate(-90)" text-anchor="middle">'
-               f'{escape(y_label)}</text></g>')
-    for label, y in hlines:
-        out.append(f'<g class="ref"><line x1="{MARGIN["left"]}" y1="{sy(y):.1f}" x2="{MARGIN["left"] + pw}" '
-                   f'y2="{sy(y):.1f}"/><text x="{MARGIN["left"] + pw - 4}" y="{sy(y) - 4:.1f}" text-anchor="end">'
-                   f'{escape(label)}</text></g>')
-    for i, (label, xs, ys) in enumerate(clean):
-        color = PALETTE[i % len(PALETTE)]
+    title: str
+    x_label: str
+    y_label: str
+    chart_id: str
+    log_x: bool = False
+    markers: bool = True
+    step: bool = False
+    hlines: Sequence[tuple[str, float]] = ()
+    max_points: int = 400
+    y_max: float | None = None
+
+    def svg(self, series: Series) -> str:
+        """The chart of ``series`` (one line per ``(label, xs, ys)``); a one-line note when no point is finite."""
+        clean = self._clean(series)
+        if not clean:
+            return f'<p class="empty" id="{escape(self.chart_id)}">{escape(self.title)}: no data</p>'
+        frame = self._frame(clean)
+        out = [f'<svg class="chart" id="{escape(self.chart_id)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+               f'xmlns="http://www.w3.org/2000/svg"><title>{escape(self.title)}</title>',
+               f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="ct">{escape(self.title)}</text>',
+               *self._axes(frame)]
+        for label, y in self.hlines:
+            out.append(f'<g class="ref"><line x1="{MARGIN["left"]}" y1="{frame.sy(y):.1f}" '
+                       f'x2="{MARGIN["left"] + frame.pw}" y2="{frame.sy(y):.1f}"/><text x="{MARGIN["left"] + frame.pw - 4}" '
+                       f'y="{frame.sy(y) - 4:.1f}" text-anchor="end">{escape(label)}</text></g>')
+        for i, line in enumerate(clean):
+            out.extend(self._line(frame, PALETTE[i % len(PALETTE)], *line))
+        lx, ly = MARGIN["left"] + 8, MARGIN["top"] + 8
+        for i, (label, _, _) in enumerate(clean):  # the legend
+            out.append(f'<g class="legend-item" data-series="{escape(label)}" tabindex="0">'
+                       f'<rect x="{lx}" y="{ly + i * 16}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+                       f'<text x="{lx + 14}" y="{ly + i * 16 + 9}">{escape(label)}</text></g>')
+        out.append("</svg>")
+        return "".join(out)
+
+    def _clean(self, series: Series) -> list[tuple[str, list[float], list[float]]]:
+        """Each series' finite points (positive x on a log axis), down-sampled; series left empty are dropped."""
+        clean = []
+        for label, xs, ys in series:
+            pts = [(float(x), float(y)) for x, y in zip(xs, ys) if x is not None and y is not None
+                   and math.isfinite(x) and math.isfinite(y) and (not self.log_x or x > 0)]
+            if pts:
+                px, py = _downsample([p[0] for p in pts], [p[1] for p in pts], self.max_points)
+                clean.append((label, px, py))
+        return clean
+
+    def _frame(self, clean: list[tuple[str, list[float], list[float]]]) -> "_Frame":
+        all_x = [x for _, xs, _ in clean for x in xs]
+        all_y = [y for _, _, ys in clean for y in ys] + [y for _, y in self.hlines]
+        fx = math.log10 if self.log_x else float
+        x_lo, x_hi = fx(min(all_x)), fx(max(all_x))
+        if x_hi <= x_lo:
+            x_hi = x_lo + 1.0
+        y_lo, y_hi = min(0.0, min(all_y)), max(all_y) * 1.05 or 1.0
+        if self.y_max is not None and y_hi > self.y_max:
+            y_hi = self.y_max
+        return _Frame(fx, x_lo, x_hi, y_lo, y_hi)
+
+    def _axes(self, frame: "_Frame") -> list[str]:
+        """The axes, their ticks and grid lines, and their labels."""
+        pw, ph, left, top = frame.pw, frame.ph, MARGIN["left"], MARGIN["top"]
+        out = [f'<g class="axis"><line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}"/>'
+               f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}"/>']
+        if self.log_x:
+            xt = [m * 10 ** e for e in range(math.floor(frame.x_lo), math.ceil(frame.x_hi) + 1) for m in (1, 2, 5)
+                  if frame.x_lo - 1e-9 <= math.log10(m * 10 ** e) <= frame.x_hi + 1e-9]
+            xt = xt or [10 ** frame.x_lo, 10 ** frame.x_hi]
+        else:
+            xt = nice_ticks(frame.x_lo, frame.x_hi)
+        for t in xt:
+            x = frame.sx(t)
+            out.append(f'<line class="grid" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}"/>'
+                       f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle">{_fmt(t)}</text>')
+        for t in nice_ticks(frame.y_lo, frame.y_hi):
+            y = frame.sy(t)
+            out.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}"/>'
+                       f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
+        out.append(f'<text x="{left + pw / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(self.x_label)}</text>'
+                   f'<text transform="translate(14 {top + ph / 2}) rotate(-90)" text-anchor="middle">'
+                   f'{escape(self.y_label)}</text></g>')
+        return out
+
+    def _line(self, frame: "_Frame", color: str, label: str, xs: list[float], ys: list[float]) -> list[str]:
+        """One series: its polyline (stepped with ``step``) and, for short series, a marker per point."""
         pts = []
         for j, (x, y) in enumerate(zip(xs, ys)):
-            if step and j:
-                pts.append(f"{sx(x):.1f},{sy(ys[j - 1]):.1f}")
-            pts.append(f"{sx(x):.1f},{sy(y):.1f}")
-        out.append(f'<g class="series" data-series="{escape(label)}" style="color:{color}">'
-                   f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(pts)}"/>')
-        if markers and len(xs) <= 60:
+            if self.step and j:
+                pts.append(f"{frame.sx(x):.1f},{frame.sy(ys[j - 1]):.1f}")
+            pts.append(f"{frame.sx(x):.1f},{frame.sy(y):.1f}")
+        out = [f'<g class="series" data-series="{escape(label)}" style="color:{color}">'
+               f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(pts)}"/>']
+        if self.markers and len(xs) <= 60:
             for x, y in zip(xs, ys):
-                out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"><title>'
-                           f'{escape(label)}: {escape(x_label)} {_fmt(x)}, {escape(y_label)} {_fmt(y)}</title></circle>')
+                out.append(f'<circle cx="{frame.sx(x):.1f}" cy="{frame.sy(y):.1f}" r="3" fill="{color}"><title>'
+                           f'{escape(label)}: {escape(self.x_label)} {_fmt(x)}, {escape(self.y_label)} {_fmt(y)}'
+                           f'</title></circle>')
         out.append("</g>")
-    # legend
-    lx, ly = MARGIN["left"] + 8, MARGIN["top"] + 8
-    for i, (label, _, _) in enumerate(clean):
-        color = PALETTE[i % len(PALETTE)]
-        out.append(f'<g class="legend-item" data-series="{escape(label)}" tabindex="0">'
-                   f'<rect x="{lx}" y="{ly + i * 16}" width="10" height="10" fill="{color}"/>'
-                   f'<text x="{lx + 14}" y="{ly + i * 16 + 9}">{escape(label)}</text></g>')
-    out.append("</svg>")
-    return "".join(out)
+        return out
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area's data ranges (x after ``fx``, the log for a log axis) and the scales into it."""
+
+    fx: Callable[[float], float]
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+    pw: float = WIDTH - MARGIN["left"] - MARGIN["right"]
+    ph: float = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
+
+    def sx(self, v: float) -> float:
+        return MARGIN["left"] + (self.fx(v) - self.x_lo) / (self.x_hi - self.x_lo) * self.pw
+
+    def sy(self, v: float) -> float:
+        return MARGIN["top"] + self.ph - (min(v, self.y_hi) - self.y_lo) / (self.y_hi - self.y_lo) * self.ph
 
 
 def heat_map(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float | None]], *, title: str,

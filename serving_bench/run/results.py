@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -138,29 +138,34 @@ def hold_results(out_dir: str | Path, requests: int, duration_s: float = 0.0, *,
 
 def write_results(out_dir: str | Path, records: Records, schedule: Schedule | None = None, *,
                   telemetry: StoppedTelemetry | None = None, slos: Mapping[str, Slo] | None = None,
-                  clear: bool = False) -> dict:
+                  clear: bool = False, annotate: Callable[[dict], None] | None = None) -> dict:
     """Write the results folder ``out_dir`` (created) through a staging folder (``clear``: remove its
     other entries, ``--overwrite``); ``telemetry`` is a stopped ``Telemetry`` (saved, and its summary goes into
-    ``summary.json``); ``slos`` override the schedule's. Returns the summary. A write that fails raises
+    ``summary.json``); ``slos`` override the schedule's; ``annotate(summary)`` adds what the caller knows beyond the
+    records (``simulate``'s intervals) before it is written. Returns the summary. A write that fails raises
     :class:`serving_bench.errors.OutputError` after saving the results elsewhere, marked partial."""
     out_dir = Path(out_dir)
+
+    def write(folder: Path, kept: Records) -> dict:
+        return _write_folder(folder, kept, schedule, telemetry, slos, annotate)
+
     try:
-        return stage_folder(out_dir, lambda folder: _write_folder(folder, records, schedule, telemetry, slos),
-                            clear=clear)
+        return stage_folder(out_dir, lambda folder: write(folder, records), clear=clear)
     except OSError as err:
         kept = records.with_info(partial=True, stop_reason=records.info.stop_reason or
                                  f"the results could not be written to {out_dir}: {err.strerror or err}")
-        raise rescue_folder(out_dir, err, lambda folder: _write_folder(folder, kept, schedule, telemetry, slos),
-                            note="marked partial") from None
+        raise rescue_folder(out_dir, err, lambda folder: write(folder, kept), note="marked partial") from None
 
 
 def _write_folder(out_dir: Path, records: Records, schedule: Schedule | None, telemetry: StoppedTelemetry | None,
-                  slos: Mapping[str, Slo] | None) -> dict:
+                  slos: Mapping[str, Slo] | None, annotate: Callable[[dict], None] | None) -> dict:
     tel_summary = None
     if telemetry is not None:
         telemetry.save(out_dir)
         tel_summary = telemetry.summary()
     summary = run_summary(records, telemetry=tel_summary, slos=slos)
+    if annotate is not None:
+        annotate(summary)
     save_records(records, out_dir)
     atomic_write_json(out_dir / "summary.json", summary, default=_jsonable)
     pa = perf_analyzer_csv(records, summary)

@@ -19,8 +19,8 @@ import threading
 from serving_bench.interrupts import raise_on_signal
 from serving_bench.serve.announce import announce, withdraw
 from serving_bench.serve.control import Control
-from serving_bench.serve.server import LOOPBACK, TritonServer, connect
-from serving_bench.serving_config import parse_instances, queue_policy_settings
+from serving_bench.serve.server import LOOPBACK, ServerOptions, TritonServer, connect
+from serving_bench.serving_config import add_threads_option, parse_instances, queue_policy_settings
 
 POLL_S = 0.5
 
@@ -29,8 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo", nargs="?", default="model_repo", help="model repository (default: model_repo)")
     parser.add_argument("--models", help="comma-separated entries to serve (default: all; ensembles bring members)")
     parser.add_argument("--instances", help="instance counts per entry, MODEL=N,... (overrides the configs)")
-    parser.add_argument("--threads-per-instance", type=int,
-                        help="intra-op threads per instance (default: cores // all served instances, at least 1)")
+    add_threads_option(parser)
     parser.add_argument("--cuda-graphs", metavar="SIZES",
                         help="TorchScript on KIND_GPU: CUDA graphs for 'all' batch sizes or e.g. '1,2,4,8'")
     for name in ("http", "grpc", "metrics"):
@@ -87,8 +86,9 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     server = connect(args.repo, url=args.url, models=models, instances=instances,
                      threads_per_instance=args.threads_per_instance, cuda_graphs=args.cuda_graphs,
-                     http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-                     host=args.host, log_path=args.log, startup_timeout_s=args.startup_timeout)
+                     options=ServerOptions(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
+                                           metrics_port=args.metrics_port, log_path=args.log,
+                                           startup_timeout_s=args.startup_timeout))
     if not isinstance(server, TritonServer):  # --url: check the external server, print its facts, exit
         with server:
             _print_facts(server)

@@ -1,7 +1,8 @@
 """Execution logs: what each python-backend runner instance executed, one fixed-size record per batch.
 
 The runners are ours (:mod:`serving_bench.serve.runners.base`), so they can say what occupied them without Triton's
-request trace (which made the bundled tritonserver 2.51 abort, see docs/serve.md). A server started with an execution
+request trace (which made the bundled tritonserver 2.51 abort, see
+docs/serve.md#request-tracing-in-the-bundled-tritonserver-251). A server started with an execution
 log folder (``TritonServer(..., execution_log=True)``) passes the folder to every runner-backed entry as the config
 parameter ``execution_log``; each instance then appends to ``<folder>/<model>@<instance>.bin`` one :data:`RECORD` per
 executed batch:

@@ -18,8 +18,8 @@ from serving_bench.errors import InputError, require_count
 from serving_bench.export.check import check_repo
 from serving_bench.export.repository import (CONFIG_NAME, MANIFEST_NAME, entry_dir, read_config,
                                              resolve_models, write_config)
-from serving_bench.serve.runners import check_servable, default_threads, runtime_entry
-from serving_bench.serving_config import model_serving_from_config
+from serving_bench.serve.runners import check_servable, runtime_entry
+from serving_bench.serving_config import default_threads, model_serving_from_config
 
 
 def check_served_entries(repo: Path, names: Sequence[str]) -> None:

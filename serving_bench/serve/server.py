@@ -90,33 +90,48 @@ _CRASH = re.compile(r"Signal \((\d+)\) received\.")  # Triton's crash handler, b
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
 
 
-class TritonServer:
-    """A real tritonserver on ``host`` (127.0.0.1 unless told otherwise) serving a runtime view of ``repo``.
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the server process is run, beside what it serves: its address (``host``, 127.0.0.1 unless told otherwise;
+    each port chosen free unless given, a given port that is taken being an error), ``log_path`` (None: a temporary
+    folder, removed after a clean stop and kept after a failure), the readiness deadline (s), Triton's metrics
+    interval (ms, its unit) and ``extra_args`` appended to its command line."""
 
-    ``models`` limits what is loaded (ensemble members are added automatically); ``instances`` overrides instance
-    counts per entry; ports are chosen free unless given (a given port that is taken is an error). ``log_path`` keeps
-    the server log; by default it goes to a temporary folder that is removed after a clean stop and kept after a
-    failure (the error names it).
-    """
+    host: str = LOOPBACK
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    log_path: str | Path | None = None
+    startup_timeout_s: float = 300.0
+    metrics_interval_ms: int = 500
+    extra_args: tuple[str, ...] = ()
+
+
+class TritonServer:
+    """A real tritonserver serving a runtime view of ``repo`` (:mod:`serving_bench.serve.runtime_view`), run as
+    ``options`` say. ``models`` limits what is loaded (ensemble members are added); ``instances`` overrides instance
+    counts per entry; ``threads_per_instance``: every runner's intra-op threads (None: the default rule,
+    :func:`serving_bench.serving_config.default_threads`); ``cuda_graphs``: the batch sizes TorchScript entries on a
+    GPU capture; ``validate`` checks the repository first; ``execution_log``: runners log their batches
+    (:meth:`executions`)."""
 
     def __init__(self, repo: str | Path, *, models: Sequence[str] | None = None,
                  instances: Mapping[str, int] | None = None, threads_per_instance: int | None = None,
-                 http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
-                 host: str = LOOPBACK, log_path: str | Path | None = None, startup_timeout_s: float = 300.0,
-                 metrics_interval_ms: int = 500, extra_args: Sequence[str] = (), cuda_graphs: str | None = None,
-                 validate: bool = True, execution_log: bool = False):
+                 cuda_graphs: str | None = None, validate: bool = True, execution_log: bool = False,
+                 options: ServerOptions = ServerOptions()):
         self.repo = Path(repo)
         self.cuda_graphs = cuda_graphs
         self.validate = validate
         self.models = list(models) if models else None
         self.instances = dict(instances or {})
         self.threads_per_instance = threads_per_instance
-        self.requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
-        self.host = host
-        self.user_log = Path(log_path) if log_path else None
-        self.startup_timeout_s = startup_timeout_s
-        self.metrics_interval_ms = metrics_interval_ms
-        self.extra_args = list(extra_args)
+        self.requested_ports = {"http": options.http_port, "grpc": options.grpc_port,
+                                "metrics": options.metrics_port}
+        self.host = options.host
+        self.user_log = Path(options.log_path) if options.log_path else None
+        self.startup_timeout_s = options.startup_timeout_s
+        self.metrics_interval_ms = options.metrics_interval_ms
+        self.extra_args = list(options.extra_args)
         self.execution_log = execution_log
         self.execution_log_dir: Path | None = None
         self.process: subprocess.Popen | None = None

@@ -1,5 +1,6 @@
 """``serving-bench simulate LOAD.yaml --profile P.json [--config serving.yaml | --repo model_repo/] --out DIR
-[--concurrency N] [--client-cpu-us X] [--threads-per-instance N]``.
+[--concurrency N] [--client-cpu-us X] [--threads-per-instance N] [--replications R] [--confidence C]
+[--host-spread S] [--same-schedule]``.
 
 Builds the schedule from the load profile exactly as ``replay`` does (``load.profile.build_schedule``), runs it
 through :class:`SimTarget`, and writes what a replay writes, with the same writer (:mod:`serving_bench.run.results`):
@@ -12,16 +13,26 @@ ensemble, each sending its next request when the previous one is answered, for t
 ``replay --concurrency N`` does on Triton, and what a perf_analyzer or Model Analyzer concurrency sweep reads).
 ``--client-cpu-us X`` simulates a client that costs ``X`` µs more host CPU per request than the sender the profile
 was measured through (:func:`serving_bench.sim.client.through_client`; perf_analyzer over serving-bench's native
-sender: about +60 on a 2-core host, docs/tune.md), so the figures are what that client would measure.
+sender: about +60 on a 2-core host, docs/notes/tune-history.md#model-analyzer-comparison), so the figures are what
+that client would measure.
 ``--threads-per-instance N`` simulates a server whose every instance runs ``N`` runtime threads (``serve
 --threads-per-instance N``); by default what the embedded server gives them, cores // all served instances
 (the profile's table for that count: docs/sim.md, "Threads per instance").
 
+Each model's p50, p90, p99 and throughput carry a ``C`` interval (default 90 %) over ``R`` replications (default 40;
+0: none) — :mod:`serving_bench.sim.intervals`: each on its own simulator seed and its own draw of the host's speed
+(the profile's ``host_spread``, or ``--host-spread S``), and its own realisation of the load (a forecast of future
+traffic; ``--same-schedule``: the one schedule written, as a replay of it would send). The point figures stay the
+``--seed`` run's, on the profile's own host speed; ``summary.json`` gains per model ``intervals`` (``[low, high]``
+per figure) and ``replications`` (what they were drawn from).
+
 The serving knobs come from a repository (``--repo``: each entry's ``config.pbtxt``), from a YAML file (``--config``)
-or, with neither, from the profile's models with one instance each on their first device and no batching. The YAML
-is checked as strictly as a load profile: unknown fields anywhere are refused, and every knob as Triton takes it
-(:func:`serving_bench.serving_config.check_serving`: dynamic-batching knobs only with ``dynamic_batching: true``,
-preferred sizes up to ``max_batch_size``, 1 to ``MAX_INSTANCES`` instances of a model per device).
+or, with neither, from the profile (:func:`serving_bench.sim.profile_config.config_from_profile`, ``tune``'s default
+too: each model as exported and served by Triton, one instance on its first device, dynamic batching up to its
+largest measured batch size). The YAML is checked as strictly as a load profile: unknown fields anywhere are refused,
+and every knob as Triton takes it (:func:`serving_bench.serving_config.check_serving`: dynamic-batching knobs only
+with ``dynamic_batching: true``, preferred sizes up to ``max_batch_size``, 1 to ``MAX_INSTANCES`` instances of a model
+per device).
 
 ``--config`` YAML::
 
@@ -36,6 +47,7 @@ preferred sizes up to ``max_batch_size``, 1 to ``MAX_INSTANCES`` instances of a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from serving_bench.errors import InputError, require_count
@@ -45,8 +57,11 @@ from serving_bench.profiles.schema import Profile
 from serving_bench.run.results import hold_results, write_results
 from serving_bench.run.target import ClosedLoop
 from serving_bench.export.repository import check_entry_name
-from serving_bench.serving_config import ModelServing, ServingConfig, check_serving
+from serving_bench.serving_config import ModelServing, ServingConfig, add_threads_option, check_serving
 from serving_bench.sim.client import client_cpu_s, through_client
+from serving_bench.sim.profile_config import config_from_profile
+from serving_bench.sim.intervals import (IntervalOptions, add_interval_options, described, interval_text, replicate,
+                                         summary_intervals, with_intervals)
 from serving_bench.sim.target import SimTarget, check_batches
 
 TOP_FIELDS = ("models", "ensembles")
@@ -67,12 +82,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="fast (default) or the SimPy reference (same records, slower)")
     parser.add_argument("--client-cpu-us", type=float, default=0.0,
                         help="host CPU per request of the client to simulate beyond the profile's sender's, in µs "
-                             "(e.g. perf_analyzer's: docs/tune.md)")
-    parser.add_argument("--threads-per-instance", type=int,
-                        help="runtime threads of every instance, as serve --threads-per-instance (default: the "
-                             "server's, cores // all served instances)")
+                             "(e.g. perf_analyzer's: docs/sim.md#another-client)")
+    add_threads_option(parser)
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
                         help=f"refuse a schedule of more requests (default {MAX_REQUESTS:,})")
+    add_interval_options(parser)
+    parser.add_argument("--same-schedule", action="store_true",
+                        help="replications run the one schedule written (default: each its own realisation of the "
+                             "load, as future traffic would be)")
 
 
 def load_serving_yaml(path: str | Path) -> ServingConfig:
@@ -137,16 +154,6 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def default_config(profile, names):
-    """One instance on the model's first measured device, no batching: the plainest config the profile supports."""
-    models = []
-    for name in names:
-        mp = profile.model(name)
-        device = sorted(mp.devices)[0]
-        models.append(ModelServing(name=name, instances=((device, 1),)))
-    return ServingConfig(tuple(models))
-
-
 def serving_config_for(given: ServingConfig | None, args_repo: str | None, profile, schedule) -> ServingConfig:
     """The serving config: ``given`` (from --config), else from --repo (its ensembles' step graphs with it), else
     from the profile (in that order of precedence)."""
@@ -154,7 +161,7 @@ def serving_config_for(given: ServingConfig | None, args_repo: str | None, profi
         return given
     if args_repo:
         return ServingConfig.from_repo(args_repo, list(schedule.models))
-    return default_config(profile, schedule.models)
+    return config_from_profile(profile, schedule.models)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -165,22 +172,46 @@ def main(args: argparse.Namespace) -> int:
     requests = check_schedule_size(load, args.max_requests)
     profile = through_client(Profile.load(args.profile), client_cpu_s(args.client_cpu_us))
     given = load_serving_yaml(args.config) if args.config else None
+    replications, source = IntervalOptions.from_args(args).resolve(profile, args.seed)
     with hold_results(args.out, requests):
         schedule = build_schedule(load, args.max_requests)
         config = serving_config_for(given, args.repo, profile, schedule).with_threads(args.threads_per_instance)
         target = SimTarget(profile, config, seed=args.seed, engine=args.engine)
         check_batches(schedule, config, args.load_profile)
-        records = target.run(schedule, ClosedLoop(args.concurrency) if args.concurrency else None)
-        summary = write_results(Path(args.out), records, schedule)
+        mode = ClosedLoop(args.concurrency) if args.concurrency else None
+        records = target.run(schedule, mode)
+        annotate = None
+        if replications is not None:
+            def schedule_of(draw):
+                return schedule if args.same_schedule else build_schedule(
+                    dataclasses.replace(load, seed=draw.seed), args.max_requests)
+            intervals = summary_intervals(replicate(profile, config, schedule_of, replications, mode), replications)
+            about = described(replications, source, "the one schedule" if args.same_schedule else
+                              "each its own realisation of the load")
+
+            def annotate(summary):
+                with_intervals(summary, intervals, about)
+        summary = write_results(Path(args.out), records, schedule, annotate=annotate)
     print_summary(summary)
     print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, perf_analyzer.csv)")
     return 0
 
 
 def print_summary(summary: dict) -> None:
+    """Each model's figures of a results folder's ``summary``, then their intervals where it has them."""
     print(f"{'model':<28} {'ok':>8} {'p50 ms':>9} {'p99 ms':>9} {'rps':>9} {'batch':>6}")
     for name, s in summary["models"].items():
         def ms(v):
             return f"{v * 1e3:9.2f}" if v is not None else f"{'-':>9}"
         batch = f"{s['mean_exec_batch']:6.2f}" if s.get("mean_exec_batch") else f"{'-':>6}"
         print(f"{name:<28} {s['counts']['ok']:>8} {ms(s['p50_s'])} {ms(s['p99_s'])} {s['throughput_rps']:9.1f} {batch}")
+    about = summary.get("replications")
+    if not about:
+        return
+    print(f"{about['confidence']:.0%} intervals over {about['count']} replications ({about['schedules']}; host "
+          f"spread {about['host_spread'] * 100:.1f} %: {about['host_spread_source']})")
+    print(f"{'model':<28} {'p50 ms':>19} {'p99 ms':>19} {'rps':>19}")
+    for name, s in summary["models"].items():
+        found = s.get("intervals") or {}
+        print(f"{name:<28} " + " ".join(interval_text(found.get(key), 1e3 if key.endswith("_s") else 1.0)
+                                        for key in ("p50_s", "p99_s", "throughput_rps")))

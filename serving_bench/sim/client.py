@@ -4,7 +4,7 @@ A profile's ways in and out (``dispatch``, ``overhead``) and the host CPU a requ
 (``request_demand``) include its sender's own work (``host.sender``). A different client — perf_analyzer, a
 production client — spends more or less host CPU per request; where it shares the host's cores with the server (a
 CPU host: the profile's ``request_device``), that changes the server's capacity, not only the latency
-(docs/tune.md, "Model Analyzer comparison": perf_analyzer's 103 µs per request against serving-bench's native
+(docs/notes/tune-history.md#model-analyzer-comparison: perf_analyzer's 103 µs per request against serving-bench's native
 sender's 39 µs took 23 % off a 2-core host's closed-loop throughput).
 
 ``through_client(profile, extra_cpu_s)`` is the profile as that client would have measured it: every model's way out

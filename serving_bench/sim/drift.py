@@ -1,5 +1,4 @@
-"""The host's speed drifts: one latent speed ``Z(t)`` that every phase running at time ``t`` shares (docs/sim.md,
-"The host's speed drifts").
+"""The host's speed drifts: one latent speed ``Z(t)`` that every phase running at time ``t`` shares (docs/sim.md#the-hosts-speed-drifts).
 
 ``Z`` is a stationary Gaussian process of unit variance whose correlation at lag ``L`` is
 

@@ -64,7 +64,7 @@ class Agenda:
 
 
 class FastClock:
-    """Implements :class:`serving_bench.sim.core.Clock`: one-off events in a heap; what is re-planned again and again
+    """Implements :class:`serving_bench.sim.state.Clock`: one-off events in a heap; what is re-planned again and again
     — each model's batcher timer and next waking arrival, each device's next completion — at its own place in a
     :class:`~serving_bench.sim.heap.Calendar`, moved when re-planned, never a stale copy left behind. The order is
     the one a heap of copies gives (time, then insertion of the valid copy); a waking arrival is valid by its time,

@@ -302,7 +302,8 @@ def tail_runs(profile: Profile, device: str, observations: Sequence[Observation]
     """The runs a wait for a core is fitted on: the open-loop ones and the closed loops whose clients do not
     outnumber the device's cores (all, if none). With more clients than cores every thread queues for one, a tail
     that sharing the cores already gives on average and that the wait behind a long execution must not be stretched
-    to explain (fitted on those too, it over-predicted an open loop's p99 at light load by up to 77 %, docs/sim.md)."""
+    to explain (fitted on those too, it over-predicted an open loop's p99 at light load by up to 77 %,
+    docs/notes/sim-history.md, "Waiting for a core")."""
     cores = profile.devices[device].capacity
     light = [obs for obs in observations if obs.rates or sum(obs.clients.values()) <= cores]
     return light or list(observations)

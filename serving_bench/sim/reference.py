@@ -46,7 +46,7 @@ def delay_to(env: simpy.Environment, t: float) -> int:
 
 
 class SimPyClock(Clock):
-    """:class:`serving_bench.sim.core.Clock` on SimPy timeouts; the end-of-instant work (model steps, device
+    """:class:`serving_bench.sim.state.Clock` on SimPy timeouts; the end-of-instant work (model steps, device
     re-plans, each in the order asked for) is run by :func:`run_simpy`'s loop."""
 
     def __init__(self, env: simpy.Environment, n_models: int):

@@ -24,7 +24,7 @@ The **demand** of a batch of ``b`` items of a model on a device, in this order:
    launch-bound small batches leave most of a GPU idle, large ones fill it.
 
 On a GPU a batch is stretched whole (its kind's ``phi`` is 1, not ``d``): stretching only its share of the device
-would let batches together use more than the device (docs/sim.md, "On a GPU a batch stretches whole").
+would let batches together use more than the device (docs/sim.md#on-a-gpu-a-batch-stretches-whole).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class CoreWait:
     ensemble step's hand-off (with the request's ``g``: it wakes the member's thread); 0 for what follows the
     server's own work (a way out). On the 2-core VM a tiny model's way in beside an occasional resnet50 batch
     waited > 1 ms in 1-5 % of the requests sent within 5 ms of another, 21 % after 15-50 ms and 59 % after longer,
-    with the other core free (docs/sim.md, "Waiting behind an occasional long execution"): a thread woken on a host
+    with the other core free (docs/sim.md#waiting-for-a-core-wait, "Waiting behind an occasional long execution"): a thread woken on a host
     that sat quiet queues behind the long one."""
 
     p: float
@@ -211,7 +211,8 @@ def wait_chance(law: Law, instances: int | None) -> float:
     """The wait's ``p`` on a host with ``instances`` model instances in all: where the law measured it at two counts
     (``wait_p`` at ``wait_instances``, ``wait_p_fewer`` at ``wait_instances_fewer``), linear between them and flat
     outside (the last measured value: never extrapolated); else ``wait_p``. More instances are more threads for the
-    scheduler to place: on the 2-core VM one instance per model waited half as often as two (docs/sim.md)."""
+    scheduler to place: on the 2-core VM one instance per model waited half as often as two
+    (docs/notes/sim-history.md, "The wait's chance follows the host's instances in all")."""
     p = law.value("wait_p")
     if instances is None or law.wait_p_fewer is None:
         return p
@@ -340,7 +341,7 @@ def model_spec(served: Served, index: int, ms: ModelServing, src: str) -> ModelS
     if ms.queue_policy:
         warnings.warn(f"{ms.name}: queue policy ({', '.join(ms.queue_policy)}) simulated as Triton batches "
                       "without one; the bundled Triton 2.51 then stalls up to 0.5 s per batch, which is not "
-                      "modelled (docs/sim.md)", QueuePolicyNotModelledWarning, stacklevel=3)
+                      "modelled (docs/sim.md#tritons-dynamic-batcher)", QueuePolicyNotModelledWarning, stacklevel=3)
     preferred = tuple(sorted(set(ms.preferred_batch_sizes))) if dynamic else ()
     if dynamic and not preferred:
         preferred = (ms.max_batch_size,)  # Triton's normalisation: preferred defaults to max_batch_size

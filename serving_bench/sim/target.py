@@ -3,7 +3,9 @@
 It returns the :class:`~serving_bench.run.records.Records` of every target (``sent_s = intended_s``: the simulated
 client is never late), so :func:`serving_bench.run.metrics.summarize` works unchanged on simulated and replayed runs.
 Same schedule, profile, config and seed give identical records. ``engine="fast"`` (default) and ``engine="simpy"``
-(the SimPy reference, slower) give identical records too.
+(the SimPy reference, slower) give identical records too. ``host_speed`` (default 1) runs the profile on a host whose
+work takes that many times as long (:func:`serving_bench.sim.host_speed.at_host_speed`: what the replications of
+:mod:`serving_bench.sim.intervals` draw).
 
 Besides the table, ``records.info.sim`` (:class:`~serving_bench.run.records.SimFacts`) holds what only a simulator
 knows: per-model busy time, executed batches and items per executed batch (Triton's ``inference_count /
@@ -32,6 +34,7 @@ from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serving_config import ServingConfig, batch_refusal, triton_batch_answer
 from serving_bench.sim.core import Server
 from serving_bench.sim.fast import run_fast
+from serving_bench.sim.host_speed import at_host_speed
 from serving_bench.sim.reference import run_simpy
 from serving_bench.sim.spec import SimSpec, build_spec
 from serving_bench.sim.workload import FAILURE_TEXT, Workload
@@ -46,7 +49,7 @@ class SimTarget:
     name = "sim"
 
     def __init__(self, profile: Profile, serving_config: ServingConfig, seed: int = 0, *, engine: str = "fast",
-                 ensemble_deps: dict[str, tuple] | None = None):
+                 ensemble_deps: dict[str, tuple] | None = None, host_speed: float = 1.0):
         if engine not in ENGINES:
             raise InputError("--engine", None, f"expected one of {', '.join(ENGINES)}, got {engine!r}")
         self.profile = profile
@@ -54,7 +57,8 @@ class SimTarget:
         self.seed = int(seed)
         self.engine = engine
         _check_batch_range(profile, serving_config)
-        self.spec: SimSpec = build_spec(profile, _as_engine_runs(serving_config), ensemble_deps)
+        self.spec: SimSpec = at_host_speed(build_spec(profile, _as_engine_runs(serving_config), ensemble_deps),
+                                           host_speed)
 
     # -- the Target interface ----------------------------------------------------------------------------------------
     def run(self, schedule: Schedule, mode: OpenLoop | ClosedLoop | None = None) -> Records:

@@ -431,7 +431,7 @@ class Workload:
         scheduler's cost per step, and on a CPU host after the wait for a core of the member's thread it wakes, with
         the request's way in's chance (the host's quiet when it was sent): on the demo's replay the hand-offs to the
         members and the combiner waited more than 1 ms beside a long batch about as often as the ways in did
-        (scripts/wait_decomposition.py)."""
+        (scripts/diagnostics/wait_decomposition.py)."""
         entry = self.ensembles[slot]
         entry.issued.add(step)
         self.step_of.append((slot, step))

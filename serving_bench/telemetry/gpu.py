@@ -84,6 +84,32 @@ class GpuSampler:
                 rows.append(Row(source, "server_mem_bytes", "", server_mem))
         return rows
 
+    def process_memory_bytes(self) -> dict[int, float]:
+        """Device memory each process holds now, summed over the devices (pid -> bytes); empty where NVML is off.
+        A process whose use the driver cannot tell (inside some containers) is left out."""
+        if not self.available:
+            return {}
+        out: dict[int, float] = {}
+        for handle in self._handles:
+            try:
+                procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except self._nvml.NVMLError:
+                continue
+            for proc in procs:
+                if proc.usedGpuMemory is not None:
+                    out[proc.pid] = out.get(proc.pid, 0.0) + float(proc.usedGpuMemory)
+        return out
+
+    def energy_j(self) -> float | None:
+        """Energy all devices used since the driver loaded (joules; NVML's counter, Volta and later), or None where
+        a device cannot report it."""
+        if not self.available:
+            return None
+        try:
+            return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1e3
+        except self._nvml.NVMLError:
+            return None
+
     def busy_pct(self, index: int) -> float | None:
         """NVML's ``utilization.gpu`` of device ``index`` now (%), or None where it cannot be read."""
         if not self.available or index >= len(self._handles):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from serving_bench import validate as validation
@@ -22,7 +23,9 @@ from serving_bench.profiles.importers import import_h200_eager
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.records import Records
 from serving_bench.run.schedule import Schedule
-from serving_bench.serving_config import ModelServing, ServingConfig
+from serving_bench.serving_config import ServingConfig
+from serving_bench.sim import profile_config
+from serving_bench.sim.intervals import IntervalOptions
 from serving_bench.sim.target import SimTarget
 
 
@@ -37,7 +40,11 @@ class ScheduleBuilder:
     max_requests: int = MAX_REQUESTS
 
     def profile(self) -> LoadProfile:
-        prof = LoadProfile.load(self.path)
+        try:
+            changed = Path(self.path).stat().st_mtime_ns
+        except OSError:  # read_yaml says what is wrong with it, in one line
+            changed = None
+        prof = _read_load_profile(self.path, changed) if changed is not None else LoadProfile.load(self.path)
         if self.duration_s is not None:
             if not math.isfinite(self.duration_s) or self.duration_s <= 0:
                 raise InputError("--duration", None, f"expected seconds > 0, got {self.duration_s:g}")
@@ -56,6 +63,13 @@ class ScheduleBuilder:
         return build_schedule(prof if seed is None else dataclasses.replace(prof, seed=int(seed)), self.max_requests)
 
 
+@lru_cache(maxsize=8)
+def _read_load_profile(path: str, _mtime_ns: int) -> LoadProfile:
+    """The load profile at ``path`` as of its modification time: parsed once for the many realisations a search
+    and its replications build (frozen: safe to share)."""
+    return LoadProfile.load(path)
+
+
 BUILTIN_PROFILES = {"builtin:h200-eager": "the bundled H200 torch-eager table (engineer D's import_h200_eager)"}
 
 
@@ -67,9 +81,10 @@ def load_profile(path: str | Path):
     return Profile.load(path)
 
 
-def simulate(profile, config, schedule: Schedule, seed: int = 0) -> Records:
-    """Records of ``schedule`` run through ``SimTarget`` with ``config`` (engineer D)."""
-    return SimTarget(profile, config, seed=seed).run(schedule)
+def simulate(profile, config, schedule: Schedule, seed: int = 0, host_speed: float = 1.0) -> Records:
+    """Records of ``schedule`` run through ``SimTarget`` with ``config`` (engineer D), on a host whose work takes
+    ``host_speed`` times as long as the profile's (a replication's draw: ``sim.intervals``)."""
+    return SimTarget(profile, config, seed=seed, host_speed=host_speed).run(schedule)
 
 
 def replay(endpoints, schedule: Schedule, progress=None, progress_interval_s: float = 5.0) -> Records:
@@ -87,25 +102,16 @@ def profiled_batch_sizes(profile, name: str, device: str | None = None) -> tuple
 
 
 def max_servable_batch(profile, name: str, devices) -> int:
-    """The largest ``max_batch_size`` the simulator can run for ``name`` on ``devices`` (every executed batch size
-    1..max must lie in the measured range; 0 when batch 1 was not measured)."""
-    best = None
-    for device in devices:
-        sizes = profile.on_device(name, device).batch_sizes
-        top = sizes[-1] if sizes[0] == 1 else 0
-        best = top if best is None else min(best, top)
-    return best or 0
+    """The largest ``max_batch_size`` the simulator can run for ``name`` on ``devices``
+    (:func:`serving_bench.sim.profile_config.max_servable_batch`)."""
+    return profile_config.max_servable_batch(profile, name, devices)
 
 
-def config_from_profile(profile, models):
-    """A base serving config for a profile without a repository: one entry per schedule model on the profile's
-    first device of the model, batching up to the largest batch size the profile measured (engineer D's profile)."""
-    entries = []
-    for name in models:
-        device = sorted(profile.model(name).devices)[0]
-        mbs = max_servable_batch(profile, name, [device])
-        entries.append(ModelServing(name, max_batch_size=mbs, dynamic_batching=mbs > 0, instances=((device, 1),)))
-    return ServingConfig(tuple(entries))
+def config_from_profile(profile, models) -> ServingConfig:
+    """The base serving config for a profile without a repository: the one ``simulate`` uses too
+    (:func:`serving_bench.sim.profile_config.config_from_profile`: one instance per model on its first device,
+    dynamic batching up to its largest measured batch size)."""
+    return profile_config.config_from_profile(profile, models)
 
 
 def with_gpus(profile, count: int):
@@ -168,8 +174,15 @@ def profile_uncertain(profile) -> bool:
 
 
 def validate(load_profile, repo, profile_path, out_dir, replay_dir=None, note=None):
-    """Simulated vs measured table for the same schedule (``serving_bench.validate``); returns its rows."""
-    return validation.run_validation(load_profile, repo, profile_path, out_dir, replay_dir=replay_dir, note=note)
+    """Simulated vs measured table for the same schedule (``serving_bench.validate``, its default intervals);
+    returns its rows."""
+    return validation.run_validation(load_profile, repo, profile_path, out_dir,
+                                     validation.ValidateOptions(replay_dir=replay_dir), note=note)
+
+
+def coverage_line(rows: list[dict]) -> str:
+    """The coverage of :func:`validate`'s rows in words (``serving_bench.validate.coverage_line``)."""
+    return validation.coverage_line(validation.coverage(rows, IntervalOptions().confidence), None)
 
 
 def ensemble_batch_floors(repo, config) -> dict[str, int]:

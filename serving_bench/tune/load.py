@@ -114,6 +114,18 @@ class Load:
         return compressed(self.base, scale)
 
 
+def replica_load(load: Load, seed: int) -> Load:
+    """Another realisation of ``load``, as a replication of a forecast runs it (:mod:`serving_bench.sim.intervals`):
+    built with ``seed`` (and its growth's further realisations with ``seed + k``) where the load came from a profile,
+    else its schedule shifted circularly by a seeded fraction of its duration; the same growth rule and nominal
+    rate."""
+    if load.build is not None:
+        base = load.build(seed)
+    else:
+        base = circular_shift(load.base, float(np.random.default_rng([seed, 29]).random()) * load.duration_s)
+    return Load(base, seed=seed, build=load.build, nominal_rps=load.nominal_rps, growth=load.growth)
+
+
 def circular_shift(schedule: Schedule, shift_s: float) -> Schedule:
     """The schedule with every arrival moved ``shift_s`` later, wrapping around its duration."""
     duration = schedule.duration_s

@@ -10,19 +10,29 @@ scales ``2 ** (i / steps_per_doubling)`` (so schedules are reused), which bounds
 A candidate meets an SLO when every stated statistic of that model is within its bound and at most
 ``max_failed_fraction`` of its requests failed (rejected, timed out or errored). Infeasible candidates are ranked by
 their worst ``value / bound`` ratio (``violation``), so an unsatisfiable search still names the best achievable.
+
+With ``confidence`` (``tune --confidence C``) each probe is judged at the upper end of each figure's interval: the
+scale's load is simulated ``replications`` times (:class:`~serving_bench.sim.intervals.Replications`: each its own
+realisation of the load, simulator seed and draw of the host's speed from ``host_sigma``), and an SLO holds when the
+``(1 + C) / 2`` quantile over them of each stated statistic is within its bound (and of the failed share within
+``max_failed_fraction``): at ``C = 0.9``, when 95 % of the runs would meet it. It costs ``replications`` simulations
+per probe instead of one. Without it (the default) one simulation per probe, judged as it is.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 from serving_bench.run.metrics import summarize
+from serving_bench.sim.intervals import DEFAULT_REPLICATIONS, Draw, Replications
 from serving_bench.tune import adapters
 from serving_bench.tune.capacity import Ladder, Probe, bisect_capacity
-from serving_bench.tune.load import Load
+from serving_bench.tune.load import Load, replica_load
 from serving_bench.tune.space import Params, SearchSpace
 
 OBJECTIVES = ("throughput", "gpus")
@@ -37,10 +47,20 @@ class ObjectiveConfig:
     steps_per_doubling: int = 8
     max_failed_fraction: float = 0.001
     sim_seed: int = 0
+    confidence: float | None = None  # judge each probe at the upper end of its interval (module doc); None: as run
+    replications: int = DEFAULT_REPLICATIONS  # behind each judgment with ``confidence``
+    host_sigma: float = 0.0  # the host spread the replications draw from
 
     @property
     def ladder(self) -> Ladder:
         return Ladder(self.min_scale, self.max_scale, self.steps_per_doubling)
+
+    @property
+    def judged_replications(self) -> Replications | None:
+        """The replications each probe is judged over (None: one simulation, judged as it is)."""
+        if self.confidence is None:
+            return None
+        return Replications(self.replications, self.confidence, self.host_sigma, self.sim_seed)
 
 
 @dataclass(eq=False)
@@ -52,6 +72,12 @@ class EvalContext:
     load: Load
     slos: Mapping[str, Mapping[str, float]]
     objective: ObjectiveConfig = ObjectiveConfig()
+    _replicas: dict = field(default_factory=dict, init=False, repr=False)  # draw index -> its Load
+
+    def __getstate__(self):  # the replicas' schedules are rebuilt where the object lands (a worker)
+        state = dict(self.__dict__)
+        state["_replicas"] = {}
+        return state
 
     @property
     def offered_rps(self) -> float:
@@ -63,38 +89,89 @@ class EvalContext:
         records = adapters.simulate(self.profile, config, self.load.at(scale), self.objective.sim_seed)
         return summarize(records, slos={m: dict(s) for m, s in self.slos.items()})
 
+    def replica_summary(self, params: Params, scale: float, draw: Draw) -> dict:
+        """``params`` simulated at ``scale`` as replication ``draw`` runs it: its own realisation of the load
+        (:func:`~serving_bench.tune.load.replica_load`), seed and host speed."""
+        if draw.index not in self._replicas:
+            self._replicas[draw.index] = replica_load(self.load, draw.seed)
+        records = adapters.simulate(self.profile, self.space.config(params), self._replicas[draw.index].at(scale),
+                                    draw.seed, draw.host_speed)
+        return summarize(records, slos={m: dict(s) for m, s in self.slos.items()})
 
-def check_slos(summary: dict, slos: Mapping[str, Mapping[str, float]], max_failed_fraction: float) -> tuple[bool, float]:
-    """(all SLOs met, worst value/bound ratio) for one summary."""
-    worst = 0.0
-    ok = True
+
+FAILED = "failed"  # an SLO figure: a model's share of failed requests (rejected, timed out or errored)
+
+
+def slo_figures(summary: dict, slos: Mapping[str, Mapping[str, float]]) -> dict[tuple[str, str], float]:
+    """What the SLOs judge of one summary: per (model, stat) its value over its bound (infinite where none), per
+    (model, :data:`FAILED`) its failed share; an unserved model as (model, "served"), infinite."""
+    out: dict[tuple[str, str], float] = {}
     for model, stats in slos.items():
         s = summary["models"].get(model)
         if s is None:
-            return False, math.inf
+            out[(model, "served")] = math.inf
+            continue
         c = s["counts"]
-        failed = (c["failed"] + c["timeout"]) / max(c["scheduled"], 1)
-        if failed > max_failed_fraction:
-            ok = False
-            worst = max(worst, 1.0 + failed)
+        out[(model, FAILED)] = (c["failed"] + c["timeout"]) / max(c["scheduled"], 1)
         for stat, bound in stats.items():
             value = s.get(f"{stat}_s")
-            ratio = math.inf if value is None else value / bound
-            worst = max(worst, ratio)
-            ok = ok and ratio <= 1.0
+            out[(model, stat)] = math.inf if value is None else value / bound
+    return out
+
+
+def judge(figures: Mapping[tuple[str, str], float], max_failed_fraction: float) -> tuple[bool, float]:
+    """(all SLOs met, worst value/bound ratio, a failed share above ``max_failed_fraction`` counting 1 + share)."""
+    worst, ok = 0.0, True
+    for (_, what), x in figures.items():
+        if what == FAILED:
+            if x > max_failed_fraction:
+                ok, worst = False, max(worst, 1.0 + x)
+        else:
+            worst, ok = max(worst, x), ok and x <= 1.0
     return ok, worst
+
+
+def check_slos(summary: dict, slos: Mapping[str, Mapping[str, float]], max_failed_fraction: float) -> tuple[bool, float]:
+    """(all SLOs met, worst value/bound ratio) for one summary."""
+    return judge(slo_figures(summary, slos), max_failed_fraction)
+
+
+def _figures(summary: dict) -> dict:
+    """A probe's per-model figures from its summary."""
+    return {m: {"p50_s": s["p50_s"], "p99_s": s["p99_s"], "throughput_rps": s["throughput_rps"],
+                "mean_exec_batch": s.get("mean_exec_batch"), "failed": s["counts"]["failed"] + s["counts"]["timeout"]}
+            for m, s in summary["models"].items()}
 
 
 def _probe(ctx: EvalContext, params: Params, scale: float) -> Probe:
     """``params`` simulated at ``scale``, judged against the SLOs, with the figures a result keeps."""
+    if ctx.objective.confidence is not None:
+        return _probe_at_confidence(ctx, params, scale)
     summary = ctx.summary(params, scale)
     met, worst = check_slos(summary, ctx.slos, ctx.objective.max_failed_fraction)
+    return Probe(scale, met, worst, {"throughput_rps": summary["overall"]["throughput_rps"],
+                                     "models": _figures(summary)})
+
+
+def _probe_at_confidence(ctx: EvalContext, params: Params, scale: float) -> Probe:
+    """``params`` at ``scale`` judged at the upper end of each SLO figure's interval over the replications (module
+    doc); its figures are the replications' medians, and ``upper`` the judged ends (``model.stat``)."""
+    replications = ctx.objective.judged_replications
+    summaries = [ctx.replica_summary(params, scale, draw) for draw in replications.draws]
+    each = [slo_figures(s, ctx.slos) for s in summaries]
+    upper = {key: replications.upper(f[key] for f in each) for key in each[0]}
+    met, worst = judge(upper, ctx.objective.max_failed_fraction)
+    figures = [_figures(s) for s in summaries]
+
+    def median(model: str, key: str):
+        values = [f[model][key] for f in figures if model in f and f[model][key] is not None]
+        return float(np.median(values)) if values else None
+
+    models = {m: {key: median(m, key) for key in figures[0][m]} for m in figures[0]}
     return Probe(scale, met, worst, {
-        "throughput_rps": summary["overall"]["throughput_rps"],
-        "models": {m: {"p50_s": s["p50_s"], "p99_s": s["p99_s"], "throughput_rps": s["throughput_rps"],
-                       "mean_exec_batch": s.get("mean_exec_batch"), "failed": s["counts"]["failed"] +
-                       s["counts"]["timeout"]}
-                   for m, s in summary["models"].items()}})
+        "throughput_rps": float(np.median([s["overall"]["throughput_rps"] for s in summaries])), "models": models,
+        "upper": {f"{m}.{what}": x * ctx.slos[m][what] if what in ctx.slos.get(m, {}) else x
+                  for (m, what), x in upper.items()}})
 
 
 def probe_dict(probe: Probe) -> dict:
@@ -109,6 +186,7 @@ def evaluate(ctx: EvalContext, params: Params) -> dict:
     found = bisect_capacity(lambda scale, attempt: _probe(ctx, params, scale), ctx.objective.ladder)
     at_one = found.step(0).probes[0]
     config = ctx.space.config(params)
+    judged = ctx.objective.judged_replications
     return {
         "feasible": at_one.ok, "violation": at_one.violation,
         "capacity_scale": found.capacity_scale, "capacity_capped": found.capped,
@@ -117,6 +195,8 @@ def evaluate(ctx: EvalContext, params: Params) -> dict:
         "instances": sum(m.instance_count for m in config.models),
         "models": at_one.detail["models"], "probes": sorted(map(probe_dict, found.probes), key=lambda p: p["scale"]),
         "eval_s": time.perf_counter() - t0,
+        **({"judged_at": {"confidence": judged.confidence, "replications": judged.count,
+                          "host_spread": judged.host_sigma}} if judged is not None else {}),
     }
 
 

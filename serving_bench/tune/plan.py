@@ -41,6 +41,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from serving_bench.errors import InputError
 from serving_bench.files import atomic_write_text, read_yaml
@@ -209,9 +210,22 @@ class GroupCapacity:
     params: dict
 
 
-def group_capacity(group: tuple[str, ...], load: Load, profile, base: ServingConfig, slos: dict, forecast: Forecast,
-                   executor, out: Path, restart: bool, log) -> GroupCapacity:
+@dataclass(frozen=True)
+class PlanInputs:
+    """What every group's sizing reads: the load at 1x, the profile, the serving config it starts from, the SLOs
+    (model -> stat -> bound, s) and the forecast."""
+
+    load: Load
+    profile: Any
+    base: ServingConfig
+    slos: dict
+    forecast: Forecast
+
+
+def group_capacity(group: tuple[str, ...], inputs: PlanInputs, executor, out: Path, restart: bool,
+                   log) -> GroupCapacity:
     """Search the single-GPU configuration of ``group`` with the largest capacity (checkpointed per group)."""
+    load, profile, base, slos, forecast = inputs.load, inputs.profile, inputs.base, inputs.slos, inputs.forecast
     sub_load = restrict(load, group)
     members = [m for m in base.names if m in _members(base, group)]
     sub_base = ServingConfig(tuple(base[m] for m in members), tuple(e for e in base.ensembles if e[0] in group),
@@ -351,9 +365,10 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
         f"groups to size on one GPU ({hardware})")
     out.mkdir(parents=True, exist_ok=True)
     caps = {}
+    inputs = PlanInputs(load, profile, base, slos, forecast)
     with make_executor(executor_name, address=ray_address, num_cpus=ray_cpus) as executor:
         for group in groups:
-            caps[group] = group_capacity(group, load, profile, base, slos, forecast, executor, out, restart, log)
+            caps[group] = group_capacity(group, inputs, executor, out, restart, log)
     rows = [plan_growth(g, caps, layout_list, load, profile, slos, forecast) for g in forecast.growth]
     lines = [f"Capacity plan for {Path(forecast.load).name} on {hardware}, SLOs " +
              "; ".join(f"{m} " + ", ".join(f"{s} ≤ {b * 1e3:g} ms" for s, b in st.items()) for m, st in slos.items())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 from serving_bench.serving_config import ServingConfig
@@ -36,6 +37,26 @@ def _slo_text(slos: Mapping[str, Mapping[str, float]]) -> str:
 def scale_text(scale: float, growth: str) -> str:
     """``2.38× (superpose)``: a load multiple named with its growth rule."""
     return f"{scale:.2f}× ({growth})"
+
+
+def interval_lines(result: dict, growth: str) -> list[str]:
+    """How sure a candidate's capacity is: its interval over the replicated searches (``capacity_interval``) and,
+    where the SLOs were judged at a confidence (``judged_at``), at which."""
+    lines = []
+    judged = result.get("judged_at")
+    if judged:
+        lines.append(f"Each SLO was judged at the upper end of its {judged['confidence']:.0%} interval over "
+                     f"{judged['replications']} replications a probe (tune --confidence; host spread "
+                     f"{judged['host_spread'] * 100:.1f} %): a capacity most runs of that length keep.")
+    found = result.get("capacity_interval")
+    if found and found["low_scale"] is not None:
+        capped = sum(found["capped"])
+        lines.append(f"Its capacity's {found['confidence']:.0%} interval: {scale_text(found['low_scale'], growth)} to "
+                     f"{found['high_scale']:.2f}× ({found['low_rps']:,.1f} to {found['high_rps']:,.1f} req/s), over "
+                     f"{found['replications']} searches each on its own realisation of the load, simulator seed and "
+                     f"host speed (host spread {found['host_spread'] * 100:.1f} %: {found['host_spread_source']})"
+                     + (f"; {capped} of them met the SLOs at the top of the search." if capped else "."))
+    return lines
 
 
 def capacity_check_text(check: dict) -> str:
@@ -75,10 +96,23 @@ def _verification_line(v: dict, slos: Mapping) -> str:
     return line + "."
 
 
-def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos: Mapping, offered_rps: float,
-                        objective: str, verification: list[dict], hardware: str, max_scale: float,
-                        growth: str = "superpose") -> list[str]:
+@dataclass(frozen=True)
+class Asked:
+    """What a tune was asked, as its recommendation states it: the SLOs (model -> stat -> bound, s), the load's
+    offered req/s at 1x and its growth rule, the objective, the hardware (words) and the ladder's top scale."""
+
+    slos: Mapping
+    offered_rps: float
+    objective: str
+    hardware: str
+    max_scale: float
+    growth: str = "superpose"
+
+
+def tune_recommendation(best: dict | None, config: ServingConfig | None, asked: Asked,
+                        verification: list[dict]) -> list[str]:
     """Lines of plain text: what to deploy, what it achieves, how it was checked."""
+    slos, offered_rps, hardware, growth = asked.slos, asked.offered_rps, asked.hardware, asked.growth
     if best is None or config is None:
         return ["Nothing was evaluated: the search space was empty or the budget was spent before the first result."]
     r = best["result"]
@@ -94,7 +128,8 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
         lines.append(f"On the simulator ({hardware}) this meets every SLO ({_slo_text(slos)}){gpus} at the load "
                      f"profile's {offered_rps:,.1f} req/s and {bound}{scale_text(r['capacity_scale'], growth)} that "
                      f"load ({r['capacity_rps']:,.1f} req/s; grown by {growth}: {GROWTHS[growth]})"
-                     + (f"; the search stopped at {max_scale:g}×." if r["capacity_capped"] else "."))
+                     + (f"; the search stopped at {asked.max_scale:g}×." if r["capacity_capped"] else "."))
+        lines += interval_lines(r, growth)
     else:
         worst = []
         for model, stats in slos.items():
@@ -108,6 +143,6 @@ def tune_recommendation(*, best: dict | None, config: ServingConfig | None, slos
         lines.append(f"Best achievable: {models} — " + "; ".join(worst) + ".")
         lines.append("Relax the SLOs, allow more instances or GPUs (--instances, --gpus), or lower the load.")
     lines += [_verification_line(v, slos) for v in verification]
-    if objective == "gpus" and r["feasible"]:
+    if asked.objective == "gpus" and r["feasible"]:
         lines.append(f"Objective: fewest GPUs, then capacity ({r['gpus']} used).")
     return lines

@@ -88,7 +88,9 @@ def search_header(ctx: EvalContext, choice: GeneratorChoice, settings: SearchSet
     obj = ctx.objective
     return {"space": ctx.space.describe(), "base": repr(ctx.space.base), "slos": {m: dict(s) for m, s in ctx.slos.items()},
             "objective": {"name": obj.name, "max_scale": obj.max_scale, "min_scale": obj.min_scale, "steps": obj.steps_per_doubling,
-                          "max_failed_fraction": obj.max_failed_fraction, "sim_seed": obj.sim_seed},
+                          "max_failed_fraction": obj.max_failed_fraction, "sim_seed": obj.sim_seed,
+                          **({"confidence": obj.confidence, "replications": obj.replications,
+                              "host_sigma": obj.host_sigma} if obj.confidence is not None else {})},
             "load": schedule_fingerprint(ctx), "load_seed": ctx.load.seed, "growth": ctx.load.growth,
             "profile": profile_id,
             "generator": choice.name, "seed": settings.seed, "batch_size": settings.batch_size}

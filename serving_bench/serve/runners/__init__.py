@@ -9,8 +9,9 @@
   ``dynamic_batching``, ``instance_group`` and I/O are kept, and parameters record ``original_platform`` and
   ``framework``.
 
-Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance), optionally
-``execution_log`` (the folder its instances log executed batches to, :mod:`serving_bench.serve.execution_log`), and
+Every runner-backed entry gets the parameter ``threads_per_instance`` (intra-op threads of each instance, for entries
+whose variant states none: see :mod:`serving_bench.export.variants`; the runners read the entry's own settings from
+the config fields Triton's native backends read), optionally ``execution_log`` (the folder its instances log executed batches to, :mod:`serving_bench.serve.execution_log`), and
 a link to the ``serving_bench`` package (:func:`link_package`).
 """
 
@@ -24,7 +25,6 @@ from typing import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving_bench import serving_config
 from serving_bench.errors import InputError
 from serving_bench.export.frameworks import PLATFORM_ARTIFACTS, PLATFORM_TO_FRAMEWORK, get_framework
 from serving_bench.export.frameworks import native_platform as _native_platform
@@ -40,20 +40,6 @@ NATIVE_RUNNER = RUNNERS_DIR / "native_model.py"
 def native_platform(config: ModelConfig) -> str | None:
     """The native platform an entry uses (``platform`` or the platform its ``backend`` stands for), else None."""
     return _native_platform(config.platform, config.backend)
-
-
-def cpu_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def default_threads(total_instances: int, cores: int | None = None) -> int:
-    """Intra-op threads per instance on this host (``cores``: :func:`cpu_cores`):
-    :func:`serving_bench.serving_config.default_threads`."""
-    return serving_config.default_threads(total_instances, cores or cpu_cores())
 
 
 def check_servable(src: Path, config: ModelConfig) -> None:

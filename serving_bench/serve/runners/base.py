@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from serving_bench.export.variants import loader_settings
 from serving_bench.serve.execution_log import PARAMETER, ExecutionLogWriter
 
 
@@ -37,14 +38,20 @@ class BatchingRunner:
         self.batched = int(self.config.get("max_batch_size", 0)) > 0
         self.model_dir = Path(args["model_repository"]) / args["model_version"]
         self.device = "cuda:%s" % args["model_instance_device_id"] if args.get("model_instance_kind") == "GPU" else "cpu"
-        self.threads = int(self.params.get("threads_per_instance") or os.environ.get("OMP_NUM_THREADS") or 1)
+        # the entry's variant settings (serving_bench.export.variants), read from the fields a native backend reads;
+        # intra-op threads the entry states win over the server's threads_per_instance
+        graph_level = self.config.get("optimization", {}).get("graph", {}).get("level", 0)
+        self.settings = loader_settings(self.params.get("framework", ""), self.params, graph_level)
+        self.threads = self.settings.pop("threads", None) or \
+            int(self.params.get("threads_per_instance") or os.environ.get("OMP_NUM_THREADS") or 1)
         folder = self.params.get(PARAMETER)
         self.execution_log = ExecutionLogWriter(folder, args["model_name"], args["model_instance_name"]) \
             if folder else None
         self.load()
 
     def load(self) -> None:
-        """Load the artifact from ``self.model_dir`` onto ``self.device`` using ``self.threads`` threads."""
+        """Load the artifact from ``self.model_dir`` onto ``self.device`` using ``self.threads`` intra-op threads and
+        the variant's other runtime settings ``self.settings`` (keyword arguments of ``load_predictor``)."""
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Compute one batch: input name -> array (batch first) to output name -> array."""

@@ -8,7 +8,7 @@ warm-up runs on a side stream, as torch requires), then runs a batch of ``b`` ro
 eagerly. Outputs are copied to host memory before the next replay can overwrite them.
 
 Only usable where torch sees a CUDA device; nothing here has run on the CPU-only development machines (see
-docs/serve.md), and the GPU check script is what exercises it.
+docs/serve.md#gpu-instances-and-cuda-graphs), and the GPU check script is what exercises it.
 """
 
 from __future__ import annotations

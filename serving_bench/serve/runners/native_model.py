@@ -4,7 +4,9 @@ check used (:func:`serving_bench.export.frameworks.load_predictor`).
 
 Parameters written by :func:`serving_bench.serve.runners.runtime_entry`: ``framework`` (``onnxruntime``,
 ``torchscript``, ``tensorrt``), ``original_platform``, ``threads_per_instance``, and optionally ``cuda_graphs``
-(TorchScript on a KIND_GPU instance: ``all`` or batch sizes such as ``1,2,4,8``; see ``cuda_graphs.py``).
+(TorchScript on a KIND_GPU instance: ``all`` or batch sizes such as ``1,2,4,8``; see ``cuda_graphs.py``). The
+entry's variant settings (threads, ONNX Runtime's graph level and execution mode) are read by the base class from
+the fields Triton's native backends read (:func:`serving_bench.export.variants.loader_settings`).
 KIND_GPU instances run on ``cuda:<device id>``; a GPU instance where torch sees no GPU, or an ONNX Runtime entry on a
 GPU instance where onnxruntime has no CUDA provider, fails to load with that reason (never a silent CPU fallback).
 """
@@ -39,13 +41,15 @@ class TritonPythonModel(BatchingRunner):
             self.predict = self._cuda_graph_predictor(graphs)
         else:
             self.predict = load_predictor(framework, self.model_dir, self.input_names, self.output_names,
-                                          device=self.device, threads=self.threads)
+                                          device=self.device, threads=self.threads, **self.settings)
 
     def _cuda_graph_predictor(self, text):
         import torch  # heavy: ~1 s to import
         import triton_python_backend_utils as pb_utils  # exists only in Triton's python stub
 
         torch.set_num_threads(self.threads)
+        if self.settings.get("inter_threads"):
+            torch.set_num_interop_threads(self.settings["inter_threads"])
         module = torch.jit.load(str(self.model_dir / "model.pt"), map_location=self.device).eval()
         if any(int(d) < 0 for i in self.config["input"] for d in i["dims"]):
             raise RuntimeError("cuda_graphs needs fixed input dims (a graph replays fixed shapes); got -1")

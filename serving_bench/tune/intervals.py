@@ -1,0 +1,132 @@
+"""A capacity with its interval: each replication finds the capacity on its own, and the interval is taken over them.
+
+    from serving_bench.sim.intervals import Replications
+    from serving_bench.tune.capacity import Ladder
+    from serving_bench.tune.intervals import CapacityQuestion, capacity_interval
+    from serving_bench.tune.load import Load
+
+    question = CapacityQuestion(profile, config, Load(schedule, growth="scale"), {"m": {"p99": 0.05}}, Ladder())
+    found = capacity_interval(question, Replications(40, 0.9, profile.host_spread.sigma, seed=0))
+    found.low, found.high, found.capacities   # load scales
+
+Replication ``r`` (:class:`~serving_bench.sim.intervals.Replications`) runs its own realisation of the load
+(:func:`~serving_bench.tune.load.replica_load`: future traffic is a new one; with ``same_load`` the load itself, as a
+benchmark that replays one seeded load at every scale measures it), grown by the load's rule, on its own
+simulator seed and on a host of its own speed, and finds the capacity as :func:`~serving_bench.tune.capacity.
+bisect_capacity` defines it — the highest rung that met below the lowest that failed, on the same ladder — each probe
+one simulation judged by :func:`~serving_bench.tune.objective.check_slos`. Where the SLOs hold for every load up to
+some scale and for none above it, the search starts where it is told (``start_scale``: the point prediction) and
+walks out in steps of 1, 2, 4 ... rungs until the verdict turns, then bisects: a few probes per replication when
+they fall near the start, instead of a whole bisection of the ladder. The interval is the replications' capacities'
+(:meth:`~serving_bench.sim.intervals.Replications.interval`); a capacity capped at the top of the ladder counts as
+the top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from serving_bench.profiles.schema import Profile
+from serving_bench.run.metrics import summarize
+from serving_bench.serving_config import ServingConfig
+from serving_bench.sim.intervals import Draw, Replications
+from serving_bench.tune import adapters
+from serving_bench.tune.capacity import Ladder
+from serving_bench.tune.load import Load, replica_load
+from serving_bench.tune.objective import check_slos
+
+
+@dataclass(frozen=True)
+class CapacityQuestion:
+    """What a capacity is asked of: ``config`` on ``profile`` under ``load`` (grown by its rule), meeting ``slos``
+    (model -> stat -> bound in seconds) with at most ``max_failed_fraction`` of its requests failed, on ``ladder``;
+    ``same_load``: every replication runs ``load`` itself (a replay of it), not a realisation of its own (a
+    forecast)."""
+
+    profile: Profile
+    config: ServingConfig
+    load: Load
+    slos: Mapping[str, Mapping[str, float]]
+    ladder: Ladder = field(default_factory=Ladder)
+    max_failed_fraction: float = 0.001
+    same_load: bool = False
+
+
+@dataclass(frozen=True)
+class CapacityInterval:
+    """The interval ``low`` .. ``high`` (load scales) of the ``capacities`` the replications found (``capped``: a
+    replication met the SLOs at the top of the ladder), at ``confidence``, the load grown by ``growth``;
+    ``host_spread`` the spread the host speeds were drawn from, ``probes`` the simulations run."""
+
+    low: float | None
+    high: float | None
+    capacities: tuple[float, ...]
+    capped: tuple[bool, ...]
+    confidence: float
+    growth: str
+    host_spread: float
+    seed: int
+    probes: int
+
+    def to_json(self) -> dict:
+        return {"low_scale": self.low, "high_scale": self.high, "capacities": list(self.capacities),
+                "capped": list(self.capped), "confidence": self.confidence, "replications": len(self.capacities),
+                "growth": self.growth, "host_spread": self.host_spread, "seed": self.seed, "probes": self.probes}
+
+
+def capacity_interval(question: CapacityQuestion, replications: Replications,
+                      start_scale: float = 1.0) -> CapacityInterval:
+    """The capacity's interval over ``replications`` (module doc), each search starting at the rung of
+    ``start_scale`` (> 0)."""
+    ladder = question.ladder
+    start = ladder.rung(start_scale) if start_scale > 0 else ladder.i_min
+    capacities, capped, probes = [], [], 0
+    for draw in replications.draws:
+        load = question.load if question.same_load else replica_load(question.load, draw.seed)
+        capacity, top, count = climb(lambda rung: _meets(question, load, draw, ladder.scale(rung)), ladder, start)
+        capacities.append(capacity)
+        capped.append(top)
+        probes += count
+    low, high = replications.interval(capacities)
+    return CapacityInterval(low, high, tuple(capacities), tuple(capped), replications.confidence,
+                            question.load.growth, replications.host_sigma, replications.seed, probes)
+
+
+def _meets(question: CapacityQuestion, load: Load, draw: Draw, scale: float) -> bool:
+    """Whether the SLOs hold at ``scale`` of ``load`` in replication ``draw``'s run."""
+    records = adapters.simulate(question.profile, question.config, load.at(scale), draw.seed, draw.host_speed)
+    summary = summarize(records, slos={m: dict(s) for m, s in question.slos.items()})
+    return check_slos(summary, question.slos, question.max_failed_fraction)[0]
+
+
+def climb(meets, ladder: Ladder, start: int) -> tuple[float, bool, int]:
+    """(capacity, capped, probes) of ``meets(rung) -> bool`` on ``ladder`` searched from rung ``start`` (module
+    doc): the capacity and its cap as :func:`~serving_bench.tune.capacity.bisect_capacity` defines them (the ladder
+    from ``min(i_min, 0)`` to ``max(i_max, 0)``), each rung probed at most once."""
+    bottom, top = min(ladder.i_min, 0), max(ladder.i_max, 0)
+    judged: dict[int, bool] = {}
+
+    def ok(rung: int) -> bool:
+        if rung not in judged:
+            judged[rung] = bool(meets(rung))
+        return judged[rung]
+
+    at = min(max(start, bottom), top)
+    lo, hi, step = (at, top + 1, 1) if ok(at) else (bottom - 1, at, 1)
+    while judged[at] and lo < top:  # walk up while it meets
+        rung = min(lo + step, top)
+        if not ok(rung):
+            hi = rung
+            break
+        lo, step = rung, 2 * step
+    while not judged[at] and hi > bottom:  # walk down while it fails
+        rung = max(hi - step, bottom)
+        if ok(rung):
+            lo = rung
+            break
+        hi, step = rung, 2 * step
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return (ladder.scale(lo) if lo >= ladder.i_min else 0.0), hi > top, len(judged)
