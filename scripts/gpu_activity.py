@@ -1,5 +1,5 @@
-"""What the GPU was doing during a run, sampled through NVML (``scripts/gpu_campaign.py``'s runs, docs/serve.md "GPU
-campaign"): its busy share and, where the driver's GPU performance monitoring (GPM, Hopper and later) answers, the
+"""What the GPU was doing during a run, sampled through NVML (``scripts/gpu_campaign.py``'s runs, docs/gpu.md "The
+GPU campaign"): its busy share and, where the driver's GPU performance monitoring (GPM, Hopper and later) answers, the
 share of SMs active and the other DCGM-style activities.
 
 * ``busy_pct``: NVML's ``utilization.gpu``, the share of time one or more kernels ran (over the driver's sample

@@ -1,4 +1,4 @@
-"""The GPU campaign (run by ``scripts/gpu_campaign.sh``; docs/serve.md "GPU campaign"): on one lent GPU, in at most
+"""The GPU campaign (run by ``scripts/gpu_campaign.sh``; docs/gpu.md "The GPU campaign"): on one lent GPU, in at most
 ``--budget-s`` seconds, measure the dataset the GPU interference model is chosen and judged on
 (``benchmarks/gpu_fidelity.py``), and save it under ``<out>/<date>_<gpu>/``.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU campaign (scripts/gpu_campaign.py; docs/serve.md "GPU campaign"): on one lent GPU, in under 8 minutes with
+# The GPU campaign (scripts/gpu_campaign.py; docs/gpu.md "The GPU campaign"): on one lent GPU, in under 8 minutes with
 # no network, measure the dataset the GPU interference model is judged on and save it under
 # OUT/<date>_<gpu>/ (dataset.json, raw.npz, dataset.md, campaign.log; default OUT: benchmarks/results/gpu).
 #
@@ -9,7 +9,7 @@
 # scripts/gpu_wheels.sh installed into .cache/gpu-check-venv, nothing downloaded; or a Python that has everything).
 # --cpu (or no GPU): the CPU plan, tiny models and short windows, the same steps (a check, no GPU figures).
 #
-# The next session with a lent GPU runs it FIRST, before any other device work (docs/serve.md "GPU campaign"):
+# The next session with a lent GPU runs it FIRST, before any other device work (docs/gpu.md "The GPU campaign"):
 #   here:        scripts/gpu_wheels.sh                      # where PyPI is reachable: .cache/gpu-wheels, ~51 MB
 #   device tool: run(command="scripts/gpu_campaign.sh --out $OUT", carry=[".cache/gpu-wheels"], timeout_s=540)
 #   here:        cp -r <files_at>/<date>_<gpu> benchmarks/results/gpu/

@@ -51,6 +51,7 @@ def export(c, repo: Path, entries: list[Entry]) -> None:
     """Export the entries (the exporter's API, parity checked) and the ensemble; dynamic batching off everywhere (so
     an executed batch is a request); on the CPU plan every instance on the CPU."""
     from serving_bench.export.api import export_models
+    from serving_bench.export.frameworks import ExportOptions
     from serving_bench.serving_config import ServingConfig
 
     plan = c.plan
@@ -60,9 +61,10 @@ def export(c, repo: Path, entries: list[Entry]) -> None:
     frameworks = list(by_framework)
     ensemble = f"{plan.ensemble[0]}={','.join(plan.ensemble[1])}"
     for framework in frameworks:
-        records = export_models(by_framework[framework], [framework], repo, max_batch_size=plan.max_batch_size,
-                                precision=plan.precision, seq_len=plan.seq_len if "bert_base" in
-                                by_framework[framework] else None, log=lambda line: c.say(f"  {line}"),
+        options = ExportOptions(max_batch_size=plan.max_batch_size, precision=plan.precision,
+                                seq_len=plan.seq_len if "bert_base" in by_framework[framework] else None)
+        records = export_models(by_framework[framework], [framework], repo, options=options,
+                                log=lambda line: c.say(f"  {line}"),
                                 ensembles=[ensemble] if framework == frameworks[-1] else [])
         for r in records:  # an entry that failed (its parity, say) is noted and left out; the others go on
             c.entries[r["name"]] = {k: r[k] for k in ("model", "framework", "precision", "status", "parity",

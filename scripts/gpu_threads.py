@@ -1,4 +1,4 @@
-"""The campaign's runs without Triton (``scripts/gpu_campaign.py``, docs/serve.md "GPU campaign"): exported entries
+"""The campaign's runs without Triton (``scripts/gpu_campaign.py``, docs/gpu.md "The GPU campaign"): exported entries
 run in threads of one process, as a native backend runs its instances (one CUDA context, each thread its own
 stream), closed loop, each thread one request at a time.
 

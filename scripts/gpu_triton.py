@@ -1,4 +1,4 @@
-"""The campaign's runs on the real tritonserver (``scripts/gpu_campaign.py``, docs/serve.md "GPU campaign"): closed
+"""The campaign's runs on the real tritonserver (``scripts/gpu_campaign.py``, docs/gpu.md "The GPU campaign"): closed
 loops and open-loop replays through the project's load driver against the embedded server (python-backend runners:
 each instance a process of its own), and instance counts changed by reloading the entries (explicit model control).
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from serving_bench.export.api import export_models
+from serving_bench.export.frameworks import ExportOptions
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -29,7 +30,7 @@ def _load(name: str):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     repo = tmp_path_factory.mktemp("repo")
-    [record] = export_models(["tiny_mlp"], ["torchscript"], repo, max_batch_size=4)
+    [record] = export_models(["tiny_mlp"], ["torchscript"], repo, options=ExportOptions(max_batch_size=4))
     assert record["status"] == "exported"
     return repo
 
