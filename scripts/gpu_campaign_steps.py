@@ -112,9 +112,9 @@ def _release(device: str) -> None:
 
 def triton_parts(sessions: list):
     """(session, name, body, runs) of every Triton part, most wanted first, the modes taking turns (each keeps its
-    server: idle, it costs the GPU nothing): solo, co-located, each k, then (at one instance again) open loops and
-    cold starts."""
-    names = ["solo", "co-located", *(f"k={k}" for k in sessions[0].c.plan.triton_ks), "open loops", "cold starts"]
+    server: idle, it costs the GPU nothing): solo, co-located, open loops and cold starts at one instance, then
+    each k (the reloads: the slowest part)."""
+    names = ["solo", "co-located", "open loops", "cold starts", *(f"k={k}" for k in sessions[0].c.plan.triton_ks)]
     for name in names:
         for session in sessions:
             yield (session, name, *session.part(name))
@@ -126,6 +126,7 @@ class TritonSession:
 
     def __init__(self, c, repo: Path, entries: list[Entry], mode: str):
         self.c, self.repo, self.entries, self.mode = c, repo, [e.name for e in entries], mode
+        self.swept = [e for e in self.entries if e in c.plan.swept] or self.entries  # reloaded at k instances
         exported = c.entries.get(c.plan.ensemble[0], {}).get("status") == "exported"
         self.ensemble = c.plan.ensemble[0] if exported else None  # None: it (or a member) did not export
         self.server = None
@@ -141,7 +142,7 @@ class TritonSession:
         plan, n = self.c.plan, len(self.entries)
         if name.startswith("k="):
             k = int(name[2:])
-            return lambda: self.sweep(k), n + 1
+            return lambda: self.sweep(k), len(self.swept) + 1
         colds = min(n, plan.cold_entries)
         return {"solo": (self.solo, n * (len(plan.triton_sizes) + 1) + 1),
                 "co-located": (self.colocated, n * (n - 1) // 2 + 2),
@@ -205,12 +206,13 @@ class TritonSession:
             self.closed({self.ensemble: (1, 2)}, f"{self.ensemble} x1")
 
     def at(self, k: int):
-        """The server with ``k`` instances of each entry (reloaded where it has another count)."""
+        """The server with ``k`` instances of each swept entry (reloaded where it has another count; the others
+        keep one)."""
         server = self.live()
         if self.k != k:
-            seconds = tri.reload_instances(server, self.entries, k)
+            seconds = tri.reload_instances(server, self.swept, k)
             self.k = k
-            self.c.say(f"  reloaded with {k} instances each in {seconds:.1f} s")
+            self.c.say(f"  reloaded {', '.join(self.swept)} with {k} instances each in {seconds:.1f} s")
         return server
 
     def open_loops(self) -> None:
@@ -242,9 +244,9 @@ class TritonSession:
             self.c.record(run, raw)
 
     def sweep(self, k: int) -> None:
-        """Every entry reloaded with ``k`` instances, each alone with ``2 k`` in flight."""
+        """Every swept entry reloaded with ``k`` instances, each alone with ``2 k`` in flight."""
         self.at(k)
-        for e in self.entries:
+        for e in self.swept:
             self.closed({e: (1, 2 * k)}, f"{e} x{k}", instances=k)
 
 

@@ -39,7 +39,7 @@ def test_cpu_plan_measures_every_step_into_at_most_eight_files(dataset):
     assert data["plan"]["mode"] == "cpu" and dataset.name == f"{data['date']}_{data['machine']['machine']}"
     assert [(s["step"], s["status"]) for s in data["steps"]] == [
         ("export", "done"), ("threads eager", "done"), *((f"triton eager: {p}", "done") for p in (
-            "solo", "co-located", "k=2", "open loops", "cold starts")), ("threads compiled", "done")]
+            "solo", "co-located", "open loops", "cold starts", "k=2")), ("threads compiled", "done")]
     labels = [r["label"] for r in data["runs"]]
     for e in ENTRIES:  # threads: each alone per batch size, at 2 threads; Triton: one at a time, x1, x2
         assert {f"{e} b1 (eager, threads)", f"{e} b4 (eager, threads)", f"{e} x2 (eager, threads)",
