@@ -29,7 +29,9 @@ every held-out case beside the baseline (no interference) on the same cases:
 
     .venv/bin/python benchmarks/gpu_fidelity.py [--quick] [--data PATH ...] [--out DIR]
 
-``--quick`` (CI): the fitted forms ``overlap`` and ``pool_eff`` only, shorter simulations. Writes
+``--quick`` (CI): every dataset and case as in the full run, but only the fitted forms ``overlap`` and ``pool_eff``
+(``overlap_sat`` and ``overlap_usl`` left out) and shorter closed-loop simulations (:func:`sim_seconds` without its
+tail: 0.5 s or 20 answers of the slowest entry instead of 1 s or 100); seconds over the saved datasets. Writes
 ``gpu_fidelity[_quick]_<date>_<host>.json`` and ``.md`` (the printed report) into ``--out``.
 """
 
