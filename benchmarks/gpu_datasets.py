@@ -239,7 +239,7 @@ def triton_profile(data: dict, solo: list[dict], cold: dict, raw: Raw, mode: str
                                                 demand={1: float(np.mean(batches.demand))})
         if m not in (loop.executions or {}):
             continue
-        service, back, dispatch = service_and_overhead(loop, m, 0.0, None)  # as calibrate.figures takes them
+        service, back, dispatch = service_and_overhead(loop, m, 0.0)  # as calibrate.figures takes them
         figures = per_entry.setdefault(m, {"batches": {}, "demand": {}, "hop_s": 0.0})
         figures["batches"][rows] = thin(service)
         runner, hop, _ = demands(loop, m)
