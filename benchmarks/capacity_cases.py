@@ -57,6 +57,8 @@ WARMUP_S = 0.5  # each replay's first half second is not judged (the load profil
 WARM_S = 1.5  # a new server first gets this much of the load at scale 1, not judged
 MAX_FAILED = ObjectiveConfig().max_failed_fraction  # tune's: a model whose failed share exceeds it misses its SLO
 MAX_RESTARTS = 2  # a server that dies during a case is started again at most this often
+LATE_S = 1e-3  # a request that left more than this after its intended time was sent late
+LATE_SHARE = 0.01  # a replay with more of its requests sent late measured the sender, not only the server
 THREADS = 1  # every instance's runtime threads, in the profile and every configuration (module doc)
 
 
@@ -279,6 +281,7 @@ class RealTarget:
         wall = time.perf_counter() - begun
         cores = {"host_cores": round((Session(self.server.endpoints, self.server).cpu_seconds() - ours) / wall, 2)
                  if ours is not None else None, "machine_cores": round((busy_s() - machine) / wall, 2)}
+        cores.update(sender_lateness(records.table))
         drained = idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
         found = dataclasses.replace(judged(summarize(records, slos=self.slos), self.slos), scale=scale)
         self.probes.append({"scale": scale, "attempt": attempt, "ok": found.ok, "violation": finite(found.violation),
@@ -307,6 +310,19 @@ def busy_s() -> float:
     """CPU seconds the whole machine has been busy (every process, ours or not; steal included) since boot."""
     t = psutil.cpu_times()
     return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+
+
+def sender_lateness(table) -> dict:
+    """A replay's sender on time or not: ``late_share``, the share of its sent requests that left more than
+    :data:`LATE_S` after their intended time, and ``late_p99_s``, the p99 of sent less intended (s); None where
+    nothing was sent. Over :data:`LATE_SHARE` late, the replay's latencies hold the client's delay (docs/notes/
+    capacity-fidelity.md: on the 2-core VM only past capacity, the machine full)."""
+    late = (table["sent_s"] - table["intended_s"]).to_numpy(dtype=float)
+    late = late[np.isfinite(late)]
+    if not len(late):
+        return {"late_share": None, "late_p99_s": None}
+    return {"late_share": round(float(np.mean(late > LATE_S)), 4),
+            "late_p99_s": round(float(np.percentile(late, 99)), 6)}
 
 
 def deadline_s(slos: Mapping) -> float:

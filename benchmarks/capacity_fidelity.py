@@ -213,7 +213,8 @@ def print_probes(record: dict) -> None:
     def one(p: dict) -> str:
         repeat = f"#{p['attempt'] + 1}" if p["attempt"] else ""
         violation = "inf" if p["violation"] is None else f"{p['violation']:.2f}"
-        return f"{p['scale']:.2f}x{repeat} {'met' if p['ok'] else 'missed'} {violation}"
+        late = " (sender late)" if (p.get("late_share") or 0.0) > cc.LATE_SHARE else ""
+        return f"{p['scale']:.2f}x{repeat} {'met' if p['ok'] else 'missed'} {violation}{late}"
     notes = "; ".join(record["notes"])
     others = others_cores(record)
     print("  " + ", ".join(map(one, record["probes"])) + f"; {record['seconds']:.0f} s, steal "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import lzma
 import math
 import re
 import subprocess
@@ -114,6 +115,10 @@ def test_smoke_run_measures_saves_and_evaluates_again(tmp_path):
         assert r["measured"]["probes"] >= 2 and r["full"]["probes"] >= 2
         assert {"rps", "rung_rps", "spread"} <= set(r["measured"])
         assert {"low_rps", "high_rps", "open_above", "covered", "half_width"} <= set(r["full"]["interval"])
+    with lzma.open(data) as f:
+        saved = json.load(f)
+    for case in saved["cases"]:  # each replay says whether its sender kept the schedule
+        assert all(0.0 <= p["late_share"] <= 1.0 and p["late_p99_s"] >= -1e-3 for p in case["probes"])
     again = subprocess.run([sys.executable, script, "--data", str(data), "--out", str(tmp_path)],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
