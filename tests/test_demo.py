@@ -41,10 +41,6 @@ def test_a_replay_is_judged_late_by_its_latest_entry():
     assert (entry, late) == ("tiny_cnn_tvm", 0.0038) and late > LATE_LIMIT_S > summary["overall"]["lateness_p99_s"]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("SERVING_BENCH_SLOW") != "1",
-                    reason="the full demo takes ~10 minutes on 2 cores; `make demo` runs it (set SERVING_BENCH_SLOW=1 "
-                           "to run it here)")
 def test_the_tune_line_says_what_triton_measured_not_only_what_the_simulator_predicted():
     verified = {"satisfiable": True, "verification": [{"slo_met": False, "capacity": {
         "predicted_scale": 2.5, "held_at_capacity": False, "agrees": False}}]}
@@ -57,6 +53,10 @@ def test_the_tune_line_says_what_triton_measured_not_only_what_the_simulator_pre
     assert tune_line({"satisfiable": True, "verification": []}).endswith("not verified on Triton")
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SERVING_BENCH_SLOW") != "1",
+                    reason="the full demo takes ~10 minutes on 2 cores; `make demo` runs it (set SERVING_BENCH_SLOW=1 "
+                           "to run it here)")
 def test_demo_end_to_end(tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run([sys.executable, "-m", "serving_bench.cli", "demo", "--out", str(out), "--repo",
