@@ -116,11 +116,11 @@ def measure_alone(lab: Lab) -> None:
 
 def one_thread_models(lab: Lab) -> list[str]:
     """The models whose solo batches are measured again at one runtime thread per instance: on the host's cores,
-    where the instances run several (embedded server)."""
+    where the instances run several (embedded server), unless their variant fixes its own threads."""
     plan = lab.plan
     if plan.threads <= 1 or plan.config.url:
         return []
-    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE]
+    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE and not plan.fixed_threads(m)]
 
 
 def measure_one_thread(lab: Lab) -> None:
