@@ -329,10 +329,42 @@ def plan_section(data: dict) -> str:
     return f'<section id="plan"><h2>Capacity plan</h2>{note}{table}</section>'
 
 
+def variants_section(data: dict) -> str:
+    """The study's comparison per model (``tune --variants``): each candidate variant x measured batch size ->
+    latency, throughput, memory per instance and energy per request, as the profile measured them; the pick marked."""
+    variants = (data.get("tune") or {}).get("variants") or {}
+    parts = []
+    for slot, block in sorted(variants.items()):
+        rows = []
+        for c in block["candidates"]:
+            mark = "◀ pick" if c["picked"] else ("" if c.get("searched", True) else "dropped (dominated)")
+            for b in c["batches"]:
+                energy = b.get("energy_per_request")
+                rows.append([c["entry"], c["variant"], (b["batch"], b["batch"]), (_ms(b["latency_s"]), b["latency_s"]),
+                             (_ms(b["p99_s"]), b["p99_s"]), (_num(b["throughput_rps"]), b["throughput_rps"] or 0),
+                             ("–" if b["memory_bytes"] is None else f'{b["memory_bytes"] / 1e6:,.0f}',
+                              b["memory_bytes"] or 0),
+                             ("–" if energy is None else f'{energy:.3g} {b["energy_unit"]}', energy or 0), mark])
+        measures = sorted({b["energy_measure"] for c in block["candidates"] for b in c["batches"]
+                           if b.get("energy_measure")})
+        parts.append(f"<h3>{escape(slot)} (on {escape(block['device'])}; pick: {escape(str(block['pick']))})</h3>"
+                     + _table(["entry", "variant", "batch", "latency mean (ms)", "p99 (ms)", "throughput (rows/s)",
+                               "memory per instance (MB)", "energy per request", ""], rows, f"variants-{slot}")
+                     + (f'<p class="note">Energy measured as {escape(", ".join(measures))}'
+                        + (" (CPU-seconds of the server and its instances: this host exposes no energy counter)"
+                           if measures == ["cpu_seconds_proxy"] else "") + ".</p>" if measures else ""))
+    if not parts:
+        return ""
+    note = ('<p class="note">Each model\'s measured variants, one instance alone, at the threads per instance each '
+            'was measured at (from the profile); throughput = batch / mean latency.</p>')
+    return f'<section id="variants"><h2>Variants per model</h2>{note}{"".join(parts)}</section>'
+
+
 def render(data: dict, title: str = "serving-bench report") -> str:
     """The whole page."""
     payload = json.dumps(data, sort_keys=True, allow_nan=False).replace("</", "<\\/")
-    parts = [recommendation_section(data), capacity_section(data), plan_section(data), cdf_section(data),
+    parts = [recommendation_section(data), variants_section(data), capacity_section(data), plan_section(data),
+             cdf_section(data),
              curves_section(data), telemetry_section(data), heatmap_section(data), validation_section(data),
              top_section(data)]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

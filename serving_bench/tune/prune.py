@@ -5,9 +5,10 @@
   thread count, no smaller and no cheaper per request than another of the same model, and worse in one;
 - **batch sizes the load cannot fill**: at ``max_scale`` times the load, a model's rows arrive at ``r`` rows/s; in
   one batch's time at the largest candidate ``max_batch_size`` (its slowest candidate variant, the longest queue
-  delay added) at most ``n = r * (service + delay)`` rows arrive, so no batch holds more; ``max_batch_size`` values
-  above the smallest one ``>= n`` serve exactly as that one does, except through the preferred-size rules, and are
-  dropped;
+  delay added) ``m = r * (service + delay)`` rows arrive on average, and a burst rarely brings more than
+  ``n = m + 4 sqrt(m) + 1`` (four standard deviations of a Poisson count, and one), so no batch holds more;
+  ``max_batch_size`` values above the smallest one ``>= n`` serve as that one does, except through the
+  preferred-size rules, and are dropped;
 - **instance counts over the memory budget**: ``k`` instances of a model (its smallest variant) beside one instance
   of every other model on the same device (theirs smallest) that are predicted to hold more than the device's budget.
 """
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -54,7 +56,8 @@ def fillable(knob: ModelKnobs, profile, entries: Sequence[str], device: str, top
     if values == [0] or len(values) == 1:
         return tuple(values)
     delay = max(knob.max_queue_delay_us) * 1e-6
-    arriving = top_rows_per_s * (_slowest_service(profile, entries, device, values[-1]) + delay)
+    mean = top_rows_per_s * (_slowest_service(profile, entries, device, values[-1]) + delay)
+    arriving = mean + 4.0 * math.sqrt(mean) + 1.0
     keep = [v for v in values if v <= arriving]
     above = [v for v in values if v > arriving]
     return tuple(keep + above[:1])

@@ -158,8 +158,8 @@ class SearchSpace:
 
     @property
     def has_variants(self) -> bool:
-        """Whether any model is served by an entry other than itself in some point."""
-        return any(k.variant and k.variant != (k.name,) for k in self.knobs)
+        """Whether variants were searched (``tune --variants``): a model has its list of candidate entries."""
+        return any(k.variant for k in self.knobs)
 
     def gpus_used(self, params: Mapping[str, "int | str"]) -> int:
         """Distinct GPUs a point uses (0 without placement)."""

@@ -11,8 +11,8 @@ Triton the chosen entry is served under its own name and the load's requests for
 (:func:`renamed_config`, :func:`renamed_schedule`, :func:`summary_for_slots`).
 
 What the profile rules out before anything is simulated (:func:`dominated`): a variant whose service time (mean and
-p99) at every batch size it was measured at, at every thread count either was measured at, its memory per instance
-and its CPU-seconds per request are all no better than another's, and worse in one, is dropped.
+p99) at every batch size it was measured at, at every thread count either was measured at, its memory per instance,
+its CPU-seconds and its energy per request are all no better than another's, and worse in one, is dropped.
 
 Memory (:func:`config_memory`): per device, each model's instances ``k * USS`` plus the pages they share (RSS - USS)
 once per framework on that device (:meth:`~serving_bench.profiles.entries.ModelOnDevice.memory_for`); on a GPU the
@@ -117,6 +117,8 @@ def _no_better(a, b, sizes: Sequence[int]) -> tuple[bool, bool] | None:
     costs = [(a.memory_for(1), b.memory_for(1))]
     if a.energy is not None and b.energy is not None:
         costs += [(a.energy.cpu_s.get(s), b.energy.cpu_s.get(s)) for s in sizes]
+        if a.energy.measure == b.energy.measure:
+            costs += [(a.energy.at(s), b.energy.at(s)) for s in sizes]
     for x, y in costs:
         if x is None or y is None:
             continue
