@@ -1,10 +1,10 @@
 """Variants on the real tritonserver: resnet50 on ONNX Runtime with 1 and with 2 intra-op threads, and tiny_cnn, one
-instance each. The 2-thread instance runs one more runtime thread and serves a batch of 8 faster on this 2-core
-host; each instance's memory is read from its own stub process, and resnet50's is the larger."""
+instance each. The 2-thread instance runs one more runtime thread (the setting is applied; how much faster it serves is
+a benchmark's question, benchmarks/frameworks.py, not a timed test's); each instance's memory is read from its own stub
+process, and resnet50's is the larger."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -16,20 +16,13 @@ from serving_bench.export.api import export_models
 from serving_bench.export.frameworks import ExportOptions
 from serving_bench.models import get_model
 from serving_bench.serve.server import TritonServer
-from serving_bench.telemetry.energy import cpu_seconds
 from serving_bench.telemetry.instances import instance_memory, instance_processes
 
 pytestmark = pytest.mark.server
 
 ONE, TWO, TINY = "resnet50_onnxruntime_intra-1", "resnet50_onnxruntime_intra-2", "tiny_cnn_onnxruntime"
 BATCH = 8
-ROUNDS = 6
-ATTEMPTS = 3
-# Other processes may take this much of the host (cores, averaged over an attempt) before the comparison means
-# nothing: the 2-thread instance needs the second core. Measured on the shared 2-core VM (2026-12-06, 60 windows):
-# others <= 0.15 cores: 1 thread 1.59-1.83x slower; 0.33-0.40: 1.17-1.65x; around 1 core: 0.75-1.1x (two threads
-# then wait on each other at every operator).
-BUSY_HOST_CORES = 0.2
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
@@ -80,35 +73,3 @@ def test_the_two_thread_instance_runs_one_more_runtime_thread(served):
     server, _ = served
     threads = {p.model: psutil.Process(p.pid).num_threads() for p in instance_processes(server.pid)}
     assert threads[TWO] == threads[ONE] + 1
-
-
-def _attempt(server, client, x: np.ndarray) -> tuple[float, float, float]:
-    """(median seconds per batch with 1 thread, with 2, cores other processes took meanwhile)."""
-    times: dict[str, list[float]] = {ONE: [], TWO: []}
-    ours = [server.pid, os.getpid()]
-    host_before, ours_before, started = cpu_seconds([]), cpu_seconds(ours), time.monotonic()
-    for i in range(ROUNDS):
-        for model in ((ONE, TWO) if i % 2 == 0 else (TWO, ONE)):  # alternate, so drift hits both alike
-            times[model].append(_infer(client, model, x))
-    elapsed = time.monotonic() - started
-    others = (cpu_seconds([])[0] - host_before[0]
-              - sum(v - ours_before.get(pid, 0.0) for pid, v in cpu_seconds(ours).items())) / elapsed
-    return float(np.median(times[ONE])), float(np.median(times[TWO])), others
-
-
-def test_one_thread_is_slower_than_two_at_batch_8(served):
-    """Judged on the first of up to three attempts during which the host's other processes left the second core
-    free (their CPU is measured, not assumed); skipped, with the figures, when none did."""
-    server, client = served
-    x = get_model("resnet50").make_inputs(BATCH, 1)["input"]
-    for model in (ONE, TWO):
-        _infer(client, model, x)  # warm: the first run allocates
-    seen = []
-    for _ in range(ATTEMPTS):
-        one, two, others = _attempt(server, client, x)
-        if others <= BUSY_HOST_CORES:
-            assert one > 1.2 * two, f"1 thread {one:.3f} s, 2 threads {two:.3f} s per batch of {BATCH}"
-            return
-        seen.append(f"{others:.2f} cores (1 thread {one:.3f} s, 2 threads {two:.3f} s)")
-    pytest.skip(f"the host was busy: other processes took {'; '.join(seen)}; comparing 1 and 2 threads needs the "
-                f"second core")
