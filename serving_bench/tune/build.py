@@ -4,7 +4,7 @@ space pruned of what the profile rules out (:mod:`serving_bench.tune.prune`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from serving_bench.serving_config import ServingConfig
@@ -51,7 +51,9 @@ def build_space(base: ServingConfig, profile, schedule, tuned: Sequence[str], as
     floors = adapters.ensemble_batch_floors(ask.repo, base)
     knobs = knobs_for(tuned, instances=ask.instances, max_batch_size=ask.max_batch_sizes,
                       max_queue_delay_us=ask.queue_delays_us, preferred=ask.preferred, base=base, caps=caps,
-                      floors=floors, variants=candidates.per_slot if ask.variants else None)
+                      floors=floors)
+    if ask.variants:
+        knobs = tuple(replace(k, variant=tuple(candidates.per_slot[k.name])) for k in knobs)
     placed = sorted({d for m in tuned for d in devices[m]})
     budget = memory_budget(profile, placed, ask.memory_gb)
     knobs, pruned = prune(knobs, profile, devices, top_rates(schedule, base, ask.max_scale), budget, ask.gpus < 2)

@@ -230,12 +230,12 @@ def parse_values(text: str, source: str, field: str, kind=int) -> tuple:
 
 def knobs_for(models: Sequence[str], *, instances=(1, 2), max_batch_size=(1, 8, 32), max_queue_delay_us=(0, 1000),
               preferred=("none",), base: ServingConfig | None = None,
-              caps: Mapping[str, int] | None = None, floors: Mapping[str, int] | None = None,
-              variants: Mapping[str, tuple[str, ...]] | None = None) -> tuple[ModelKnobs, ...]:
+              caps: Mapping[str, int] | None = None,
+              floors: Mapping[str, int] | None = None) -> tuple[ModelKnobs, ...]:
     """The same candidate values for each model; models that cannot batch in ``base`` (max_batch_size 0 in the
     exported config) keep 0; ``caps`` bounds max_batch_size per model from above (e.g. the largest batch the profile
-    measured), ``floors`` from below (an ensemble member must batch at least as much as its ensemble); ``variants``:
-    the entries that may serve each model."""
+    measured), ``floors`` from below (an ensemble member must batch at least as much as its ensemble). The entries
+    that may serve each model (``ModelKnobs.variant``) are set by the caller that searches variants."""
     out = []
     for m in models:
         mbs = tuple(max_batch_size)
@@ -251,6 +251,5 @@ def knobs_for(models: Sequence[str], *, instances=(1, 2), max_batch_size=(1, 8, 
         floor = (floors or {}).get(m, 0)
         if floor > 0 and mbs != (0,):
             mbs = tuple(v for v in mbs if v >= floor) or (floor,)
-        out.append(ModelKnobs(m, tuple(instances), mbs, tuple(max_queue_delay_us), tuple(preferred),
-                              tuple((variants or {}).get(m, ()))))
+        out.append(ModelKnobs(m, tuple(instances), mbs, tuple(max_queue_delay_us), tuple(preferred)))
     return tuple(out)
