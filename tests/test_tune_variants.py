@@ -7,6 +7,7 @@ Service of an executed batch of ``b`` rows: ``base_ms + per_item_ms * b`` (tune_
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,12 +92,32 @@ def test_the_tuner_picks_different_frameworks_for_two_models_when_their_profiles
 
 
 def test_the_report_shows_each_models_variants_with_the_pick_marked(tmp_path, crossed):
-    run_tune(opts(tmp_path, *crossed, report=True))
+    """The study's comparison: per model, variant x batch size -> latency, throughput, memory, energy (here the
+    CPU-seconds proxy, named as one), the pick's row marked at its batch size; from ``serving-bench report`` too."""
+    doc = run_tune(opts(tmp_path, *crossed))
+    assert cli_main(["report", str(tmp_path / "out")]) == 0
     html = (tmp_path / "out" / "report.html").read_text()
     section = html[html.index('<section id="variants">'):]
     section = section[:section.index("</section>")]
-    assert "b_onnxruntime (on cpu; pick: b_torchscript)" in section and "◀ pick" in section
-    assert "memory per instance (MB)" in section and "cpu_seconds_proxy" in section
+    assert "b_onnxruntime (on cpu; pick: b_torchscript)" in section
+    assert "memory per instance (MB)" in section and "cpu_seconds_proxy — not energy" in section
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section)]
+    rows = [r for r in rows if r]
+    assert len(rows) == 4 * 8  # two models x two variants x batch sizes 1..8
+    picks = [r for r in rows if r[-1].startswith("◀ pick")]
+    best = doc["best"]["params"]
+    assert sorted(r[0] for r in picks) == ["a_onnxruntime", "b_torchscript"]
+    for entry, _, _, batch, latency, _, throughput, memory, energy, mark in picks:
+        slot = entry.replace("torchscript", "onnxruntime")
+        assert int(batch) == best[f"{slot}.max_batch_size"]
+        assert float(latency) == pytest.approx(2 + int(batch))  # 2 ms + 1 ms an item
+        assert float(throughput) == pytest.approx(int(batch) / (2 + int(batch)) * 1e3, abs=0.1)
+        assert memory == "300" and energy.endswith("CPU-s")
+        instances = best[f"{slot}.instances"]
+        assert mark == f"◀ pick ({instances} instance{'s' if instances > 1 else ''})"
+    assert sum(r[-1] == "picked variant" for r in rows) == 2 * 7
+    slow = next(r for r in rows if r[0] == "b_onnxruntime" and r[3] == "8")
+    assert (slow[4], slow[7], slow[-1]) == ("22.00", "240", "")
 
 
 def test_without_variants_each_model_keeps_its_entry(tmp_path, crossed):

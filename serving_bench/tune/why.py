@@ -63,7 +63,8 @@ def _row(profile, entry: str, device: str, batch: int) -> dict:
 
 def variants_section(profile, space: SearchSpace, best: dict | None, candidates: Mapping[str, Sequence[str]]) -> dict:
     """Per model with variants: its ``candidates`` (searched, or dropped before the search: ``searched`` false),
-    each with its profile's figures per measured batch size (:func:`_row`), and the pick (``tune.json``'s
+    each with its profile's figures per measured batch size (:func:`_row`), and the pick: its entry, its instances
+    and ``pick_batch``, the largest measured batch size at or below its ``max_batch_size`` (``tune.json``'s
     ``variants``; the report's table)."""
     chosen = space.entries(best["params"]) if best else {}
     out = {}
@@ -77,7 +78,13 @@ def variants_section(profile, space: SearchSpace, best: dict | None, candidates:
             rows.append({"entry": entry, "variant": _variant(profile, entry), "searched": entry in knob.variant,
                          "picked": chosen.get(knob.name) == entry, "threads": md.threads,
                          "batches": [_row(profile, entry, device, b) for b in md.batch_sizes]})
-        out[knob.name] = {"device": device, "pick": chosen.get(knob.name), "candidates": rows}
+        pick_batch = pick_instances = None
+        if best and knob.name in chosen:
+            params = best["params"]
+            pick_batch = _at(profile, chosen[knob.name], device, int(params[f"{knob.name}.max_batch_size"]))["batch"]
+            pick_instances = int(params[f"{knob.name}.instances"])
+        out[knob.name] = {"device": device, "pick": chosen.get(knob.name), "pick_batch": pick_batch,
+                          "pick_instances": pick_instances, "candidates": rows}
     return out
 
 
