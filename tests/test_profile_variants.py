@@ -46,6 +46,8 @@ def test_a_profile_of_variant_entries_records_each_variant_its_memory_and_energy
         assert 20e6 < m.memory_bytes <= m.memory_peak_bytes < 2e9
         assert m.memory_unique_bytes is None or 5e6 < m.memory_unique_bytes < m.memory_bytes
         assert sorted(m.energy.per_request) == [1, BATCH] and all(v > 0 for v in m.energy.cpu_s.values())
+        assert sorted(m.memory_by_batch) == [1, BATCH] and m.memory_by_batch[BATCH] == m.memory_at()
+        assert all(20e6 < rss <= m.memory_peak_bytes for rss, _ in m.memory_by_batch.values())
         if m.energy.measure == "cpu_seconds_proxy":
             assert m.energy.unit == "CPU-s" and m.energy.per_request == m.energy.cpu_s
     assert any("energy per request measured as" in n for n in profile.notes)

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from serving_bench.cli import main as cli_main
+from serving_bench.errors import InputError
 from serving_bench.profiles.schema import Profile
+from serving_bench.sim.profile_config import config_from_profile
 from serving_bench.tune.run import TuneOptions, run_tune
 from serving_bench.tune.space import ModelKnobs
 from serving_bench.tune.prune import fillable
+from serving_bench.tune.variants import config_memory
 from tune_fixtures import profile_json, write_load
 
 MB = 1_000_000
@@ -70,6 +73,28 @@ def test_a_profile_records_each_variant_with_its_memory_and_energy(tmp_path, cro
     data["models"]["a_torchscript"]["devices"]["cpu"]["energy"]["per_request"] = {}
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(Exception, match="energy.per_request"):
+        Profile.load(tmp_path / "bad.json")
+
+
+def test_memory_is_read_at_the_configurations_max_batch_size(tmp_path, crossed):
+    """An instance's memory after batches of up to b rows (memory_by_batch): a configuration's max_batch_size takes
+    the reading of the smallest measured size at or above it (the largest when none is)."""
+    data = json.loads(crossed[0].read_text())
+    cpu = data["models"]["a_onnxruntime"]["devices"]["cpu"]
+    cpu["memory_by_batch"] = {"1": [200 * MB, 60 * MB], "8": [300 * MB, 100 * MB]}
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    profile = Profile.load(tmp_path / "b.json")
+    md = profile.models["a_onnxruntime"].devices["cpu"]
+    assert md.memory_at(1) == (200 * MB, 60 * MB) and md.memory_at(4) == md.memory_at(32) == (300 * MB, 100 * MB)
+    assert md.memory_for(2, 1) == 2 * 60 * MB + 140 * MB and md.memory_for(2) == 2 * 100 * MB + 200 * MB
+    profile.save(tmp_path / "again.json")
+    assert Profile.load(tmp_path / "again.json").to_json() == profile.to_json()
+    config = config_from_profile(profile, ["a_onnxruntime"])
+    served = config.with_model(config["a_onnxruntime"].replace(max_batch_size=1, instances=(("cpu", 3),)))
+    assert config_memory(profile, served)[0] == {"cpu": 3 * 60 * MB + 140 * MB}
+    cpu["memory_by_batch"] = {"1": [200 * MB]}
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match="memory_by_batch.1"):
         Profile.load(tmp_path / "bad.json")
 
 

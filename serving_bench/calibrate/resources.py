@@ -10,9 +10,12 @@ solo runs. Per model and measured batch size ``b``: requests of ``b`` rows one a
   request, named ``cpu_seconds_proxy``: not energy, but on one host it orders variants by the work they cost. The
   CPU-seconds are kept beside joules too. RAPL counts the whole package, other processes' work included: on a shared
   host the joules are an upper bound. Measured at the profile's threads per instance.
-- **memory per instance**, read after the run at the largest size (the instance has held that batch's activations):
-  the instance's process RSS, its USS (the pages only it holds) and its resident peak (``VmHWM``,
-  :func:`~serving_bench.telemetry.instances.instance_memory`); on a GPU its device memory instead of the RSS.
+- **memory per instance**, read after the run at each size, the sizes in increasing order on a fresh instance (so
+  the reading after ``b`` rows is an instance that has served batches of up to ``b``: its arenas hold that batch's
+  activations): the instance's process RSS, its USS (the pages only it holds) and, after the largest, its resident
+  peak (``VmHWM``, :func:`~serving_bench.telemetry.instances.instance_memory`); on a GPU its device memory instead
+  of the RSS. The largest size's figures are the entry's ``memory_bytes`` / ``memory_unique_bytes``; every size's
+  are its ``memory_by_batch``, from which a configuration's ``max_batch_size`` takes its own.
 
 k instances of an entry are predicted to hold ``k * USS + (RSS - USS)`` bytes on the host
 (:meth:`~serving_bench.profiles.entries.ModelOnDevice.memory_for`): each instance is a process of its own (Triton's
@@ -48,12 +51,13 @@ MIN_REQUESTS = 8  # a resources run lasts at least this many solo requests' time
 @dataclass(frozen=True)
 class Resources:
     """One entry's resources: memory of one instance (bytes; ``memory_bytes`` the RSS, on a GPU its device
-    memory), its USS and resident peak, and the energy table."""
+    memory), its USS and resident peak, the energy table, and per batch size (RSS, USS)."""
 
     memory_bytes: int | None
     memory_unique_bytes: int | None
     memory_peak_bytes: int | None
     energy: EnergyTable | None
+    memory_by_batch: dict = dataclasses.field(default_factory=dict)
 
 
 def skip_reason(lab: Lab) -> str | None:
@@ -70,7 +74,8 @@ def skip_reason(lab: Lab) -> str | None:
 
 def resource_run(lab: Lab, m: str, b: int, session: Session) -> dict:
     """Requests of ``b`` rows to ``m`` one at a time inside an energy meter; after the largest size, the memory of
-    ``m``'s instance. A dict: ``requests``, ``per_request`` (:meth:`EnergyReading.per_request`), ``memory``."""
+    ``m``'s instance (module doc). A dict: ``requests``, ``per_request`` (:meth:`EnergyReading.per_request`),
+    ``memory``."""
     plan = lab.plan
     solo = lab.runs.get((m, "solo", b))
     latency = float(np.mean(solo.latency[m])) if solo is not None else 0.0
@@ -80,10 +85,9 @@ def resource_run(lab: Lab, m: str, b: int, session: Session) -> dict:
     with EnergyMeter([pid], gpu=on_gpu) as meter:
         run = session.run({m: (b, 1)}, seconds)
     requests = len(run.latency[m])
-    out = {"requests": requests, "per_request": meter.reading.per_request(requests), "memory": None}
-    if b == plan.sizes[m][-1]:
-        reading = instance_memory(pid, gpu=on_gpu)
-        out["memory"] = reading.by_model().get(m)
+    reading = instance_memory(pid, gpu=on_gpu)
+    out = {"requests": requests, "per_request": meter.reading.per_request(requests),
+           "memory": reading.by_model().get(m)}
     cost = out["per_request"]
     lab.log(f"{m}: batch {b}: {requests} requests, {cost['cpu_s'] * 1e3:.1f} CPU-ms a request"
             + (f", {cost['energy_j']:.3f} J ({cost['measure']})" if cost["energy_j"] is not None else "")
@@ -107,7 +111,7 @@ def measure_resources(lab: Lab) -> dict[str, Resources]:
     lab.run_phase(steps, runs, lab.sessions(1), "resources")
     out = {m: resources_of(m, plan.sizes[m], runs, plan.devices[m] != HOST_DEVICE) for m in plan.models}
     measures = sorted({r.energy.measure for r in out.values() if r.energy is not None})
-    lab.notes.append("memory per instance read after requests of the largest batch size; energy per request "
+    lab.notes.append("memory per instance read after requests of each batch size; energy per request "
                      f"measured as {', '.join(measures) or 'nothing'}" +
                      (" (CPU-seconds of the server and its instances: no energy counter on this host)"
                       if measures == ["cpu_seconds_proxy"] else ""))
@@ -120,15 +124,23 @@ def resources_of(m: str, sizes: list[int], runs: dict, on_gpu: bool) -> Resource
     measure = per[sizes[0]]["measure"]
     energy = EnergyTable(measure, {b: (p["energy_j"] if p["energy_j"] is not None else p["cpu_s"]) for b, p in
                                    per.items()}, {b: p["cpu_s"] for b, p in per.items()})
+    by_batch = {b: _reading(runs[(m, "resources", b)]["memory"], on_gpu) for b in sizes}
+    by_batch = {b: pair for b, pair in by_batch.items() if pair[0] is not None}
     memory = runs[(m, "resources", sizes[-1])]["memory"]
-    if memory is None:
+    if memory is None or sizes[-1] not in by_batch:
         return Resources(None, None, None, energy)
+    rss, uss = by_batch[sizes[-1]]
+    return Resources(rss, uss, int(memory["peak_rss_bytes"]), energy, by_batch)
+
+
+def _reading(memory: dict | None, on_gpu: bool) -> tuple[int | None, int | None]:
+    """(RSS or device bytes, USS or None) of one instance's memory reading (None, None where there is none)."""
+    if memory is None:
+        return None, None
     if on_gpu:
-        device = memory["device_bytes"]
-        return Resources(None if device is None else int(device), None, int(memory["peak_rss_bytes"]), energy)
+        return (None if memory["device_bytes"] is None else int(memory["device_bytes"])), None
     uss = memory["uss_bytes"]
-    return Resources(int(memory["rss_bytes"]), None if uss is None else int(uss), int(memory["peak_rss_bytes"]),
-                     energy)
+    return int(memory["rss_bytes"]), None if uss is None else int(uss)
 
 
 def with_resources(profile: Profile, resources: dict[str, Resources]) -> Profile:
@@ -138,7 +150,8 @@ def with_resources(profile: Profile, resources: dict[str, Resources]) -> Profile
         mp = models[name]
         devices = {d: dataclasses.replace(md, memory_bytes=found.memory_bytes,
                                           memory_unique_bytes=found.memory_unique_bytes,
-                                          memory_peak_bytes=found.memory_peak_bytes, energy=found.energy)
+                                          memory_peak_bytes=found.memory_peak_bytes, energy=found.energy,
+                                          memory_by_batch=found.memory_by_batch)
                    for d, md in mp.devices.items()}
         models[name] = dataclasses.replace(mp, devices=devices)
     return dataclasses.replace(profile, models=models)

@@ -153,16 +153,29 @@ class ModelOnDevice:
     memory_unique_bytes: int | None = None  # an instance's USS: what it alone holds (CPU; None: not read)
     memory_peak_bytes: int | None = None  # its resident high-water mark (VmHWM)
     energy: EnergyTable | None = None  # energy (or CPU-seconds, the proxy) per request, per batch size
+    # batch size b -> (RSS or device bytes, USS or None) of an instance that has served requests of up to b rows
+    memory_by_batch: Mapping[int, tuple[int, int | None]] = field(default_factory=dict)
 
-    def memory_for(self, instances: int) -> int | None:
-        """Bytes ``instances`` instances hold together (None where the profile has no memory): each instance's own
-        pages (USS) once per instance, the pages they share (libraries: RSS - USS) once,
-        ``k * USS + (RSS - USS)``; without a USS (a GPU's memory), ``k * memory_bytes``."""
-        if self.memory_bytes is None:
+    def memory_at(self, max_batch: int | None = None) -> tuple[int | None, int | None]:
+        """(RSS, USS) of one instance serving batches of up to ``max_batch`` rows: the reading after the smallest
+        measured size at or above it (an instance's arenas grow with the largest batch it ran; the largest measured
+        when none is), else the largest-batch figures (``memory_bytes``, ``memory_unique_bytes``)."""
+        if max_batch is not None and self.memory_by_batch:
+            sizes = sorted(self.memory_by_batch)
+            return self.memory_by_batch[next((b for b in sizes if b >= max_batch), sizes[-1])]
+        return self.memory_bytes, self.memory_unique_bytes
+
+    def memory_for(self, instances: int, max_batch: int | None = None) -> int | None:
+        """Bytes ``instances`` instances serving batches of up to ``max_batch`` rows (None: the largest measured)
+        hold together (None where the profile has no memory): each instance's own pages (USS) once per instance,
+        the pages they share (libraries: RSS - USS) once, ``k * USS + (RSS - USS)``; without a USS (a GPU's
+        memory), ``k * RSS``."""
+        rss, uss = self.memory_at(max_batch)
+        if rss is None:
             return None
-        if self.memory_unique_bytes is None:
-            return instances * self.memory_bytes
-        return instances * self.memory_unique_bytes + max(self.memory_bytes - self.memory_unique_bytes, 0)
+        if uss is None:
+            return instances * rss
+        return instances * uss + max(rss - uss, 0)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -246,6 +259,8 @@ class ModelOnDevice:
         for key in ("memory_unique_bytes", "memory_peak_bytes"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.memory_by_batch:
+            out["memory_by_batch"] = {str(b): list(self.memory_by_batch[b]) for b in sorted(self.memory_by_batch)}
         if self.energy is not None:
             out["energy"] = self.energy.to_json()
         return out
@@ -338,7 +353,26 @@ def parse_model_on_device(md: Any, source: str, where: str) -> ModelOnDevice:
     return ModelOnDevice(mode, batches, curves, threads, seconds["per_request_s"], memory["memory_bytes"],
                          seconds["batch_gap_s"], idle, tuple(padded), demand, seconds["hop_s"],
                          seconds["handoff_cpu_s"], seconds["pickup_s"], _other_threads(md, threads, source, where),
-                         curve_threads, memory["memory_unique_bytes"], memory["memory_peak_bytes"], energy)
+                         curve_threads, memory["memory_unique_bytes"], memory["memory_peak_bytes"], energy,
+                         _memory_by_batch(md.get("memory_by_batch"), source, f"{where}.memory_by_batch"))
+
+
+def _memory_by_batch(data: Any, source: str, where: str) -> dict[int, tuple[int, int | None]]:
+    """``memory_by_batch``: batch size -> [RSS bytes, USS bytes or null] (absent: none)."""
+    if data is None:
+        return {}
+    expected = 'expected {"BATCH": [RSS bytes, USS bytes or null], ...} with batch sizes >= 1'
+    if not isinstance(data, Mapping):
+        raise InputError(source, where, expected)
+    out = {}
+    for key, pair in data.items():
+        ok = str(key).isdigit() and int(key) >= 1 and isinstance(pair, list) and len(pair) == 2 and all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in pair) and \
+            pair[0] is not None
+        if not ok:
+            raise InputError(source, f"{where}.{key}", expected)
+        out[int(key)] = (pair[0], pair[1])
+    return out
 
 
 def _other_threads(md: Mapping, threads: int, source: str, where: str) -> dict[int, ThreadTable]:

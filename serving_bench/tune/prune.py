@@ -9,8 +9,9 @@
   ``n = m + 4 sqrt(m) + 1`` (four standard deviations of a Poisson count, and one), so no batch holds more;
   ``max_batch_size`` values above the smallest one ``>= n`` serve as that one does, except through the
   preferred-size rules, and are dropped;
-- **instance counts over the memory budget**: ``k`` instances of a model (its smallest variant) beside one instance
-  of every other model on the same device (theirs smallest) that are predicted to hold more than the device's budget.
+- **instance counts over the memory budget**: ``k`` instances of a model (its smallest variant at its smallest
+  candidate batch size) beside one instance of every other model on the same device (theirs smallest) that are
+  predicted to hold more than the device's budget.
 """
 
 from __future__ import annotations
@@ -63,17 +64,18 @@ def fillable(knob: ModelKnobs, profile, entries: Sequence[str], device: str, top
     return tuple(keep + above[:1])
 
 
-def _memory(profile, entry: str, device: str, count: int) -> int:
-    return profile.models[entry].devices[device].memory_for(count) or 0
+def _memory(profile, entry: str, device: str, count: int, knob: ModelKnobs) -> int:
+    """The least ``count`` instances of ``entry`` hold among ``knob``'s batch sizes."""
+    return profile.models[entry].devices[device].memory_for(count, max(min(knob.max_batch_size), 1)) or 0
 
 
 def memory_instances(knob: ModelKnobs, others: Sequence[ModelKnobs], profile, device: str, budget: int,
                      entries: Mapping[str, Sequence[str]]) -> tuple[int, ...]:
     """The instance counts of ``knob``'s model that fit ``budget`` bytes beside ``others`` at their least (module
     doc); its smallest count when none does (the candidates' own check then says so)."""
-    rest = sum(min(_memory(profile, e, device, min(o.instances)) for e in entries[o.name]) for o in others)
+    rest = sum(min(_memory(profile, e, device, min(o.instances), o) for e in entries[o.name]) for o in others)
     fits = tuple(k for k in knob.instances
-                 if min(_memory(profile, e, device, k) for e in entries[knob.name]) + rest <= budget)
+                 if min(_memory(profile, e, device, k, knob) for e in entries[knob.name]) + rest <= budget)
     return fits or (min(knob.instances),)
 
 

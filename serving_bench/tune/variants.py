@@ -15,7 +15,8 @@ p99) at every batch size it was measured at, at every thread count either was me
 its CPU-seconds and its energy per request are all no better than another's, and worse in one, is dropped.
 
 Memory (:func:`config_memory`): per device, each model's instances ``k * USS`` plus the pages they share (RSS - USS)
-once per framework on that device (:meth:`~serving_bench.profiles.entries.ModelOnDevice.memory_for`); on a GPU the
+once per framework on that device (:meth:`~serving_bench.profiles.entries.ModelOnDevice.memory_for`), each read at
+the model's ``max_batch_size`` (:meth:`~serving_bench.profiles.entries.ModelOnDevice.memory_at`); on a GPU the
 device memory per instance times the instances. Energy (:func:`predicted_energy`): each simulated request's share of
 its executed batch, ``rows * E(n) / n`` for a batch of ``n`` rows, ``E(n)`` the profile's energy (or CPU-seconds) of
 a request of ``n`` rows alone.
@@ -164,15 +165,16 @@ def config_memory(profile, config: ServingConfig) -> tuple[dict[str, int], tuple
     for ms in config.models:
         for device, count in ms.instances:
             md = profile.on_device(ms.name, device)
-            if md.memory_bytes is None:
+            rss, uss = md.memory_at(max(ms.max_batch_size, 1))
+            if rss is None:
                 missing.append(ms.name)
                 continue
-            if md.memory_unique_bytes is None:
-                own[device] = own.get(device, 0) + md.memory_for(count)
+            if uss is None:
+                own[device] = own.get(device, 0) + count * rss
                 continue
-            own[device] = own.get(device, 0) + count * md.memory_unique_bytes
+            own[device] = own.get(device, 0) + count * uss
             key = (device, profile.models[ms.name].framework)
-            shared[key] = max(shared.get(key, 0), md.memory_bytes - md.memory_unique_bytes)
+            shared[key] = max(shared.get(key, 0), rss - uss)
     for (device, _), extra in shared.items():
         own[device] += extra
     return own, tuple(dict.fromkeys(missing))

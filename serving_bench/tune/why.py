@@ -55,7 +55,7 @@ def _row(profile, entry: str, device: str, batch: int) -> dict:
     energy = md.energy
     return {"batch": batch, "latency_s": service.mean, "p99_s": service.quantile(0.99),
             "throughput_rps": batch / service.mean if service.mean > 0 else None,
-            "memory_bytes": md.memory_for(1),
+            "memory_bytes": md.memory_for(1, batch),
             "energy_per_request": energy.at(batch) if energy is not None else None,
             "energy_unit": energy.unit if energy is not None else None,
             "energy_measure": energy.measure if energy is not None else None}
