@@ -25,11 +25,11 @@ measured on Triton:
 Measured capacity at the SLO: the load grown (superposed) to a scale, replayed on a server holding the configuration,
 judged by tune's own SLO check (``tune.objective.check_slos``); the scale bisected with tune's ladder and repeat rule
 (``tune.capacity.bisect_capacity``, ``Ladder``, ``Repeats``) on rungs around the configuration's predicted capacity,
-from a sixteenth to four times it (``2 ** (1 / steps)`` apart: the figure's resolution). Every configuration is served
-at once, each by a server of its own, warmed (every batch size up to its ``max_batch_size``), and their probes take
-turns, one at a time: the host's drift over the run falls on all of them alike. Memory: the union of the instances'
-resident page frames after the probes (``telemetry.instances.footprint_bytes``) against the profile's prediction
-(``tune.variants.config_memory``).
+from a sixteenth of it (no lower than every model having 12 requests) to four times it (``2 ** (1 / steps)`` apart:
+the figure's resolution). Every configuration is served at once, each by a server of its own, warmed (every batch size
+up to its ``max_batch_size``), and their probes take turns, one at a time: the host's drift over the run falls on all
+of them alike. Memory: the union of the instances' resident page frames after the probes
+(``telemetry.instances.footprint_bytes``) against the profile's prediction (``tune.variants.config_memory``).
 
 TVM is left out unless ``--tvm-trials N`` (tuned with N MetaSchedule trials; untuned TVM takes seconds per resnet50
 image on 2 cores, a profile of it minutes per point). Writes ``benchmarks/results/frameworks[_quick]_<date>_<host>``
@@ -51,6 +51,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -78,6 +80,7 @@ from serving_bench.tune.variants import config_memory, renamed_schedule, summary
 
 MIX = ("resnet50", "bert_base", "mobilenet_v3_large", "tiny_cnn")
 WARMUP_REQUESTS = 3  # per instance and batch size, before a configuration's first probe
+MIN_PROBE_REQUESTS = 12  # the least requests of any model in a judged probe (the ladder's lowest rung)
 MAX_FAILED = ObjectiveConfig().max_failed_fraction  # tune's own bound on failed requests in a judged run
 
 
@@ -109,7 +112,7 @@ def settings_from(args) -> Settings:
         variants += f",tvm:trials={args.tvm_trials}"
     return Settings(variants=variants, batch_sizes=(1, 4) if quick else (1, 4, 8),
                     seq_len=args.seq_len or (32 if quick else 128), profile_s=2.0 if quick else 4.0,
-                    load_s=10.0 if quick else 20.0, tune_minutes=0.5 if quick else 2.0, instances=(1, 2),
+                    load_s=12.0 if quick else 30.0, tune_minutes=0.5 if quick else 2.0, instances=(1, 2),
                     queue_delays_us=(0,) if quick else (0, 2000), steps_per_doubling=4 if quick else 8,
                     repeats=1 if quick else 3, load_cores=args.load, slo_factor=args.slo_factor,
                     slo_floor_s=args.slo_floor_ms / 1e3, seed=args.seed)
@@ -271,6 +274,13 @@ def probe_fn(server, candidate: Candidate, bench: Bench):
     return probe
 
 
+def lowest_scale(load) -> float:
+    """The lowest load scale a probe judges: every model has :data:`MIN_PROBE_REQUESTS` requests in it (below, a
+    slow model's few requests say nothing of its p99, and a model with none would count as not served)."""
+    counts = np.bincount(load.base.model, minlength=len(load.base.models))
+    return MIN_PROBE_REQUESTS / max(int(counts.min()), 1)
+
+
 def warm_up(server, candidate: Candidate) -> None:
     """Each served entry alone, at every batch size up to its ``max_batch_size``, :data:`WARMUP_REQUESTS` requests
     per instance, as many in flight as it has instances: a fresh instance's first requests of each shape are not the
@@ -284,7 +294,9 @@ def warm_up(server, candidate: Candidate) -> None:
 def measure(server, candidate: Candidate, bench: Bench, s: Settings) -> dict:
     """Measured capacity at the SLOs (bisection around the prediction, in turns) and memory of one configuration on
     its server."""
-    ladder = Ladder(min_scale=1 / 16, max_scale=4.0, steps_per_doubling=s.steps_per_doubling)
+    base = candidate.predicted_scale if candidate.predicted_scale > 0 else 1.0
+    ladder = Ladder(min_scale=max(1 / 16, lowest_scale(bench.load) / base), max_scale=4.0,
+                    steps_per_doubling=s.steps_per_doubling)
     t0 = time.perf_counter()
     try:
         found = bisect_capacity(probe_fn(server, candidate, bench), ladder, Repeats(s.repeats, "majority"))
@@ -293,7 +305,6 @@ def measure(server, candidate: Candidate, bench: Bench, s: Settings) -> dict:
     measured_memory, how = footprint_bytes([p.pid for p in instance_processes(server.pid)])
     by_entry = {entry: {k: v for k, v in m.items() if k in ("instances", "rss_bytes", "uss_bytes")}
                 for entry, m in instance_memory(server.pid, gpu=False).by_model().items()}
-    base = candidate.predicted_scale if candidate.predicted_scale > 0 else 1.0
     scale = base * found.capacity_scale
     error = None if measured_memory is None else \
         (candidate.predicted_memory_bytes - measured_memory) / measured_memory
@@ -412,7 +423,7 @@ def measure_all(candidates: list[Candidate], load, slos: dict, s: Settings) -> l
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="two frameworks, batch 1/4, 10 s replays, one probe a step")
+                        help="two frameworks, batch 1/4, 12 s replays, one probe a step")
     parser.add_argument("--variants", help="the variants exported and searched (default: see the module doc)")
     parser.add_argument("--tvm-trials", type=int, default=0, help="add TVM tuned with N MetaSchedule trials")
     parser.add_argument("--seq-len", type=int, help="bert_base's tokens (default 128; 32 with --quick)")
