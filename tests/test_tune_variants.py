@@ -116,6 +116,15 @@ def test_the_tuner_picks_different_frameworks_for_two_models_when_their_profiles
     assert doc["best"]["result"]["memory_bytes"]["cpu"] == instances * 100 * MB + 2 * 200 * MB  # 2 frameworks' libs
 
 
+def test_the_picks_capacity_interval_is_searched_on_its_chosen_variants(tmp_path, crossed):
+    """The replications behind the pick's interval simulate the variants it serves with, not the slots' own
+    entries (b's own ONNX Runtime entry is three times slower than the TorchScript one it is served by)."""
+    doc = run_tune(opts(tmp_path, *crossed, replications=4))
+    result = doc["best"]["result"]
+    assert doc["variants"]["b_onnxruntime"]["pick"] == "b_torchscript"
+    assert result["capacity_interval"]["high_scale"] >= 0.8 * result["capacity_scale"]
+
+
 def test_the_report_shows_each_models_variants_with_the_pick_marked(tmp_path, crossed):
     """The study's comparison: per model, variant x batch size -> latency, throughput, memory, energy (here the
     CPU-seconds proxy, named as one), the pick's row marked at its batch size; from ``serving-bench report`` too."""

@@ -153,9 +153,9 @@ def _pick_interval(opts: TuneOptions, ctx: EvalContext, best: dict, replications
         return
     _log(opts, f"capacity interval: the pick's capacity searched again in {replications.count} replications, each "
                f"its own realisation of the load, simulator seed and host speed")
-    found = capacity_interval(CapacityQuestion(ctx.profile, ctx.space.config(best["params"]), ctx.load, ctx.slos,
-                                               ctx.objective.ladder, ctx.objective.max_failed_fraction),
-                              replications, result["capacity_scale"])
+    question = CapacityQuestion(ctx.profile_for(best["params"]), ctx.space.config(best["params"]), ctx.load,
+                                ctx.slos, ctx.objective.ladder, ctx.objective.max_failed_fraction)  # its variants
+    found = capacity_interval(question, replications, result["capacity_scale"])
     result["capacity_interval"] = dict(found.to_json(), host_spread_source=source,
                                        low_rps=None if found.low is None else found.low * ctx.offered_rps,
                                        high_rps=None if found.high is None else found.high * ctx.offered_rps)
