@@ -42,7 +42,8 @@ perf-analyzer: | $(STAMP)
 	@scripts/install_perf_analyzer.sh || echo "perf_analyzer is not installed (above): its wrapper test will be skipped"
 
 # Every benchmark in its short mode (each prints a ratio against a peer measured in the same run).
-BENCHMARKS := lateness vs_perf_analyzer server_overhead sim_speed sim_fidelity frameworks vs_model_analyzer
+BENCHMARKS := lateness vs_perf_analyzer server_overhead sim_speed sim_fidelity frameworks vs_model_analyzer \
+	capacity_fidelity gpu_fidelity
 bench: build
 	scripts/install_perf_analyzer.sh
 	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py --quick"; $(BIN)/python benchmarks/$$b.py --quick || exit 1; done

@@ -346,6 +346,7 @@ def run_checks(plan: Plan, repo: Path, budget_s: float, started: float, url: str
 
     def tensorrt() -> None:
         from serving_bench.export.api import export_models
+        from serving_bench.export.frameworks import ExportOptions
 
         trt_repo = repo.parent / "tensorrt"
         [exported] = export_models([plan.pair[0]], ["tensorrt"], trt_repo,

@@ -82,7 +82,8 @@ if ! has_all "$PY" >/dev/null 2>&1; then
     module="${pair%%:*}"; dist="${pair#*:}"
     if ! "$VENV/bin/python" -c "import $module" 2>/dev/null; then
       echo "installing $dist from $WHEELS"
-      "${PIP[@]}" --no-deps "$dist"
+      "${PIP[@]}" --no-deps "$dist" || { echo "error: this host lacks $module and $WHEELS has no wheel of $dist:" \
+        "fill the folder with scripts/gpu_wheels.sh --all where PyPI is reachable" >&2; exit 2; }
     fi
   done
   PY="$VENV/bin/python"

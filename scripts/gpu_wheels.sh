@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# Fill a folder with the wheels scripts/gpu_check.sh installs on the GPU host, which has no network and whose python3
-# (3.12) has torch but no tritonclient or pytriton (docs/serve.md#gpu-check). Run it where PyPI is reachable:
+# Fill a folder with the wheels scripts/gpu_check.sh (and scripts/gpu_campaign.sh through it) installs on the GPU host,
+# which has no network and whose python3 (3.12) has torch but no tritonclient or pytriton (docs/serve.md#gpu-check).
+# Run it where PyPI is reachable:
 #
-#   scripts/gpu_wheels.sh [DIR]        # default: .cache/gpu-wheels (git-ignored)
+#   scripts/gpu_wheels.sh [--all] [DIR]        # default DIR: .cache/gpu-wheels (git-ignored)
 #
+# By default only what the lent GPU machines' image lacks (seen on the H200, 2026-12-04): nvidia-pytriton,
+# tritonclient, python-rapidjson, pytz, simpy and numpy 1.26.4 (~40 MB); --all adds packaging, pandas,
+# python-dateutil, tzdata, six and psutil for a host without them (~51 MB). Without --all those six are removed from
+# DIR, so that what a device run carries stays small (scripts/gpu_campaign.sh --size).
 # numpy 1.26.4 is included because the bundled python backend (Triton 2.51) needs numpy<2 in the stub: with numpy 2
 # an output tensor arrives with its shape but no bytes (seen with python 3.12 + numpy 2.5 here).
-# To keep the folder small enough to travel with the working tree (~51 MB; carry allows 64 MiB), wheels over 1 MB are
+# To keep the folder small enough to travel with the working tree (carry allows 64 MiB in all), wheels over 1 MB are
 # recompressed with LZMA and two are slimmed (files removed, RECORD rewritten, nothing added or changed):
 # tritonclient loses its perf_analyzer/perf_client binaries, and nvidia-pytriton its python-backend stubs for Pythons
 # other than 3.12 and the libpython 3.13 only the 3.13 stub links. Pins match setup.cfg where the package is ours.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
+ALL=0
+if [ "${1:-}" = "--all" ]; then ALL=1; shift; fi
 DIR="${1:-$REPO/.cache/gpu-wheels}"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
+LENT=(nvidia-pytriton==0.7.0 tritonclient==2.50.0 python-rapidjson==1.25 numpy==1.26.4 pytz==2026.6 simpy==4.1.2)
+HOST=(packaging==26.4 pandas==2.3.3 python-dateutil==2.9.0.post0 tzdata==2026.6 six==1.17.0 psutil==7.2.2)
+WANTED=("${LENT[@]}")
+if [ "$ALL" = 1 ]; then
+  WANTED+=("${HOST[@]}")
+else
+  for spec in "${HOST[@]}"; do  # the image has these: left out of what travels
+    rm -f "$DIR/$(echo "${spec%%==*}" | tr - _)"-*.whl
+  done
+fi
 mkdir -p "$DIR"
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --abi cp312 --abi abi3 --abi none \
   --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
-  -d "$DIR" \
-  nvidia-pytriton==0.7.0 tritonclient==2.50.0 python-rapidjson==1.25 numpy==1.26.4 packaging==26.4 \
-  pandas==2.3.3 python-dateutil==2.9.0.post0 pytz==2026.6 tzdata==2026.6 six==1.17.0 psutil==7.2.2 simpy==4.1.2
+  -d "$DIR" "${WANTED[@]}"
 "$PY" - "$DIR" <<'PYEOF'
 import pathlib, re, sys, zipfile
 

@@ -72,6 +72,22 @@ def latest_entry(summary: dict) -> tuple[str, float]:
     return entry, late[entry]
 
 
+def tune_line(doc: dict) -> str:
+    """The tune stage's line: what the simulator predicted of the pick, then what Triton measured (the verification's
+    replays), so a prediction is never reported as met on the simulator's word alone."""
+    first = (doc.get("verification") or [None])[0]
+    capacity = first["capacity"] if first else {"predicted_scale": 0.0}
+    predicted = (f"meets its SLOs up to {capacity['predicted_scale']:.2f}x the load" if doc["satisfiable"]
+                 else "misses its SLOs")
+    if first is None:
+        return f"on the simulator the pick {predicted}; not verified on Triton"
+    held = capacity["held_at_capacity"]
+    measured = f"{'met' if first['slo_met'] else 'missed'} them at 1x" + (
+        "" if held is None else f" and {'held' if held else 'missed'} them at the predicted capacity")
+    return (f"on the simulator the pick {predicted}; on Triton it {measured}"
+            + ("" if capacity["agrees"] else " (the replays disagree with the prediction: see the report)"))
+
+
 @dataclass
 class Stage:
     name: str
@@ -218,7 +234,7 @@ class Demo:
                                    max_batch_sizes=(1, 2, 4, 8), queue_delays_us=(0, 2000),
                                    max_evals=self.tune_evals, verify_top=1, report=False,
                                    restart=True))  # a new demo measured a new profile: an old search is not resumed
-        return "SLOs met" if doc["satisfiable"] else "SLOs not met (see the report)"
+        return tune_line(doc)
 
     def report(self) -> str:
         return str(write_report(self.out, title="serving-bench demo"))

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from serving_bench.tune.capacity import Ladder, Probe, Repeats, bisect_capacity
+from serving_bench.tune.capacity import Interpolated, Ladder, Probe, Repeats, bisect_capacity, interpolate
 from serving_bench.tune.run import TuneOptions, run_tune
 from serving_bench.tune.verify import Replay, capacity_check, capacity_replays, measured_bracket
 from tune_fixtures import write_load, write_profile
@@ -81,6 +81,64 @@ def test_repeats_judge_the_decisive_steps_by_their_rule():
     assert strict.capacity_scale == pytest.approx(ladder.scale(11)) and strict.failed.rung == 12
     with pytest.raises(ValueError):
         Repeats(3, "median")
+
+
+def power(limit: float, exponent: float = 3.0, noise: dict[int, float] | None = None):
+    """A probe whose violation is ``(scale / limit) ** exponent`` (times ``noise[attempt]``): log-linear in the scale,
+    so the interpolation finds ``limit`` exactly where the noise is 1."""
+    def probe(scale: float, attempt: int) -> Probe:
+        violation = (scale / limit) ** exponent * (noise or {}).get(attempt, 1.0)
+        return Probe(scale, violation <= 1.0, violation)
+    return probe
+
+
+def test_interpolation_inside_the_bracket_finds_a_log_linear_crossing():
+    ladder = Ladder()
+    found = bisect_capacity(power(3.0), ladder)
+    assert found.capacity_scale == pytest.approx(ladder.scale(12))  # the rung: 2.83, 6 % under
+    inner = interpolate(found)
+    assert inner.how == "interpolated" and inner.scale == pytest.approx(3.0) and inner.repeats == ()
+    assert inner.spread is None
+
+
+def test_each_repeat_pair_gives_its_own_crossing_and_the_spread_their_range():
+    """Three replays a decisive step; the second replay of each runs 10 % hot (its violation 1.1 times the others'):
+    the medians still cross at the limit, that pair crosses lower, by log(1.1) / slope."""
+    ladder = Ladder()
+    found = bisect_capacity(power(3.0, noise={1: 1.1}), ladder, Repeats(3, "majority"))
+    inner = interpolate(found)
+    assert inner.scale == pytest.approx(3.0)
+    assert inner.repeats[0] == pytest.approx(3.0) and inner.repeats[2] == pytest.approx(3.0)
+    assert inner.repeats[1] == pytest.approx(3.0 * 1.1 ** (-1 / 3))  # slope 3 in log-log
+    assert inner.spread == pytest.approx((3.0 - 3.0 * 1.1 ** (-1 / 3)) / 3.0)
+
+
+def test_repeats_that_disagree_still_give_a_spread():
+    """Two replays a decisive step, both must meet; the second runs cool (its violation half the first's): at 3.08 the
+    first misses and the second meets, so the medians do not cross inside the bracket [2.83, 3.08] and the capacity is
+    its geometric middle. The pairs still give a spread on the medians' slope (3): the first pair crosses at the limit,
+    the cool one far above, kept at one bracket's width over it (rung 14)."""
+    ladder = Ladder()
+    found = bisect_capacity(power(3.0, noise={1: 0.5}), ladder, Repeats(2, "all"))
+    assert (found.met.rung, found.failed.rung) == (12, 13)
+    inner = interpolate(found)
+    assert inner.how == "midpoint" and inner.scale == pytest.approx(math.sqrt(ladder.scale(12) * ladder.scale(13)))
+    assert inner.repeats[0] == pytest.approx(3.0)
+    assert inner.repeats[1] == pytest.approx(ladder.scale(14))
+    assert inner.spread == pytest.approx((ladder.scale(14) - inner.repeats[0]) / inner.scale)
+
+
+def test_without_a_bracket_or_a_crossing_the_interpolation_says_so():
+    ladder = Ladder(max_scale=4)
+    capped = bisect_capacity(power(100.0), ladder)
+    assert interpolate(capped) == Interpolated(capped.capacity_scale, (), "rung") and capped.capped
+    zero = bisect_capacity(power(0.5), Ladder())
+    assert interpolate(zero) == Interpolated(0.0, (), "rung")
+
+    def failing_by_count(scale: float, attempt: int) -> Probe:  # a miss with no finite violation
+        return Probe(scale, scale <= 2.0, 0.5 if scale <= 2.0 else math.inf)
+    middle = interpolate(bisect_capacity(failing_by_count, ladder))
+    assert middle.how == "midpoint" and middle.scale == pytest.approx(math.sqrt(2.0 * ladder.scale(9)))
 
 
 def test_a_verification_replays_1x_the_capacity_and_one_rung_above():

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serving_bench.demo import DEMO_PROFILE, ENSEMBLE, EXPORT_MODELS, FRAMEWORKS, LATE_LIMIT_S, latest_entry
+from serving_bench.demo import (DEMO_PROFILE, ENSEMBLE, EXPORT_MODELS, FRAMEWORKS, LATE_LIMIT_S, latest_entry,
+                                tune_line)
 
 
 def test_demo_profile_is_poisson_plus_an_ensemble_burst():
@@ -38,6 +39,18 @@ def test_a_replay_is_judged_late_by_its_latest_entry():
                           "tiny_cnn_tvm": {"lateness_p99_s": 0.0038}, "tiny_ensemble": {"lateness_p99_s": None}}}
     entry, late = latest_entry(summary)
     assert (entry, late) == ("tiny_cnn_tvm", 0.0038) and late > LATE_LIMIT_S > summary["overall"]["lateness_p99_s"]
+
+
+def test_the_tune_line_says_what_triton_measured_not_only_what_the_simulator_predicted():
+    verified = {"satisfiable": True, "verification": [{"slo_met": False, "capacity": {
+        "predicted_scale": 2.5, "held_at_capacity": False, "agrees": False}}]}
+    assert tune_line(verified) == ("on the simulator the pick meets its SLOs up to 2.50x the load; on Triton it "
+                                   "missed them at 1x and missed them at the predicted capacity (the replays "
+                                   "disagree with the prediction: see the report)")
+    missed = {"satisfiable": False, "verification": [{"slo_met": False, "capacity": {
+        "predicted_scale": 0.0, "held_at_capacity": None, "agrees": True}}]}
+    assert tune_line(missed) == "on the simulator the pick misses its SLOs; on Triton it missed them at 1x"
+    assert tune_line({"satisfiable": True, "verification": []}).endswith("not verified on Triton")
 
 
 @pytest.mark.slow

@@ -177,7 +177,7 @@ def test_out_naming_a_file_is_one_line_and_exit_2(repo, profile, tmp_path, capsy
 def test_profile_resumes_on_a_new_server_when_the_server_dies(repo, tmp_path):
     out = tmp_path / "p.json"
     proc = _start(["profile", "--repo", str(repo), "--models", "sleep_python", "--out", str(out), "--batch-sizes",
-                   "1,4", "--colocation", "1", "--seconds", "1"], tmp_path)
+                   "1,4", "--colocation", "1", "--seconds", "1", "--calibrate", "0"], tmp_path)
     server = _server_of(proc)
     _wait_for(lambda: "batch 1:" in _output(tmp_path))  # the first step is done, the second runs
     os.kill(server, signal.SIGKILL)

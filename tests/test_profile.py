@@ -244,15 +244,17 @@ def test_service_dispatch_and_overhead_from_executed_batches():
     done = sent + 0.00055
     run = LoopRun({"m": done - sent}, {"m": _compute_stats(0.00034)}, (99.0, 101.0), {"m": sent}, {"m": done},
                   {"m": _executions(batches)})
-    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
+    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005)
     assert service == pytest.approx(np.full(10, 0.00034), abs=1e-9)
     assert dispatch == pytest.approx(np.full(10, 0.00003), abs=1e-9)
     assert overhead == pytest.approx(np.full(10, 0.00013), abs=1e-9)
-    # without server-side batches: latency - (mean latency - Triton's compute), the rest one constant overhead
+    # without server-side batches (any Triton): latency - (mean latency - Triton's compute - the queue delay); the
+    # ways are 160 us: Triton's queue time (60 us, less the 50 us delay) is on the way in, the rest half each way
     run.executions = None
-    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005, None)
-    assert service == pytest.approx(np.full(10, 0.00034)) and dispatch is None
-    assert overhead == pytest.approx([0.00055 - 0.00034 - 0.00005])
+    run.stats["m"].update(queue_mean_s=0.00006)
+    service, overhead, dispatch = service_and_overhead(run, "m", 0.00005)
+    assert service == pytest.approx(np.full(10, 0.00034))
+    assert dispatch == pytest.approx([0.000085]) and overhead == pytest.approx([0.000075])
 
 
 def _one_at_a_time(way_in, service, way_out, gap_s=0.001):
@@ -643,9 +645,11 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     rows = run_validation(load, repo, tmp_path / "p.json", tmp_path / "val")
     errors = {r["metric"]: r["rel_error"] for r in rows}
     assert abs(errors["throughput"]) < 0.03
-    assert abs(errors["p50"]) < 0.15 and abs(errors["p99"]) < 0.35  # a busy 2-core CI machine; figures in docs
-    assert abs(errors["mean batch"]) < 0.15
-    p50 = next(r for r in rows if r["metric"] == "p50")
+    assert abs(errors["p50"]) < 0.15 and abs(errors["mean batch"]) < 0.15
+    p50, p99 = (next(r for r in rows if r["metric"] == m) for m in ("p50", "p99"))
+    # a p99 of ~660 requests near a busy host's drift repeats only to tens of percent: within 35 % or inside its
+    # predicted interval (the host's speed drawn from the profile's spread)
+    assert abs(errors["p99"]) < 0.35 or p99["inside"], p99
     assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~660 requests bound a median tightly
     # each predicted figure with its 90 % interval over replications on hosts drawn from the profile's spread
     assert p50["predicted_low"] < p50["simulated"] < p50["predicted_high"] and p50["inside"] is not None

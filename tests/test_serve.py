@@ -188,10 +188,16 @@ def test_metrics_and_external_server_interface(served, reference):
         external.check_alive()
         with Control(external.endpoints.grpc_url) as control:
             before = _successes_once_settled(control, "tiny_cnn_tvm")
+            times = control.model_times(["tiny_cnn_tvm"])["tiny_cnn_tvm"]
             with Telemetry(external.endpoints.metrics_url, interval_s=0.1, gpu=False) as tel:
                 for _ in range(3):
                     _grpc_infer(external.endpoints.grpc_url, "tiny_cnn_tvm", x)
                 assert _successes_once_settled(control, "tiny_cnn_tvm") == before + 3
+            # the statistics extension per executed batch size: three batches of 3 rows, each request queued once
+            run = control.model_times(["tiny_cnn_tvm"])["tiny_cnn_tvm"].minus(times)
+            assert run.batch_counts().keys() == {3} and run.executed(3) == 3 and run.compute_s(3) > 0
+            assert run.queue[0] == run.success[0] == 3 and run.inferences == 9 and run.executions == 3
+            assert control.batch_stats(["tiny_cnn_tvm"])["tiny_cnn_tvm"][3][0] >= 3
         models = tel.summary()["models"]
     assert models["tiny_cnn_tvm"]["requests_ok"] == 3 and models["tiny_cnn_tvm"]["inferences"] == 9
     assert models["tiny_cnn_onnxruntime"]["requests_ok"] == 0

@@ -134,7 +134,8 @@ def test_the_compiled_engine_is_what_runs():
     if compiled.pure():
         pytest.skip(f"{compiled.PURE_ENV} is set: the pure Python source runs")
     names = compiled.modules()
-    assert names == ["core", "device", "fast", "heap", "serial", "state", "workload"] and ENGINE_BUILD == "compiled"
+    assert names == ["batcher", "core", "device", "fast", "heap", "machine", "serial", "state",
+                     "workload"] and ENGINE_BUILD == "compiled"
     for name in names:
         module = importlib.import_module(f"{compiled.PACKAGE}.{name}")
         assert module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), module.__file__

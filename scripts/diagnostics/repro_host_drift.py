@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if drift is None:
         print("the server logged too few batches to match")
         return 1
-    service, way_out, way_in = service_and_overhead(run, MODEL, 0.0, None)
+    service, way_out, way_in = service_and_overhead(run, MODEL, 0.0)
     total = way_in + service + way_out
     rng = np.random.default_rng(1)
     independent = sum(np.sort(x)[rng.integers(0, len(x), 200_000)] for x in (way_in, service, way_out))

@@ -10,6 +10,7 @@ import numpy as np
 
 from serving_bench.calibrate.estimators import gpu_demand
 from serving_bench.calibrate.lab import Lab
+from serving_bench.calibrate.paced import Paced, paced_run
 from serving_bench.calibrate.plan import HOST_DEVICE, PER_REQUEST_CONCURRENCY, QUIET_RATES_RPS
 from serving_bench.calibrate.runs import LoopRun
 from serving_bench.calibrate.session import Session, Step
@@ -48,14 +49,27 @@ def solo(lab: Lab, m: str, b: int, session: Session) -> LoopRun:
     return run
 
 
-def cold(lab: Lab, name: str, r: int, session: Session) -> LoopRun:
+def cold(lab: Lab, name: str, r: int, session: Session) -> LoopRun | Paced:
     """Round ``r`` of the cold-start runs of a model or an ensemble: one-row requests, each a random quiet time
-    after the previous one's back-to-back latency (an ensemble's: its members' summed, no less than its own)."""
+    after the previous one's back-to-back latency (an ensemble's: its members' summed, no less than its own); a
+    model of an external server: paced, each a random quiet time after the previous answer."""
     models = lab.plan.models
     index = models.index(name) if name in lab.plan.configs else len(models) + list(lab.plan.ensembles).index(name)
     rng = np.random.default_rng([r, index])  # seeded: the same quiet times in every profile
     quiet = rng.exponential(np.repeat(COLD_QUIET_S, COLD_BLOCK))
+    if lab.plan.external is not None and name in lab.plan.configs:  # no runner logs: each request counted
+        return paced_run(session.url, name, 1, 0.0, quiet)
     return session.open_loop(name, 1, np.cumsum(lab.cold_spacing(name) + quiet))
+
+
+def paced(lab: Lab, m: str, b: int, session: Session) -> Paced:
+    """Requests of ``b`` rows to ``m`` one at a time, each counted from the statistics' difference around it
+    (:func:`~serving_bench.calibrate.paced.paced_run`): the service time's distribution from any Triton."""
+    run = paced_run(session.url, m, b, lab.plan.config.seconds)
+    median, p99 = (float(np.quantile(run.compute_s, q)) * 1e3 for q in (0.5, 0.99)) if len(run) else (0.0, 0.0)
+    lab.log(f"{m}: batch {b}: {len(run)} paced requests ({run.skipped} with other traffic left out), compute median "
+            f"{median:.3f} ms, p99 {p99:.3f} ms")
+    return run
 
 
 def gap(lab: Lab, m: str, session: Session) -> LoopRun:
@@ -67,14 +81,11 @@ def gap(lab: Lab, m: str, session: Session) -> LoopRun:
     return session.run({m: (size, GAP_CONCURRENCY)}, max(lab.plan.config.seconds / 2, 0.5, GAP_MIN_REQUESTS * latency))
 
 
-def per_request(lab: Lab, m: str, session: Session) -> tuple:
-    """One-row requests at ``min(max_batch_size, 8)``: Triton's per-batch-size statistics before and after, and
-    the run."""
-    before = session.batch_stats([m])[m]
+def per_request(lab: Lab, m: str, session: Session) -> LoopRun:
+    """One-row requests at ``min(max_batch_size, 8)`` (its executed batch sizes from the statistics' counters)."""
     with session.untraced():  # statistics only; see Session.untraced
         concurrency = min(lab.plan.configs[m].max_batch_size, PER_REQUEST_CONCURRENCY)
-        run = session.run({m: (1, concurrency)}, lab.plan.config.seconds)
-    return before, session.batch_stats([m])[m], run
+        return session.run({m: (1, concurrency)}, lab.plan.config.seconds)
 
 
 def split(lab: Lab, m: str, c: int, session: Session) -> LoopRun:
@@ -105,16 +116,18 @@ def quiet(lab: Lab, rate: float, session: Session) -> LoopRun:
 
 
 def steps(lab: Lab) -> list[Step]:
-    """The phase's steps in order: per model its solo runs, the first cold-start round, the gap run and (batching)
+    """The phase's steps in order: per model its solo runs (an external server: and its paced runs), the first
+    cold-start round, the gap run and (batching)
     the per-request and split runs; the later cold-start rounds, the ensembles', the pairs', and the quiet runs
     (after every solo run: the longest model is found from them)."""
     plan = lab.plan
     out: list[Step] = []
     for m in plan.models:
         out += [((m, "solo", b), partial(solo, lab, m, b)) for b in plan.sizes[m]]
+        if plan.external is not None:  # no runner logs: the distributions from the statistics, request by request
+            out += [((m, "paced", b), partial(paced, lab, m, b)) for b in plan.sizes[m]]
         out.append(((m, "cold", 0), partial(cold, lab, m, 0)))
-        if not plan.config.url:
-            out.append(((m, "gap"), partial(gap, lab, m)))
+        out.append(((m, "gap"), partial(gap, lab, m)))
         if plan.batched(m):
             out.append(((m, "per_request"), partial(per_request, lab, m)))
             out += [((m, "split", c), partial(split, lab, m, c)) for c in plan.split_levels(m)]
@@ -135,11 +148,13 @@ def measure_alone(lab: Lab) -> None:
 
 def one_thread_models(lab: Lab) -> list[str]:
     """The models whose solo batches are measured again at one runtime thread per instance: on the host's cores,
-    where the instances run several (embedded server), unless their variant fixes its own threads."""
+    where the instances run several and a server can be told their threads (:meth:`Plan.sets_threads`), unless
+    their variant fixes its own threads."""
     plan = lab.plan
-    if plan.threads <= 1 or plan.config.url:
+    if plan.threads <= 1:
         return []
-    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE and not plan.fixed_threads(m)]
+    return [m for m in plan.models
+            if plan.devices[m] == HOST_DEVICE and plan.sets_threads(m) and not plan.fixed_threads(m)]
 
 
 def measure_one_thread(lab: Lab) -> None:

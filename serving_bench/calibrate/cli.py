@@ -58,7 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="closed-loop seconds per measured point")
     parser.add_argument("--threads", type=int,
                         help="threads per instance on the embedded server (default: what the served config gets)")
-    parser.add_argument("--url", help="an external Triton's gRPC host:port instead of the embedded server")
+    parser.add_argument("--url", help="an external Triton's gRPC host:port instead of the embedded server (started "
+                        "with --model-control-mode=explicit, its models are reloaded with each phase's instances)")
     parser.add_argument("--cuda-graphs", help="serve TorchScript entries on GPU instances with CUDA graphs (all, or "
                         "batch sizes 1,2,4: batches are padded to them) and profile them at those sizes")
     parser.add_argument("--trace", action="store_true",

@@ -10,7 +10,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from serving_bench.calibrate.estimators import service_and_overhead
+from serving_bench.calibrate.estimators import paced_service, service_and_overhead, service_from_statistics
+from serving_bench.calibrate.paced import Paced
 from serving_bench.calibrate.runs import LoopRun, hop_s, matched_batches
 from serving_bench.profiles.distributions import EnsembleExtra, IdleEffect, recent_means
 
@@ -75,6 +76,23 @@ def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndar
     return {k: v[keep] for k, v in phases.items()}
 
 
+def paced_requests(paced: Paced, wait_s: float) -> dict[str, np.ndarray] | None:
+    """A paced run's counted requests (each alone on the server: sent after the previous answer) as
+    :func:`quiet_requests` gives them — ``since``, ``recent_idle`` (the weighted mean of the instance's idle times:
+    each the quiet time before the request plus the median ways out and in around it), ``service`` (Triton's compute
+    time), ``way_in`` and ``way_out`` (:func:`~serving_bench.calibrate.estimators.paced_ways`' split) — the first
+    request (nothing before it) left out; None with fewer than ``COLD_MINIMUM``."""
+    if not isinstance(paced, Paced) or len(paced) <= COLD_MINIMUM:
+        return None
+    way_out = np.clip(paced.latency_s - paced.compute_s - paced.queue_s, 0.0, None) / 2
+    way_in = way_out + np.clip(paced.queue_s - wait_s, 0.0, None)
+    idle = paced.quiet_s + float(np.median(way_out)) + float(np.median(way_in))
+    phases = {"since": paced.since_s, "recent_idle": np.array(recent_means(idle.tolist(), COLD_MEMORY)),
+              "service": paced.compute_s, "way_out": way_out, "way_in": way_in}
+    keep = np.isfinite(paced.since_s) & np.isfinite(phases["recent_idle"])
+    return {k: v[keep] for k, v in phases.items()}
+
+
 def cold_bins(x: np.ndarray) -> list[np.ndarray]:
     """The indices of ``x`` in :data:`COLD_BINS` bins of equal counts by value (fewer where each would hold under
     :data:`COLD_MINIMUM`; at least one): how the cold-start runs' requests are binned."""
@@ -97,12 +115,27 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
     more than back to back at any last gap from 0.3 ms on, and the same at fixed spacings of the same mean; keyed
     on the weighted mean of the last ~8 idle times, fixed spacings and Poisson arrivals of every rate agree
     (docs/profiles.md#cold-starts-under-irregular-arrivals)."""
-    hot_run = runs[(model, "solo", 1)]
-    hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s, None)
-    quiet = [q for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
-             if len(k) == 3 and k[:2] == (model, "cold") for q in [quiet_requests(run, model, wait_s)] if q is not None]
-    if hot_in is None or not quiet:
-        return None
+    cold_runs = [run for k, run in sorted(runs.items(), key=lambda item: str(item[0]))
+                 if len(k) == 3 and k[:2] == (model, "cold")]
+    if (model, "paced", 1) in runs:  # no runner logs (an external server): paced runs
+        hot, back_to_back = paced_requests(runs[(model, "paced", 1)], wait_s), runs[(model, "solo", 1)]
+        quiet = [q for q in (paced_requests(run, wait_s) for run in cold_runs if isinstance(run, Paced)) if q]
+        if hot is None or not quiet:
+            return None
+        # the service against the back-to-back run's (a paced request already waited for the counters before it),
+        # the ways against the paced run's at batch 1 (the same client as the cold runs')
+        hot_service = paced_service(runs[(model, "paced", 1)], back_to_back.compute_s(model))
+        hot_out, hot_in = hot["way_out"], hot["way_in"]
+        hot_period = float(np.mean(hot["since"]))
+        hot_idle = service_from_statistics(back_to_back, model, wait_s)[1]
+    else:
+        hot_run = runs[(model, "solo", 1)]
+        hot_service, hot_out, hot_in = service_and_overhead(hot_run, model, wait_s)
+        quiet = [q for q in (quiet_requests(run, model, wait_s) for run in cold_runs) if q is not None]
+        if hot_in is None or not quiet:
+            return None
+        hot_period = float(np.mean(np.diff(hot_run.sent[model]))) if len(hot_run.sent[model]) > 1 else 0.0
+        hot_idle = medians(hot_run, model, wait_s)[3]
     cold = {name: np.concatenate([q[name] for q in quiet]) for name in quiet[0]}
     rounds = np.concatenate([np.full(len(q["since"]), r) for r, q in enumerate(quiet)])
 
@@ -112,8 +145,6 @@ def cold_starts(runs: Mapping, model: str, wait_s: float) -> IdleEffect | None:
         ys = [0.0] + [least_over_rounds(cold[phase][g], rounds[g], p) - float(np.quantile(hot, p)) for g in groups]
         return monotone(xs, ys)
 
-    hot_period = float(np.mean(np.diff(hot_run.sent[model]))) if len(hot_run.sent[model]) > 1 else 0.0
-    _, _, _, hot_idle = medians(hot_run, model, wait_s)
     sx, sy = binned("recent_idle", "service", hot_service, 0.5, hot_idle or 0.0)
     ox, oy = binned("since", "way_out", hot_out, 0.5, hot_period)
     _, dy = binned("since", "way_in", hot_in, 0.5, hot_period)

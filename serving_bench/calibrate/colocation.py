@@ -11,7 +11,7 @@ from serving_bench.calibrate.lab import Lab
 from serving_bench.calibrate.session import Session, Step
 from serving_bench.profiles.distributions import Curve
 from serving_bench.profiles.schema import PairCurve
-from serving_bench.serving_config import default_threads, model_serving_from_config
+from serving_bench.serving_config import default_threads
 
 
 def curve(lab: Lab, m: str, b: int, usable: list[int], session: Session) -> Curve | None:
@@ -46,14 +46,13 @@ def curve_threads(lab: Lab) -> int:
 
 
 def curve_steps(lab: Lab) -> list[Step]:
-    """Per model a step per batch size of its curves (default 1 and its largest), at the instance counts it has."""
+    """Per model a step per batch size of its curves (default 1 and its largest), at the instance counts it can have
+    (an external server that does not allow model control: those it serves)."""
     plan = lab.plan
     kmax = max(plan.ks)
-    available = ({m: model_serving_from_config(plan.configs[m]).instance_count for m in plan.models}
-                 if plan.config.url else {m: kmax for m in plan.models})
     steps = []
     for m in plan.models:
-        usable = [k for k in plan.ks if k <= available.get(m, 1)]
+        usable = [k for k in plan.ks if k <= plan.instances_at_most(m, kmax)]
         largest = plan.sizes[m][-1]
         batches = sorted({b for b in (plan.config.colocation_batches or (1, largest)) if b <= largest})
         steps += [((m, b), partial(curve, lab, m, b, usable)) for b in batches] if usable else []

@@ -12,12 +12,13 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy.special import ndtri
 
+from serving_bench.calibrate.paced import Paced
 from serving_bench.calibrate.runs import LoopRun, batches_of, hop_s, matched_batches
 from serving_bench.profiles.schema import HostSpread
 
 
-def service_and_overhead(run: LoopRun, model: str, wait_s: float,
-                         overhead: float | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+def service_and_overhead(run: LoopRun, model: str,
+                         wait_s: float) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Service samples of a concurrency-1 run and, with the executed batches, per-request overhead and dispatch
     samples.
 
@@ -25,9 +26,8 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
     :func:`~serving_bench.calibrate.runs.hop_s`, counted half on each side of the runner): service = batch duration + h
     (what occupies Triton's instance); dispatch = from the send to the batch's start, less ``wait_s`` (the batcher's own
     delay, which the simulator models) and h/2 — the request's way to the instance (client, network, Triton's threads);
-    overhead = the rest of the latency — the way back. Without: service = latency - ``overhead`` - ``wait_s``
-    (``overhead`` given) or, if None, latency - (mean latency - Triton's mean compute), the overhead being that constant
-    mean and the dispatch part of it."""
+    overhead = the rest of the latency — the way back. Without them (any Triton): :func:`service_from_statistics`,
+    the dispatch and overhead each one constant (:func:`ways_from_statistics`)."""
     latency = run.latency[model]
     found = matched_batches(run, model, 5)
     if found is not None:
@@ -37,11 +37,54 @@ def service_and_overhead(run: LoopRun, model: str, wait_s: float,
         dispatch = np.clip(batches.start_s - sent - wait_s - h / 2, 0.0, None)
         back = latency[matched] - (batches.end_s - sent) - h / 2
         return batches.duration_s + h, back, dispatch
+    service, _ = service_from_statistics(run, model, wait_s)
+    way_in, way_out = ways_from_statistics(run, model, wait_s)
+    return service, np.array([way_out]), np.array([way_in])
+
+
+def service_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[np.ndarray, float]:
+    """(service samples, the mean of the ways in and out) of a concurrency-1 run from what any Triton says, its
+    statistics extension: the samples' mean is Triton's mean compute time per request of the run (one request a
+    batch: per batch of the run's size; the driver's counters leave out its warm-up request), their spread the
+    client latencies' — each latency less the run's mean ways, ``mean latency - mean compute - wait_s``. The
+    extension gives sums, not samples: this shape counts the client's own stalls as the service's, so a profile
+    takes the shape of a paced run instead where it has one (:func:`paced_service`; docs/profiles.md, "Against any
+    Triton")."""
+    latency = run.latency[model]
     compute = run.compute_s(model)
-    if overhead is None:
-        overhead = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
-        return latency - overhead - wait_s, np.array([overhead]), None
-    return latency - overhead - wait_s, None, None
+    ways = max(float(latency.mean()) - compute - wait_s, 0.0) if compute > 0 else 0.0
+    return latency - ways - wait_s, ways
+
+
+def ways_from_statistics(run: LoopRun, model: str, wait_s: float) -> tuple[float, float]:
+    """(way in, way out), seconds, of a concurrency-1 run's requests from Triton's statistics alone: of
+    :func:`service_from_statistics`' ways, Triton's mean queue time (less the batcher's own delay ``wait_s``, which
+    the simulator imposes) is on the way in, the rest split evenly. (Triton's ``success`` time does not bound the
+    time inside the server: the python backend reports it when it releases the request, after the answer left;
+    on the 2-core VM it was longer than the client's latency for many requests.)"""
+    ways = service_from_statistics(run, model, wait_s)[1]
+    queue = min(max(((run.stats.get(model) or {}).get("queue_mean_s") or 0.0) - wait_s, 0.0), ways)
+    return queue + (ways - queue) / 2, (ways - queue) / 2
+
+
+def paced_service(paced: Paced, mean_s: float) -> np.ndarray:
+    """Service samples of one batch size from a paced run's per-request compute times (their shape: each request
+    waited for the counters before it, so its batch started after a little idle time) scaled to ``mean_s``, the
+    back-to-back run's mean compute time (Triton's counters over it)."""
+    compute = paced.compute_s
+    return compute * (mean_s / float(compute.mean())) if len(compute) and compute.mean() > 0 else compute
+
+
+def paced_ways(paced: Paced, wait_s: float, way_in_s: float, way_out_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(way in, way out) samples from a paced run's per-request times, split as :func:`ways_from_statistics` splits
+    the means — each request's latency beyond its queue and compute time half each way, its queue time (less
+    ``wait_s``) on the way in — each shifted to the load driver's means ``way_in_s`` and ``way_out_s`` (the paced
+    run's client is another, so only its spread is taken), at least 0."""
+    queue = np.clip(paced.queue_s - wait_s, 0.0, None)
+    way_out = np.clip(paced.latency_s - paced.compute_s - paced.queue_s, 0.0, None) / 2
+    way_in = way_out + queue
+    return (np.clip(way_in - way_in.mean() + way_in_s, 0.0, None),
+            np.clip(way_out - way_out.mean() + way_out_s, 0.0, None))
 
 
 DRIFT_LAGS_MS = (0.5, 5.0, 50.0)  # the times apart at which phase_drift correlates two requests' services
@@ -65,7 +108,7 @@ def phase_drift(run: LoopRun, model: str, wait_s: float, lags_ms: Sequence[float
     found = matched_batches(run, model, DRIFT_MINIMUM)
     if found is None:
         return None
-    service, way_out, way_in = service_and_overhead(run, model, wait_s, None)
+    service, way_out, way_in = service_and_overhead(run, model, wait_s)
     z_in, z_service, z_out = (normal_scores(x) for x in (way_in, service, way_out))
 
     def corr(a: np.ndarray, b: np.ndarray) -> float:
@@ -94,7 +137,10 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
       CPU time overstates it where threads spin while they wait (they yield the core to real work when it is
       busy): the sharing law's ``psi`` scales it (:mod:`serving_bench.sim.spec`).
 
-    Demands are None where the server did not say."""
+    Demands are None where the server did not say; without a runner log, :func:`process_demands` (hop 0)."""
+    if batches_of(run, model) is None:
+        runner, handoff = process_demands(run, model)
+        return runner, 0.0, handoff
     found = matched_batches(run, model, 5)
     if found is None or np.isnan(found[1].cpu_s).any():
         return None, 0.0, None
@@ -109,6 +155,22 @@ def demands(run: LoopRun, model: str) -> tuple[float | None, float, float | None
     return runner, h, handoff
 
 
+def process_demands(run: LoopRun, model: str) -> tuple[float | None, float | None]:
+    """(runner demand, hand-off demand) of a one-at-a-time run of one model where no runner logs its batches but
+    the host's CPU is measured and the instances run in processes of their own (an external server on this machine:
+    the python backend's stubs, ``LoopRun.runner_cpu_s``) — :func:`demands` without the log: the instances' CPU over
+    Triton's summed compute time of the run's batches, and the rest of the run's CPU over the time its requests
+    spent outside the instance (latency less Triton's mean compute, summed), at most 1. None where unknown."""
+    times = run.times.get(model)
+    if times is None or run.cpu_s is None or run.runner_cpu_s is None:
+        return None, None
+    compute = sum(ns for phases in times.by_batch.values() for _, ns in phases.values()) * 1e-9
+    outside = float(np.sum(np.clip(run.latency[model] - run.compute_s(model), 0.0, None)))
+    runner = run.runner_cpu_s / compute if compute > 0 else None
+    handoff = min(max(run.cpu_s - run.runner_cpu_s, 0.0) / outside, 1.0) if outside > 0 else None
+    return runner, handoff
+
+
 def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> float | None:
     """The share of a GPU one batch keeps busy alone: ``busy_share`` (NVML's share of time a kernel ran over a
     one-at-a-time run of ``model`` lasting ``seconds``) over the share of the run its instance spent executing
@@ -120,11 +182,16 @@ def gpu_demand(busy_share: float, run: LoopRun, model: str, seconds: float) -> f
 
 def handoff_point(run: LoopRun, model: str) -> tuple[float, float] | None:
     """(requests per executed batch ``n``, host CPU seconds outside the runner per answered request ``o``) of a run
-    of ``model``: the run's CPU less its logged batches' over its answered requests; None where the server did not
-    say."""
+    of ``model``: the run's CPU less its logged batches' (without a log: its instances' processes', over Triton's
+    count of batches) over its answered requests; None where the server did not say."""
     executed = batches_of(run, model)
     answered = len(run.latency.get(model, ()))
-    if executed is None or run.cpu_s is None or not len(executed) or not answered or np.isnan(executed.cpu_s).any():
+    if executed is None:  # no runner log: the instances' processes' CPU and Triton's count of batches, where known
+        times = run.times.get(model)
+        if times is None or run.cpu_s is None or run.runner_cpu_s is None or not times.executions or not answered:
+            return None
+        return answered / times.executions, (run.cpu_s - run.runner_cpu_s) / answered
+    if run.cpu_s is None or not len(executed) or not answered or np.isnan(executed.cpu_s).any():
         return None
     return answered / len(executed), (run.cpu_s - float(executed.cpu_s.sum())) / answered
 
@@ -163,9 +230,12 @@ def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
     had been sent before the previous batch ended. It is what the instance spends per batch beyond Triton's compute
     time: the mean time from one batch's start to the next one's minus Triton's mean compute per batch in the same
     run, at least 0 — means on both sides, so a stall of the shared machine counts once whichever part it hit (the
-    runner's log cannot see the hop to the stub, so the gap is not read off the log directly)."""
+    runner's log cannot see the hop to the stub, so the gap is not read off the log directly). Without the batches
+    (any Triton): :func:`cycle_gap`."""
     batches = batches_of(run, model)
-    if batches is None or run.compute_s(model) <= 0:
+    if batches is None:
+        return cycle_gap(run, model)
+    if run.compute_s(model) <= 0:
         return 0.0, 0
     sent = run.sent[model]
     n = min(len(batches), len(sent))
@@ -180,12 +250,28 @@ def batch_gap(run: LoopRun, model: str) -> tuple[float, int]:
     return max(float(np.mean(cycles)) - run.compute_s(model), 0.0), len(cycles)
 
 
+def cycle_gap(run: LoopRun, model: str) -> tuple[float, int]:
+    """The gap between batches on a busy instance from Triton's statistics alone (any Triton), and the batches it
+    rests on: the run's requests (each a batch of the largest size) followed one another on the instance from the
+    first send to the last answer, less one request's ways in and out (its mean latency less Triton's mean queue
+    and compute time), so each batch's cycle less Triton's mean compute time is the gap, at least 0 ((0, 0) with
+    fewer than 3 requests or no statistics)."""
+    latency = run.latency.get(model, np.zeros(0))
+    compute = run.compute_s(model)
+    if len(latency) < 3 or compute <= 0 or model not in run.sent:
+        return 0.0, 0
+    ways = float(latency.mean()) - ((run.stats.get(model) or {}).get("queue_mean_s") or 0.0) - compute
+    span = float(run.done[model].max() - run.sent[model].min()) - max(ways, 0.0)
+    return max(span / len(latency) - compute, 0.0), len(latency)
+
+
 def per_request_cost(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]],
                      service_mean: Callable[[int], float | None]) -> tuple[float, int]:
-    """Per-request cost from batches of n one-row requests (``batch_stats`` deltas of one run): the slope of their
-    compute time over n, minus the slope of the service time of *one* request of n rows over the same sizes (both
-    weighted least squares, weights = executions). Slopes, not levels, so a machine that is uniformly slower during
-    this run than during the service measurement does not pass for a per-request cost. Clamped at 0. Returns
+    """Per-request cost from batches of n one-row requests (the statistics' counters before and after one run,
+    ``{batch size: (executions, compute ns)}``; ``before`` ``{}`` where ``after`` is the run's already): the slope
+    of their compute time over n, minus the slope of the service time of *one* request of n rows over the same
+    sizes (both weighted least squares, weights = executions). Slopes, not levels, so a machine that is uniformly
+    slower during this run than during the service measurement does not pass for a per-request cost. Clamped at 0. Returns
     (seconds, executions of n >= 2 it rests on); 0 when fewer than two sizes were executed."""
     ns, ts, ss, ws = [], [], [], []
     for n, (count, total) in after.items():

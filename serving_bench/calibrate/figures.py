@@ -12,8 +12,9 @@ import numpy as np
 
 from serving_bench.calibrate.alone import one_thread_models
 from serving_bench.calibrate.cold import cold_starts
-from serving_bench.calibrate.estimators import (batch_gap, demands, handoff_point, handoff_split, per_request_cost,
-                                               per_request_cpu, phase_drift, pickup_s, service_and_overhead)
+from serving_bench.calibrate.estimators import (batch_gap, demands, handoff_point, handoff_split, paced_service,
+                                               paced_ways, per_request_cost, per_request_cpu, phase_drift, pickup_s,
+                                               service_and_overhead)
 from serving_bench.calibrate.lab import Lab, ModelResult
 from serving_bench.calibrate.plan import HOST_DEVICE
 from serving_bench.calibrate.runs import lone_wait_s, thin
@@ -38,7 +39,7 @@ def estimate_model(lab: Lab, m: str) -> None:
     if (m, "gap") in lab.runs:
         r.gap_s, count = batch_gap(lab.runs[(m, "gap")], m)
         if count:
-            lab.log(f"{m}: gap between batches on a busy instance {r.gap_s * 1e6:.0f} us (median of {count})")
+            lab.log(f"{m}: gap between batches on a busy instance {r.gap_s * 1e6:.0f} us (from {count} batches)")
     if (m, "per_request") in lab.runs:
         per_request(lab, m)
     r.idle = cold_starts(lab.runs, m, lone_wait_s(lab.plan.configs[m], 1))
@@ -55,8 +56,12 @@ def service_and_demand(lab: Lab, m: str, b: int) -> None:
     dispatch, the request demand and the hop too, at size 1 the drift."""
     r, run, first = lab.results[m], lab.runs[(m, "solo", b)], b == lab.plan.sizes[m][0]
     wait_s = lone_wait_s(lab.plan.configs[m], b)
-    overhead_mean = None if first else r.overhead.mean + (r.dispatch.mean if r.dispatch is not None else 0.0)
-    service, over, dispatch = service_and_overhead(run, m, wait_s, overhead_mean)
+    service, over, dispatch = service_and_overhead(run, m, wait_s)
+    paced = lab.runs.get((m, "paced", b))
+    if paced is not None and len(paced):  # no runner logs: the shapes of the paced run's requests
+        service = paced_service(paced, float(service.mean()))
+        if first and over is not None and dispatch is not None:
+            dispatch, over = paced_ways(paced, wait_s, float(dispatch.mean()), float(over.mean()))
     if first:
         r.overhead = thin(np.clip(over, 0.0, None)) if over is not None else Dist.constant(0.0)
         r.dispatch = thin(dispatch) if dispatch is not None else None
@@ -84,9 +89,10 @@ def per_request(lab: Lab, m: str) -> None:
     """The cost of each request inside a batch (Triton's compute time, or on the host's cores the runner's CPU) and
     the host CPU outside the runtime split per request and per batch (:func:`handoff_split`)."""
     r, runs, sizes = lab.results[m], lab.runs, lab.plan.sizes[m]
-    before, after, batched = runs[(m, "per_request")]
+    batched = runs[(m, "per_request")]
     loaded = [batched] + [runs[(m, "split", c)] for c in lab.plan.split_levels(m)]
-    r.per_request_s, used = per_request_cost(before, after, ServiceMean(ModelOnDevice("n/a", r.batches)))
+    r.per_request_s, used = per_request_cost({}, batched.times[m].batch_counts(),
+                                             ServiceMean(ModelOnDevice("n/a", r.batches)))
     by_cpu = (per_request_cpu([runs[(m, "solo", b)] for b in sizes], loaded, m)
               if r.device == HOST_DEVICE else None)
     lab.log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us of Triton's compute time (from "
@@ -134,12 +140,16 @@ class ServiceMean:
 
 def estimate_one_thread(lab: Lab) -> None:
     """The solo batches at one runtime thread per instance (service time and demand per batch size) as each
-    model's ``other_threads[1]``."""
+    model's ``other_threads[1]`` (against an external server: each size's mean there, the shape of its paced run at
+    the profile's threads)."""
     for m in one_thread_models(lab):
         r, batches, demand = lab.results[m], {}, {}
         for b in lab.plan.sizes[m]:
             run = lab.runs[(m, "solo at 1 thread", b)]
-            batches[b] = thin(service_and_overhead(run, m, lone_wait_s(lab.plan.configs[m], b), None)[0])
+            service = service_and_overhead(run, m, lone_wait_s(lab.plan.configs[m], b))[0]
+            paced = lab.runs.get((m, "paced", b))
+            batches[b] = thin(paced_service(paced, float(service.mean())) if paced is not None and len(paced)
+                              else service)
             batch_demand = demands(run, m)[0]
             if batch_demand is not None:
                 demand[b] = batch_demand

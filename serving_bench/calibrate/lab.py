@@ -61,12 +61,13 @@ class Lab:
     def sessions(self, instances: int, per_instance: int | None = None,
                  only: Sequence[str] | None = None) -> Callable[[], ContextManager[Session]]:
         """New sessions with ``instances`` of every model (of ``only`` where given, and then no ensemble) at
-        ``per_instance`` runtime threads each (default the plan's)."""
+        ``per_instance`` runtime threads each (default the plan's); an external server as it serves them, or, where it
+        allows model control, reloaded so."""
         plan, config = self.plan, self.plan.config
         models = plan.models if only is None else only
         threads = plan.threads if per_instance is None else per_instance
         setup = ServerSetup(plan.repo, tuple(models), instances, threads, config.trace, config.cuda_graphs, config.url,
-                            tuple(plan.ensembles) if only is None else ())
+                            tuple(plan.ensembles) if only is None else (), plan.reloads)
         return partial(open_session, setup, self.notes, self.log)
 
     def run_phase(self, steps: Sequence[Step], results: dict, sessions: Callable[[], ContextManager[Session]],

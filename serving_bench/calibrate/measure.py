@@ -10,9 +10,13 @@ and the client's own jitter on a busy machine must not leak into service times:
   batches are the ones inside its time window. Triton's own compute time per batch is longer by the hop to the
   runner's process and back; that difference (Triton's mean compute per request of the run minus the logged mean) is
   added to each logged duration. Triton's request trace is not used by default: with it the bundled tritonserver
-  2.51 aborted in most demo profiles (docs/serve.md#request-tracing-in-the-bundled-tritonserver-251); ``trace=True`` reads the batches from the trace instead.
-  Against an external server (``url``) neither exists: service samples are then client latencies minus the mean
-  overhead (their spread includes client jitter).
+  2.51 aborted in most demo profiles
+  (docs/serve.md#request-tracing-in-the-bundled-tritonserver-251); ``trace=True`` reads the batches from the trace instead.
+  Against an external server (``url``) neither exists: each figure then comes from Triton's statistics extension
+  (the counters around every run, per executed batch size; the service time's spread from paced runs,
+  :mod:`~serving_bench.calibrate.paced`), from the host CPU of a server on this machine (its instances' processes
+  in place of the runners' logged CPU), and, where the server allows model control, from each phase's instance
+  counts loaded through it (docs/profiles.md#against-any-triton-profile---url).
 * **Service samples** per batch size ``b``: one run at concurrency 1 with requests of ``b`` rows; a batch's
   **service time** is what occupies Triton's instance (logged duration + the hop).
 * **At one thread** (``other_threads``): where the instances run several runtime threads (``threads`` > 1, the
@@ -208,7 +212,8 @@ def assemble(lab: Lab, curve_threads: int, pairs: list[PairCurve]) -> Profile:
                    source=f"measured on {where} from {plan.repo}",
                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                    notes=tuple(lab.notes + [f"service = Triton's compute time per batch ({source})" if server_side
-                                            else "service = client latency - mean overhead"]),
+                                            else "service = Triton's mean compute time per batch size (statistics "
+                                            "extension), spread as the client latencies"]),
                    request_device=HOST_DEVICE if hosted else None)
 
 

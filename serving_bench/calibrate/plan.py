@@ -1,6 +1,7 @@
 """What a measurement is: the ``profile`` command's options (:class:`MeasureConfig`) resolved once against the model
 repository into a :class:`Plan` — the models measured (an ensemble's members too), their configurations, devices,
-batch sizes and padded sizes, and the runtime threads per instance. Checked before any server starts."""
+batch sizes and padded sizes, and the runtime threads per instance. Checked before any server starts (an external
+server is asked how it serves the models and whether it allows model control)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from serving_bench.calibrate.session import ExternalServing, inspect_external, local_server_pid
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.repository import CONFIG_NAME, ensemble_members, entry_dir, read_config
 from serving_bench.export.variants import ALLOWED, Variant, variant_of
@@ -72,8 +74,10 @@ class Plan:
     """A measurement resolved against the repository: ``models`` measured (an ensemble's members included, each
     once), ``named`` the configurations of the entries as given (ensembles too), ``configs`` those of ``models``,
     ``ensembles`` each named ensemble's members in step order, per model its ``device``, measured batch ``sizes`` and
-    ``padded`` sizes; ``threads`` per instance (1 against an external server), ``spread``: the co-located servers'
-    instances share the host's cores as served (else ``threads`` everywhere); ``cores``: the host's."""
+    ``padded`` sizes; ``threads`` per instance (an external server's: as it serves them, where its configuration
+    says, else 1), ``spread``: the co-located servers' instances share the host's cores as served (else ``threads``
+    everywhere); ``cores``: the host's; ``external``: how the external server serves the models and whether it
+    allows model control (None: the embedded server)."""
 
     repo: Path
     config: MeasureConfig
@@ -88,6 +92,7 @@ class Plan:
     spread: bool
     cores: int
     notes: tuple[str, ...]  # the measurement's first notes (how it ran)
+    external: ExternalServing | None = None
 
     @property
     def restarts(self) -> int:
@@ -95,14 +100,32 @@ class Plan:
         return 0 if self.config.url else MAX_RESTARTS
 
     @property
+    def reloads(self) -> bool:
+        """The external server allows model control: each phase reloads its models with the phase's instances."""
+        return self.external is not None and self.external.refusal is None
+
+    def sets_threads(self, model: str) -> bool:
+        """A phase can give ``model``'s instances other runtime threads: on the embedded server, or on an external
+        one that allows model control where the served configuration names them."""
+        return self.external is None or self.reloads and self.external.threads.get(model) is not None
+
+    def instances_at_most(self, model: str, wanted: int) -> int:
+        """The instances of ``model`` a phase can have: ``wanted``, or an external server's own count where it does
+        not allow model control."""
+        return wanted if self.external is None or self.reloads else self.external.instances.get(model, 1)
+
+    @property
     def calibrated(self) -> bool:
-        """Co-located calibration runs, and a law fitted to them: on one device of an embedded server."""
-        return self.config.calibrate > 1 and not self.config.url and len(set(self.devices.values())) == 1
+        """Co-located calibration runs, and a law fitted to them: on one device of the embedded server, or of an
+        external one that allows model control."""
+        return self.config.calibrate > 1 and (self.external is None or self.reloads) and \
+            len(set(self.devices.values())) == 1
 
     @property
     def quiet_waits(self) -> bool:
-        """The wait for a core measured too (on one instance, and on ``calibrate`` each): beside another model."""
-        return self.calibrated and len(self.models) > 1
+        """The wait for a core measured too (on one instance, and on ``calibrate`` each): beside another model, where
+        the runners log their batches (the embedded server)."""
+        return self.calibrated and len(self.models) > 1 and self.external is None
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -174,18 +197,44 @@ def plan_measurement(repo: str | Path, models: Sequence[str], config: MeasureCon
     for m, c in configs.items():
         wanted = list(config.batch_sizes) if config.batch_sizes else default_batch_sizes(c.max_batch_size, padded[m])
         sizes[m] = sorted({b for b in wanted if b <= max(c.max_batch_size, 1)} | {1})
+    external = inspect_external(config.url, measured) if config.url else None
     threads = config.threads if config.threads is not None else \
         default_threads(sum(max(sum(g.count or 1 for g in c.instance_group), 1) for c in configs.values()))
+    if external is not None:
+        threads = external_threads(external, config.threads)
     notes = [f"closed loop, {config.seconds:g} s per point, {config.rounds} interleaved rounds per co-location "
-             f"point; {threads} thread(s) per instance"]
-    if config.url:
-        notes[0] = notes[0].replace("thread(s) per instance", "thread(s) per instance recorded (the external "
-                                    "server's own setting applies)")
-        notes.append(f"external server {config.url}: no server-side batch times, so service samples are client "
-                     "latency - mean overhead and the gap between batches is not measured")
-    spread = config.threads is None and not config.url and all(d == HOST_DEVICE for d in devices.values())
-    return Plan(repo, config, measured, named, configs, ensembles, devices, sizes, padded,
-                1 if config.url else threads, spread, cpu_cores(), tuple(notes))
+             f"point; {threads} thread(s) per instance"] + (external_notes(external, config.url) if external else [])
+    spread = config.threads is None and all(d == HOST_DEVICE for d in devices.values()) and \
+        (external is None or external.refusal is None and all(t is not None for t in external.threads.values()))
+    return Plan(repo, config, measured, named, configs, ensembles, devices, sizes, padded, threads, spread,
+                cpu_cores(), tuple(notes), external)
+
+
+def external_threads(external: ExternalServing, given: int | None) -> int:
+    """The runtime threads per instance recorded for an external server's models: ``given`` where the server can be
+    told (model control, and a configuration that names them), else the first served model's that says, else 1."""
+    said = [t for t in external.threads.values() if t is not None]
+    if given is not None and external.refusal is None and said:
+        return given
+    return said[0] if said else 1
+
+
+def external_notes(external: ExternalServing, url: str) -> list[str]:
+    """What a profile of the external server at ``url`` rests on (the profile's notes)."""
+    here = local_server_pid(url) is not None
+    notes = [f"external server {url}: service time per batch size from Triton's statistics extension (its mean "
+             "compute time per executed batch of that size; the spread and the cold starts from paced runs, each "
+             "request's counters apart), the rest of a request's latency its way in and out; no runner logs, so no "
+             "drift and no wait for a core measured" +
+             ("; the host CPU from the server's processes on this machine" if here else
+              "; the server is not a process on this machine: no host CPU measured")]
+    if external.refusal is not None:
+        notes.append(f"the server does not allow model control ({external.refusal}): co-location only up to the "
+                     "instances it serves, no calibration runs (no sharing law fitted)")
+    elif any(t is None for t in external.threads.values()):
+        notes.append("runtime threads per instance not in the served configuration of " +
+                     ", ".join(m for m, t in external.threads.items() if t is None) + ": left as served")
+    return notes
 
 
 def default_batch_sizes(max_batch_size: int, padded: Sequence[int] = ()) -> list[int]:

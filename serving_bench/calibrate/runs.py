@@ -12,6 +12,7 @@ import numpy as np
 
 from serving_bench.errors import InputError
 from serving_bench.profiles.distributions import Dist
+from serving_bench.serve.control import ModelTimes
 from serving_bench.serve.execution_log import Executions
 
 MAX_SAMPLES = 2000  # samples kept per distribution (quantiles of more)
@@ -23,7 +24,11 @@ class LoopRun:
     loop runs include the client's own send lateness, closed loop ones have none), and send and completion times
     (``perf_counter`` seconds, the clock of the runners' execution logs) — Triton's statistics for the run
     (``load.driver``'s per-model means), the run's ``perf_counter`` window and, where the server could say, the batches
-    it executed in that window (runners' execution logs or Triton's trace; None: unknown)."""
+    it executed in that window (runners' execution logs or Triton's trace; None: unknown); ``times``: per model the
+    statistics extension's counters over the run (:class:`~serving_bench.serve.control.ModelTimes`: compute time per
+    executed batch size, queue and success time per request), from any Triton; ``runner_cpu_s``: of ``cpu_s``, what
+    the processes of the run's models' instances used (an external server on this machine whose instances run in
+    processes of their own: the python backend), else None."""
 
     latency: dict[str, np.ndarray]
     stats: dict[str, dict]
@@ -33,11 +38,19 @@ class LoopRun:
     executions: dict[str, Executions] | None = None  # the batches each model executed in the window, where known
     cpu_s: float | None = None  # CPU seconds the server, its stubs and the client used in the run, where known
     sender: str | None = None  # the load driver's sender that ran it (``native`` or ``python``), where known
+    times: dict[str, ModelTimes] = field(default_factory=dict)  # the statistics' counters over the run, per model
+    runner_cpu_s: float | None = None  # CPU seconds of the processes of its models' instances, where known apart
 
     def compute_s(self, model: str) -> float:
         """Triton's mean compute time per request in this run (input + infer + output), seconds."""
         s = self.stats.get(model) or {}
         return sum(s.get(f"compute_{p}_mean_s") or 0.0 for p in ("input", "infer", "output"))
+
+    def batch_compute_s(self, model: str, rows: int) -> float:
+        """Triton's mean compute time (s) of the run's executed batches of exactly ``rows`` rows (the statistics'
+        counters over the run; batches the batcher merged from several requests are other sizes); 0 if none ran."""
+        times = self.times.get(model)
+        return (times.compute_s(rows) or 0.0) if times is not None else 0.0
 
 
 class Trace:

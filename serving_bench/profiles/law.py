@@ -38,7 +38,13 @@ NAMES: dict[str, LawName] = {n.name: n for n in (
             "s = (1 + (D / (eta C)) ** power) ** (1 / power)"),
     LawName("none", (), ("cpu", "gpu"), "no interference: every job at its solo speed (the baseline)"),
     LawName("serial", (), ("gpu",), "a GPU's kernels one at a time (each running kind its own rate)"),
+    LawName("overlap", ("alpha",), ("gpu",), "a GPU's kernels overlap: n in flight run at n ** alpha kernels' worth"),
+    LawName("overlap_sat", ("sigma",), ("gpu",), "a GPU's kernels overlap up to a saturation: n in flight run at "
+            "n / (1 + sigma (n - 1)) kernels' worth (at most 1 / sigma; sigma above 1: less than one kernel's)"),
+    LawName("overlap_usl", ("sigma", "kappa"), ("gpu",), "a GPU's kernels overlap with contention and coherence "
+            "costs: n / (1 + sigma (n - 1) + kappa n (n - 1)) kernels' worth (the universal scalability law)"),
 )}
+OVERLAP = ("overlap", "overlap_sat", "overlap_usl")  # the GPU laws of a device capacity that grows with the kernels
 DEFAULT_BY_KIND = {"cpu": "pool", "gpu": "serial"}  # a device's law where the profile names none
 GPU_LAW = DEFAULT_BY_KIND["gpu"]  # chosen by held-out error (scripts/gpu_check.py --predict; docs/sim.md#laws-and-forms)
 
@@ -57,6 +63,10 @@ class Parameter:
 PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("eta", 1.0, None, "effective capacity as a share of the device's"),
     Parameter("power", 8.0, None, "the soft law's onset sharpness"),
+    Parameter("alpha", 1.0, 1.0, "law overlap: the exponent of the device's speed in the kernels in flight"),
+    Parameter("sigma", 0.0, 2.0, "laws overlap_sat and overlap_usl: each further kernel's contention (above 1: "
+              "kernels of several contexts lose time switching)"),
+    Parameter("kappa", 0.0, 1.0, "law overlap_usl: the coherence cost of each pair of kernels in flight"),
     Parameter("psi", 1.0, None, "the share of the measured hand-off demand that competes for the cores"),
     Parameter("wait_p", 0.0, 1.0, "the chance a request's way in or out waits for a core behind a long execution"),
     Parameter("wait_s", 0.0, None, "that wait's length up to (s): the scheduler's slice"),
@@ -71,7 +81,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("drift", 0.0, 1.0, "the share of the measured drift of the host's speed the phases follow"),
     Parameter("queue", 0.0, None, "a run queue for the instances' take-ups: its gate as a share of eta C"),
 )}
-THROUGHPUT = ("eta", "power")  # a law takes these only where its name needs them; every law may take the others
+# a law takes these only where its name needs them; every law may take the others
+THROUGHPUT = ("eta", "power", "alpha", "sigma", "kappa")
 WAIT_BY_INSTANCES = ("wait_instances", "wait_p_fewer", "wait_instances_fewer")  # the chance at two instance counts
 WAIT_BY_QUIET = ("wait_gap_s", "wait_gap_quiet_s", "wait_s_quiet")  # the length at two quiet times
 # (parameters given all together or none, the one that must be less, the one it must be less than)
@@ -87,6 +98,9 @@ class Law:
     name: str = "pool"
     eta: float | None = None
     power: float | None = None
+    alpha: float | None = None
+    sigma: float | None = None
+    kappa: float | None = None
     psi: float | None = None
     wait_p: float | None = None
     wait_s: float | None = None
@@ -168,7 +182,7 @@ def _problem(name: str, params: Mapping[str, float]) -> tuple[str, str] | None:
         if value <= 0:
             return key, "expected a number > 0"
         if most is not None and value > most:
-            return key, f"expected a {'probability' if key.startswith('wait_p') else 'number'} in (0, 1]"
+            return key, f"expected a {'probability' if key.startswith('wait_p') else 'number'} in (0, {most:g}]"
     for group, low, high in GROUPS:
         given = [k for k in group if k in params]
         if given and len(given) < len(group):

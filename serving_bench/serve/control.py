@@ -7,14 +7,17 @@ model config and metadata — every call serving-bench makes to a server other t
 One synchronous ``tritonclient.grpc`` client per :class:`Control` (gRPC works on every server the tool talks to; the
 HTTP port of an external server is only guessed). A server that does not answer is a :class:`ServerError` naming the
 address, except in :meth:`Control.live` / :meth:`Control.ready`, which answer False. Times in seconds; Triton's own
-counters stay in its units (``*_ns``) and :func:`stats_delta` turns them into seconds per request.
+counters stay in its units (``*_ns``) and :func:`stats_delta` turns them into seconds per request;
+:meth:`Control.model_times` reads them per executed batch size (:class:`ModelTimes`, whose difference around a run
+is that run's).
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
@@ -24,6 +27,62 @@ from tritonclient.utils import InferenceServerException
 from serving_bench.errors import ServerError
 
 PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")  # what the per-batch-size statistics hold
+Duration = tuple[int, int]  # Triton's StatisticDuration: (count, cumulative ns)
+
+
+@dataclass(frozen=True)
+class ModelTimes:
+    """One model's cumulative counters from Triton's statistics extension (every backend reports them, native ones
+    included): per executed batch size each of :data:`COMPUTE_PHASES` as (executions, ns) (``by_batch``); per
+    request (the extension has no queue time per batch size) ``queue`` (from the request reaching the scheduler to
+    its batch's execution) and ``success`` (the whole request inside the server) as (requests, ns); ``inferences``
+    (rows) and ``executions`` (batches). :meth:`minus` of the counters before a run is that run's."""
+
+    by_batch: Mapping[int, Mapping[str, Duration]] = field(default_factory=dict)
+    queue: Duration = (0, 0)
+    success: Duration = (0, 0)
+    inferences: int = 0
+    executions: int = 0
+
+    def minus(self, before: "ModelTimes") -> "ModelTimes":
+        """The counters since ``before`` (batch sizes that ran no batch since then are left out)."""
+        by_batch = {}
+        for b, phases in self.by_batch.items():
+            old = before.by_batch.get(b, {})
+            delta = {p: _minus(d, old.get(p, (0, 0))) for p, d in phases.items()}
+            if delta["compute_infer"][0] > 0:
+                by_batch[b] = delta
+        return ModelTimes(by_batch, _minus(self.queue, before.queue), _minus(self.success, before.success),
+                          self.inferences - before.inferences, self.executions - before.executions)
+
+    def executed(self, batch: int) -> int:
+        """Batches of exactly ``batch`` rows executed."""
+        return self.by_batch.get(batch, {}).get("compute_infer", (0, 0))[0]
+
+    def compute_s(self, batch: int) -> float | None:
+        """Mean compute time (s; input + infer + output) of the executed batches of exactly ``batch`` rows (None:
+        none ran)."""
+        count = self.executed(batch)
+        return sum(d[1] for d in self.by_batch[batch].values()) * 1e-9 / count if count else None
+
+    def batch_counts(self) -> dict[int, Duration]:
+        """Per executed batch size (executions, compute ns): :meth:`Control.batch_stats`' form."""
+        return {b: (self.executed(b), sum(d[1] for d in phases.values())) for b, phases in self.by_batch.items()}
+
+    @property
+    def queue_s(self) -> float | None:
+        """Mean queue time per request (s; None: no request)."""
+        return self.queue[1] * 1e-9 / self.queue[0] if self.queue[0] else None
+
+    @property
+    def success_s(self) -> float | None:
+        """Mean time per successful request inside the server (s; None: none)."""
+        return self.success[1] * 1e-9 / self.success[0] if self.success[0] else None
+
+
+def _minus(a: Duration, b: Duration) -> Duration:
+    return a[0] - b[0], a[1] - b[1]
 
 
 class Control:
@@ -103,18 +162,30 @@ class Control:
                              **{f"{k}_ns": getattr(inf, k).ns for k in PHASES}}
         return out
 
-    def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
-        """Triton's cumulative per-batch-size statistics: model -> executed batch size -> (executions, compute ns)."""
+    def model_times(self, models: Sequence[str]) -> dict[str, ModelTimes]:
+        """Each model's cumulative :class:`ModelTimes` (summed over its versions)."""
         out = {}
         for name in models:
             stats = self._call(f"read the statistics of {name}", self._client.get_inference_statistics, name)
-            rows = {}
+            by_batch: dict[int, dict[str, Duration]] = {}
+            queue, success, inferences, executions = (0, 0), (0, 0), 0, 0
             for s in stats.model_stats:
                 for b in s.batch_stats:
-                    ns = b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns
-                    rows[int(b.batch_size)] = (int(b.compute_infer.count), int(ns))
-            out[name] = rows
+                    phases = by_batch.setdefault(int(b.batch_size), {p: (0, 0) for p in COMPUTE_PHASES})
+                    for p in COMPUTE_PHASES:
+                        d = getattr(b, p)
+                        phases[p] = (phases[p][0] + int(d.count), phases[p][1] + int(d.ns))
+                inf = s.inference_stats
+                queue = (queue[0] + int(inf.queue.count), queue[1] + int(inf.queue.ns))
+                success = (success[0] + int(inf.success.count), success[1] + int(inf.success.ns))
+                inferences += int(s.inference_count)
+                executions += int(s.execution_count)
+            out[name] = ModelTimes(by_batch, queue, success, inferences, executions)
         return out
+
+    def batch_stats(self, models: Sequence[str]) -> dict[str, dict[int, Duration]]:
+        """Triton's cumulative per-batch-size statistics: model -> executed batch size -> (executions, compute ns)."""
+        return {name: times.batch_counts() for name, times in self.model_times(models).items()}
 
     # -- tracing ---------------------------------------------------------------------------------------------------
     def set_trace_level(self, level: str) -> None:

@@ -2,7 +2,7 @@
 the switch that runs the pure Python source instead.
 
 The engine modules are those of this package with a ``.pxd`` beside them (``heap``, ``device``, ``serial``,
-``state``, ``core``, ``fast``, ``workload``). Installing the package (``setup.py``, run by ``make venv`` / ``pip
+``state``, ``machine``, ``batcher``, ``core``, ``fast``, ``workload``). Installing the package (``setup.py``, run by ``make venv`` / ``pip
 install -e .``) compiles them with Cython in pure Python mode: the ``.py`` file is the one definition of the
 semantics, the ``.pxd`` only adds C types, and the compiled module gives records identical to the source's
 (``tests/test_sim_compiled.py``). A compile error fails the install.

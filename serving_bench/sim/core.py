@@ -1,7 +1,8 @@
 """The server logic both engines share: Triton's dynamic batcher, payload queue, instances, devices, ensembles.
 
 The engines (``reference.py``: SimPy processes; ``fast.py``: one heap loop) only decide *when* things happen; this module
-decides *what* happens, so both produce identical records. Time semantics, identical in both:
+decides *what* happens, so both produce identical records: on the run's devices (its base, ``machine.py``: the jobs,
+the requests' ways in and out) and with the batcher's decisions of ``batcher.py``. Time semantics, identical in both:
 
 * state changes at an instant (arrivals, batch completions, batcher timers) are applied first;
 * then, at the end of the instant, each notified model takes one *step*: idle instances take queued payloads, and the
@@ -33,43 +34,48 @@ overhead (all of it on the return path; the server sees the request at its send 
 from __future__ import annotations
 
 import math
-from functools import partial
+from dataclasses import dataclass
+from typing import Callable
 
+from serving_bench.sim.batcher import absorb, expire, get_dynamic_batch
 from serving_bench.sim.device import Device
 from serving_bench.sim.drift import GRID_STEP_S
+from serving_bench.sim.machine import Machine
 from serving_bench.sim.spec import SimSpec
 from serving_bench.sim.state import PAYLOAD_STATES, Clock, ModelState, Payload, recent_mean
 
 UNINIT, READY, SCHEDULED, EXECUTING = PAYLOAD_STATES
-EPS_S = 1e-9  # clock comparisons tolerate 1 ns (Triton's clock resolution)
-TIMER_RESOLUTION_S = 1e-6
-NEVER = 1 << 62  # Triton waits in whole microseconds; a wait below 1 us is no wait
 INF = math.inf
 SQRT_HALF = math.sqrt(0.5)
 
 
-class Server:
-    """All models and devices of one run; the engine calls ``step``, ``complete`` and ``release``.
+@dataclass(frozen=True)
+class Hooks:
+    """Who hears what from the server (the workload). ``on_phase(payload, now)``: a request's way in or out is done
+    (:meth:`Machine.start_phase`). ``on_done(owner, now)``: a request is answered; ``on_failed(owner, now,
+    outcome)``: the server refused it (``"rejected"``: queue full) or dropped it (``"timeout"``: queue timeout) —
+    these two hear of ensemble steps (negative owners) always, of every request when ``report_all`` (a closed loop
+    sends the next request when one is answered)."""
 
-    ``on_phase(payload, now)`` hears of finished request phases (:meth:`start_phase`); ``on_done(owner, now)`` hears
-    of answered requests and ``on_failed(owner, now, outcome)`` of requests the server
-    refused (``"rejected"``: queue full) or dropped (``"timeout"``: queue timeout): those of ensemble steps (negative owners) always, every request when
-    ``report_all`` (a closed loop sends the next request when one is answered)."""
+    on_done: Callable[[int, float], None] | None = None
+    on_failed: Callable[[int, float, str], None] | None = None
+    on_phase: Callable[[object, float], None] | None = None
+    report_all: bool = False
 
-    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, *, lazy: bool = True,
-                 on_done=None, on_failed=None, on_phase=None, report_all: bool = False):
-        self.spec = spec
-        self.on_done = on_done
-        self.on_failed = on_failed
-        self.on_phase = on_phase
-        self.report_all = report_all
+
+class Server(Machine):
+    """All models and devices of one run (``arrivals[m]``: model ``m``'s static arrivals; ``seed``: the run's); the
+    engine calls ``step``, ``complete`` and ``release``, and ``hooks`` hear of the requests' fates (:class:`Hooks`)."""
+
+    def __init__(self, spec: SimSpec, clock: Clock, arrivals: list, seed: int, hooks: Hooks = Hooks(), *,
+                 lazy: bool = True):
+        super().__init__(spec, clock)
+        self.on_done = hooks.on_done  # read per answered request: the typed attributes, not the hooks
+        self.on_failed = hooks.on_failed
+        self.on_phase = hooks.on_phase
+        self.report_all = hooks.report_all
         self.lazy = lazy  # bulk replay of absorbed arrivals (fast engine); the SimPy reference steps per arrival
-        self.clock = clock
         self.models = [ModelState(ms, (seed, 1, ms.index), arrivals[ms.index]) for ms in spec.models]
-        self.core_wait = wait = spec.core_wait  # read per request phase: kept at hand
-        self.devices = {name: Device(name, rule.law, rule.pairs, _has_curves(rule), i,
-                                     wait.slice_s if wait is not None and name == spec.request_device else INF)
-                        for i, (name, rule) in enumerate(spec.devices.items())}
         for st in self.models:
             ms = st.spec
             for device in ms.instance_devices:
@@ -79,7 +85,6 @@ class Server:
                 st.inst_pickup_kind.append(kinds.get((ms.index, -1)))
             if spec.drift is not None and ms.drift is not None and ms.drift.service > 0.0:
                 st.follow_drift(spec.drift.latent(seed), GRID_STEP_S, ms.drift.service)
-        self.job_seq = 0
 
     # -- the step ----------------------------------------------------------------------------------------------------
     def step(self, m: int, now: float) -> None:
@@ -91,7 +96,7 @@ class Server:
             return
         st.idle_since = None
         if st.absorbing:
-            self._absorb(st, now)
+            absorb(st, now)
         self._dispatch(st, now)
         self._batcher_loop(st, now)
         if st.picked:
@@ -139,10 +144,7 @@ class Server:
             self._start(st, p, instance, now)
             return
         p.state = SCHEDULED
-        dev = st.inst_device[instance]
-        self.job_seq += 1
-        dev.add(now, pickup, st.inst_pickup_kind[instance], self.job_seq, p, st.m, instance)
-        self.clock.device_changed(dev)
+        self._add_job(st.inst_device[instance], now, pickup, st.inst_pickup_kind[instance], p, st.m, instance)
 
     def _start_picked(self, st: ModelState, now: float) -> None:
         """The payloads whose instance took them up this instant stop growing and start (at the end of the
@@ -187,10 +189,7 @@ class Server:
                                  st.inst_memory[instance])
             st.inst_recent_idle[instance] = idle_s
             work += idle.at(idle_s)
-        dev = st.inst_device[instance]
-        self.job_seq += 1
-        dev.add(now, work, st.inst_kinds[instance][items], self.job_seq, p, st.m, instance)
-        self.clock.device_changed(dev)
+        self._add_job(st.inst_device[instance], now, work, st.inst_kinds[instance][items], p, st.m, instance)
 
     def complete(self, dev: Device, now: float) -> None:
         """A device's planned completion time has come: finish the done jobs (their requests are answered now) and
@@ -223,32 +222,6 @@ class Server:
                 self.clock.release(m, instance, now + gap)
             else:
                 self.release(m, instance, now)
-
-    def start_phase(self, dev: Device, kind, work: float, payload, now: float, u: float = 1.0,
-                    quiet: float = INF) -> None:
-        """Start ``work`` solo seconds of a request's way in or out on device ``dev`` (the spec's request device) —
-        after waiting for a core where the spec says so (``u``: the phase's uniform draw for that, ``quiet``: the
-        seconds the host was quiet before, :class:`~serving_bench.sim.spec.CoreWait`); ``on_phase(payload, t)`` when
-        done."""
-        w = self.wait_for_core(dev, u, quiet)
-        if w > 0.0:
-            self.clock.call(now + w, partial(self._run_phase, dev, kind, work, payload))
-            return
-        self._run_phase(dev, kind, work, payload, now)
-
-    def wait_for_core(self, dev: Device, u: float, quiet: float = INF) -> float:
-        """How long a thread that starts now on ``dev`` waits for a core (s; 0 without a
-        :class:`~serving_bench.sim.spec.CoreWait` or a long execution), for its uniform draw ``u`` after ``quiet``
-        seconds of quiet."""
-        wait = self.core_wait
-        if wait is None or dev.long_demand <= 0.0:
-            return 0.0
-        return wait.wait_s(dev.demand, dev.long_demand, dev.law.capacity, u, quiet)
-
-    def _run_phase(self, dev: Device, kind, work: float, payload, now: float) -> None:
-        self.job_seq += 1
-        dev.add(now, work, kind, self.job_seq, payload, -1, -1)
-        self.clock.device_changed(dev)
 
     def arrive(self, m: int, now: float, owner: int, items: int) -> None:
         """A dynamically fed request reaches model ``m``'s queue at ``now`` (the engines call this)."""
@@ -286,7 +259,8 @@ class Server:
                 break
             if st.pqueue_len() >= st.slots:
                 break  # waits for a slot; a payload taken by an instance notifies
-            wait, n, items = self._get_dynamic_batch(st, now)
+            self._expire(st, now)
+            wait, n, items = get_dynamic_batch(st, now)
             if wait == 0.0 and n > 0:
                 a = st.head
                 if cur.nreq == 0:
@@ -306,38 +280,9 @@ class Server:
             st.timer_at = timer
             self.clock.timer(st.m, timer)
         # delay 0, every instance busy, nothing queued: each later arrival would only be absorbed into the growing
-        # payload (or start the next one); the fast engine replays that in bulk at the next step (``_absorb``)
+        # payload (or start the next one); the fast engine replays that in bulk at the next step (``absorb``)
         st.absorbing = (self.lazy and st.static and st.all_ones and st.delay_s == 0.0 and not st.n_idle
                         and st.head >= st.n_arr and st.next_pref == 0)
-
-    def _absorb(self, st: "ModelState", now: float) -> None:
-        """Replay, in bulk, the steps the arrivals since the last step (strictly before ``now``) would each have
-        taken: exactly what ``_batcher_loop`` does for one request of 1 item with delay 0 and no idle instance."""
-        st.absorbing = False
-        end = st.arrived_before(now)
-        i = st.head
-        pref = st.preferred
-        while i < end:
-            cur = st.cur
-            if cur.saturated or cur.state == EXECUTING:
-                st.cur = cur = Payload()
-            if st.pqueue_len() >= st.slots:
-                break
-            p = cur.items
-            if p == 0:
-                n = 1
-                cur.start = st.t[i]
-                cur.saturated = 1 in pref
-            else:
-                x = _next_size(pref, p)  # the payload is below the largest preferred size
-                n = min(x - p, end - i)
-                cur.saturated = p + n == x
-            cur.take(i, n, n)
-            i += n
-            if cur.state == UNINIT:
-                cur.state = SCHEDULED
-                st.pqueue.append(cur)
-        st.head = i
 
     def idle_arrival(self, st: "ModelState") -> None:
         """A dynamic arrival did not wake an idle batcher: arm its periodic empty-queue wake."""
@@ -346,103 +291,13 @@ class Server:
             self.clock.timer(st.m, st.timer_at)
 
     def _expire(self, st: ModelState, now: float) -> None:
-        """Reject the queued requests whose queue timeout has passed (they are at the head: one timeout per model)."""
-        timeout = st.timeout_s
-        if timeout <= 0.0:
-            return
-        h = st.head
-        end = st.n_arr
-        limit = now - timeout + EPS_S
-        if h < end and st.t[h] <= limit:
-            j = st.arrived_until(limit)
-            st.timed_out.append((h, j, now))
-            st.head = j
-            if self.on_failed is not None:
-                for k in range(h, j):
-                    o = st.owner[k]
-                    if o < 0 or self.report_all:
-                        self.on_failed(o, now, "timeout")
-
-    def _get_dynamic_batch(self, st: ModelState, now: float) -> tuple[float, int, int]:
-        """Triton's ``GetDynamicBatch``: (wait seconds or 0 to send, requests to move, their items)."""
-        self._expire(st, now)
-        h, end = st.head, st.n_arr
-        if h >= end:
-            return 0.0, 0, 0
-        cur = st.cur
-        p = cur.items
-        max_b, max_p, pref = st.max_batch, st.max_preferred_size, st.preferred
-        best_items = best_n = 0
-        send_now = False
-        if st.all_ones:
-            n_q = end - h
-            # requests taken while they fit max_batch (the first one always)
-            k_fit = min(n_q, max_b - p) if p + n_q > 0 else 0
-            if p == 0:
-                k_fit = max(k_fit, 1)
-            send_now = k_fit < n_q
-            for x in pref:  # the largest preferred total reachable
-                k = x - p
-                if 1 <= k <= k_fit:
-                    best_items = best_n = k
-            # first examined request whose addition crosses the largest preferred size
-            i_c = max(max_p - p, 0)
-            examined = min(n_q, k_fit + 1)
-            if (p > 0 or i_c >= 1) and i_c < examined:
-                cur.saturated = True
-                if best_n == 0:  # the crossing marks the pending size before it (a second crossing if that is 0)
-                    if i_c > 0:
-                        best_items = best_n = i_c
-                    elif 1 < examined:
-                        best_items = best_n = 1
-            pending_n = k_fit
-            pending_items = k_fit
-        else:
-            pending_items = pending_n = 0
-            i = h
-            while i < end:
-                s = st.items[i]
-                if p + pending_n != 0:
-                    if p + pending_items + s > max_p and best_items == 0:
-                        best_items, best_n = pending_items, pending_n
-                        cur.saturated = True
-                    if p + pending_items + s > max_b:
-                        send_now = True
-                        break
-                pending_items += s
-                pending_n += 1
-                i += 1
-                if p + pending_items in pref:
-                    best_items, best_n = pending_items, pending_n
-        delay = st.delay_s
-        oldest = st.t[h]
-        delay_exceeded = delay != 0.0 and now - oldest >= delay - EPS_S
-        if best_items != 0 and not delay_exceeded:
-            if delay == 0.0:
-                cur.saturated = True
-            return 0.0, best_n, best_items
-        if pending_n == 0:
-            return 0.0, 0, 0
-        if send_now or p + pending_items >= max_p:
-            cur.saturated = True
-            return 0.0, pending_n, pending_items
-        if delay_exceeded or delay == 0.0:
-            return 0.0, pending_n, pending_items
-        total = pending_items + p
-        nxt = _next_size(pref, total)
-        if nxt == 0 and pref:
-            nxt = pref[0]
-        # size_t in Triton: a next preferred size below the payload underflows, and arrivals never wake the batcher
-        st.next_pref = (nxt - p if nxt >= p else NEVER) if nxt else 0
-        if not cur.saturated and p != 0 and p not in pref:
-            return 0.0, pending_n, pending_items
-        wait = delay - (now - oldest)
-        if st.timeout_s > 0.0:
-            closest = oldest + st.timeout_s
-            wait = min(closest - now, wait) if now <= closest else TIMER_RESOLUTION_S
-        if wait < TIMER_RESOLUTION_S:
-            return 0.0, pending_n, pending_items
-        return wait, 0, 0
+        """Reject the queued requests whose queue timeout has passed (:func:`~serving_bench.sim.batcher.expire`)."""
+        h = expire(st, now)
+        if self.on_failed is not None:
+            for k in range(h, st.head):
+                o = st.owner[k]
+                if o < 0 or self.report_all:
+                    self.on_failed(o, now, "timeout")
 
     def _report_done(self, st: ModelState, p: Payload, now: float) -> None:
         report_all, on_done = self.report_all, self.on_done
@@ -453,15 +308,3 @@ class Server:
                 if o < 0 or report_all:
                     on_done(o, now)
 
-
-def _has_curves(rule) -> bool:
-    """Does any kind of a :class:`~serving_bench.sim.spec.DeviceRule` have a measured co-location curve?"""
-    return any(kind.curve is not None for kind in rule.kinds.values())
-
-
-def _next_size(sizes: tuple, n: int) -> int:
-    """The first of ``sizes`` (ascending) above ``n``; 0 when none is."""
-    for x in sizes:
-        if x > n:
-            return x
-    return 0

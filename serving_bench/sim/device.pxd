@@ -11,7 +11,9 @@ cdef int SOFT, NONE, SERIAL
 cdef class Law:
     cdef public str name
     cdef public int form
-    cdef public double capacity, eta, power, scale, queue
+    cdef public double capacity, eta, power, scale, queue, alpha, sigma, kappa
+    @cython.locals(solver=Serial)
+    cpdef Serial solver(self)
     cpdef double stretch(self, double demand) except? -1.0
     cpdef double speedup(self, double k, double demand) except? -1.0
 

@@ -14,7 +14,9 @@ rest of it (waits) does not, so it progresses at
     rate = 1 / (1 + phi (s - 1))          solo seconds of work per second.
 
 Law ``serial`` (a GPU's default: kernels one at a time) has no single stretch: each running kind's rate comes from
-the machine-repair network of the running jobs (:mod:`serving_bench.sim.serial`).
+the machine-repair network of the running jobs (:mod:`serving_bench.sim.serial`); so do the laws ``overlap``,
+``overlap_sat`` and ``overlap_usl``, whose device serves several kernels at once (its speed a curve of the kernels in
+flight).
 
 *Overrides* (measurements beat the model): while all running executions on the device are of one model with a
 measured curve ``S`` (at the nearest measured batch size), they run at ``S(k) / k`` (``k`` of them); while exactly two
@@ -32,12 +34,13 @@ from __future__ import annotations
 
 import math
 
-from serving_bench.profiles.law import NAMES
+from serving_bench.profiles.law import NAMES, OVERLAP
 from serving_bench.sim.heap import Entry, Heap
 from serving_bench.sim.serial import Serial, serial_rates
 
 LAWS = tuple(NAMES)  # the law names (their vocabulary: serving_bench.profiles.law); Law.form is the index
 SOFT, NONE, SERIAL = LAWS.index("soft"), LAWS.index("none"), LAWS.index("serial")
+CURVED = tuple(LAWS.index(name) for name in OVERLAP)  # machine repair with a device of several kernels' speed
 INF = math.inf
 
 
@@ -52,7 +55,10 @@ class Law:
     * ``none``: no interference at all (``s = 1``): every job runs at its solo speed whatever else runs — the
       baseline a co-location model has to beat;
     * ``serial``: a device that runs its jobs' kernels one at a time (a GPU, capacity 1): no single stretch, each
-      running kind gets its own rate from :mod:`serving_bench.sim.serial`; parameter-free.
+      running kind gets its own rate from :mod:`serving_bench.sim.serial`; parameter-free;
+    * ``overlap`` (``alpha``), ``overlap_sat`` (``sigma``), ``overlap_usl`` (``sigma``, ``kappa``): the same network
+      with a device whose kernels overlap, ``n`` in flight served at :func:`serving_bench.sim.serial.capacity`
+      kernels' worth (``n ** alpha``; ``n / (1 + sigma (n - 1))``; ``n / (1 + sigma (n - 1) + kappa n (n - 1))``).
 
     ``queue`` > 0 adds a *run queue* for the instances' threads: an instance taking up its payload while the demand
     running beside the long executions is at least ``queue * eta * C`` waits, first come first served, until that
@@ -63,10 +69,10 @@ class Law:
     devices each is valid on); :func:`serving_bench.sim.spec.device_law` builds this from it. Parameters are fitted
     from co-located runs (:mod:`serving_bench.sim.interference`)."""
 
-    __slots__ = ("name", "form", "capacity", "eta", "power", "scale", "queue")
+    __slots__ = ("name", "form", "capacity", "eta", "power", "scale", "queue", "alpha", "sigma", "kappa")
 
     def __init__(self, name: str = "pool", capacity: float = 1.0, eta: float = 1.0, power: float = 8.0,
-                 queue: float = 0.0):
+                 queue: float = 0.0, alpha: float = 1.0, sigma: float = 0.0, kappa: float = 0.0):
         if name not in LAWS:
             raise ValueError(f"unknown law {name!r}; expected one of {', '.join(LAWS)}")
         self.name = name
@@ -76,6 +82,19 @@ class Law:
         self.power = float(power)
         self.scale = self.eta * self.capacity
         self.queue = float(queue)
+        self.alpha = float(alpha)
+        self.sigma = float(sigma)
+        self.kappa = float(kappa)
+
+    def solver(self) -> Serial | None:
+        """The machine-repair solver of law ``serial`` or an ``overlap`` law (None for the others)."""
+        if self.form == SERIAL:
+            return Serial()
+        if self.form in CURVED:
+            solver = Serial()
+            solver.set_curve(self.alpha, self.sigma, self.kappa)
+            return solver
+        return None
 
     def stretch(self, demand: float) -> float:
         if self.form == NONE:
@@ -89,11 +108,14 @@ class Law:
         """S(k) of k identical CPU-bound jobs of demand ``demand`` each (what a measured curve would show)."""
         if self.form == SERIAL:
             return k * serial_rates([int(k)], [demand])[0]
+        if self.form in CURVED:
+            return k * serial_rates([int(k)], [demand], (self.alpha, self.sigma, self.kappa))[0]
         return k / self.stretch(k * demand) if demand > 0 else k
 
     def __repr__(self) -> str:
+        curve = f", alpha={self.alpha:g}, sigma={self.sigma:g}, kappa={self.kappa:g}" if self.form in CURVED else ""
         return (f"Law({self.name!r}, capacity={self.capacity:g}, eta={self.eta:g}, power={self.power:g}, "
-                f"queue={self.queue:g})")
+                f"queue={self.queue:g}{curve})")
 
 
 class Kind:
@@ -180,7 +202,7 @@ class Device:
         self.gate = self.law.queue * self.law.scale if self.law.queue > 0.0 else INF  # in the law's units
         self.waiting: list[Job] = []  # take-ups waiting for the demand to fall below the gate, from waiting_head
         self.waiting_head = 0
-        self.serial = Serial() if self.law.form == SERIAL else None  # law serial's solver and its scratch space
+        self.serial = self.law.solver()  # law serial's (or overlap's) solver and its scratch space
 
     # -- time --------------------------------------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -198,7 +220,7 @@ class Device:
         override = self._override() if self.overrides else None
         serial = self.serial
         stretch = 1.0
-        if serial is not None:  # law serial: a rate per kind instead of one stretch
+        if serial is not None:  # law serial or overlap: a rate per kind instead of one stretch
             serial.reserve(len(self.active))
             for i, r in enumerate(self.active):
                 serial.counts[i] = r.heap.n

@@ -33,6 +33,9 @@ from serving_bench.serving_config import ModelServing, ServingConfig
 from serving_bench.sim.target import SimTarget
 
 ETA_RANGE = (0.25, 1.5)  # effective capacity as a share of the device's
+CURVE_RANGES = {"alpha": (0.01, 1.0), "sigma": (0.01, 2.0), "kappa": (0.0005, 0.2)}  # the overlap laws' (a GPU's)
+CURVE_PARAMETERS = {"overlap": ("alpha",), "overlap_sat": ("sigma",), "overlap_usl": ("sigma", "kappa")}
+CURVE_START = {"alpha": 1.0, "sigma": 1.0, "kappa": 0.0005}  # where their search starts: no overlap, no coherence
 BOUNDED = {"eta": ETA_RANGE}  # the law's throughput parameters whose fit says nothing at a bound of its range
 PINNED_SHARE = 0.01  # ... within this share of the range's width of a bound
 POWERS = (1.0, 2.0, 4.0)  # the soft law's onset sharpness, searched on this grid
@@ -345,6 +348,7 @@ def fit(profile: Profile, device: str, observations: Sequence[Observation], form
     tails = tail_runs(profile, device, observations)
     fit_wait = "wait" in extras and not measured
     searched = ([("eta", ETA_RANGE, False, closed(observations))] if name in ("pool_eff", "soft") else []) + \
+        [(key, CURVE_RANGES[key], False, closed(observations)) for key in CURVE_PARAMETERS.get(name, ())] + \
         ([("psi", PSI_RANGE, False, closed(observations))] if "psi" in extras else []) + \
         ([("wait_p", WAIT_P_RANGE, True, tails), ("wait_s", WAIT_S_RANGE, True, tails)]
          if fit_wait else [])  # (parameter, its range, fitted on the p99s, on these runs)
@@ -372,7 +376,7 @@ def _start(name: str, extras: Sequence[str], searched: Sequence[tuple], measured
     """The parameters a fit of the law ``name`` with ``extras`` starts from: the searched ones at 1 (the wait's at a
     rare wait of a few milliseconds), ``measured`` as they are, ``drift`` and ``queue`` at 1 (not fitted)."""
     params: dict[str, float] = {"power": POWERS[-1]} if name == "soft" else {}
-    params.update({k: 1.0 for k, _, on_tails, _ in searched if not on_tails})
+    params.update({k: CURVE_START.get(k, 1.0) for k, _, on_tails, _ in searched if not on_tails})
     if "wait" in extras:  # a start for the search: a rare wait, a slice of a few milliseconds
         params.update(measured or {"wait_p": 0.05, "wait_s": 3e-3})
     if "drift" in extras:  # the phases follow the host's speed as measured (not fitted)

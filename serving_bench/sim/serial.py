@@ -21,6 +21,18 @@ R_c(m))``, ``Q(m) = sum_c X_c(m) R_c(m)``, a rate ``1 / (1 - d_c + R_c(n))``) gi
 ``O(K prod_c (n_c + 1))``, and is kept where the product is not safe in floating point: more than :data:`GF_JOBS`
 jobs, or a demand above 1. Above :data:`EXACT_STATES` sub-populations the rates are Schweitzer's approximation (the
 fixed point with a job seeing ``(n_c - 1) / n_c`` of its own kind's queue).
+
+**Kernels that overlap** (laws ``overlap``, ``overlap_sat``, ``overlap_usl``: :meth:`Serial.set_curve`): the device
+is a load-dependent station instead, serving ``n`` kernels in flight at ``c(n)`` kernels' worth of speed (``c(n) = 1``:
+law ``serial``). The network stays product-form; only the weight of ``k`` jobs at the device changes, from ``k!`` to
+``F(k) = k! / (c(1) ... c(k))``:
+
+    H(n) = sum_k F(k) [z^k] prod_j (1 - d_j + d_j z)
+
+so the same products and moments solve it (the moments start at ``F`` instead of the factorials). Demands are taken
+at most 1 (a GPU's busy share above 1 is the measurement's noise). Sets of more jobs than :data:`GF_JOBS` (or than
+the weights stay finite for), or of more than :data:`EXACT_STATES` sub-populations, take Schweitzer's approximation, a
+job that finds ``m - 1`` kernels in flight served at ``c(m) / m`` of its speed.
 """
 
 from __future__ import annotations
@@ -36,11 +48,19 @@ def _doubles(n: int) -> array:
     return array("d", bytes(8 * n))
 
 
+def capacity(n: float, alpha: float, sigma: float, kappa: float) -> float:
+    """Kernels' worth of speed of a device with ``n`` kernels in flight (``n`` >= 1): ``n ** alpha / (1 + sigma
+    (n - 1) + kappa n (n - 1))`` (alpha 1, sigma and kappa 0: every kernel at full speed; alpha 0 or sigma 1: one
+    kernel's worth, law ``serial``)."""
+    return n ** alpha / (1.0 + sigma * (n - 1.0) + kappa * n * (n - 1.0))
+
+
 class Serial:
     """One device's solver: the running kinds' job ``counts`` and ``demands`` in, their ``rates`` out (:meth:`solve`),
     for up to ``size`` kinds (:meth:`reserve` grows it); scratch space kept between solves."""
 
-    __slots__ = ("counts", "demands", "rates", "size", "prefix", "moments", "queue", "kind_queue")
+    __slots__ = ("counts", "demands", "rates", "size", "prefix", "moments", "queue", "kind_queue", "curved", "weights",
+                 "most_jobs", "alpha", "sigma", "kappa")
 
     def __init__(self, size: int = 8):
         self.size = 0
@@ -48,6 +68,23 @@ class Serial:
         self.prefix = _doubles((GF_KINDS + 1) * (GF_JOBS + 1))  # _product's polynomials, one after another
         self.moments = _doubles(GF_JOBS + 1)  # _product's moments
         self.queue = _doubles(EXACT_STATES)  # mean-value analysis: Q(m) by the mixed-radix index of m
+        self.curved = False  # law serial (c = 1) unless set_curve is called
+        self.weights = _doubles(GF_JOBS + 1)  # F(k) of a curved device
+        self.most_jobs = GF_JOBS  # ... up to this k, all finite
+        self.alpha, self.sigma, self.kappa = 0.0, 0.0, 0.0
+
+    def set_curve(self, alpha: float, sigma: float, kappa: float) -> None:
+        """Kernels overlap: the device serves ``n`` in flight at :func:`capacity` ``(n, alpha, sigma, kappa)``."""
+        self.curved = True
+        self.alpha, self.sigma, self.kappa = alpha, sigma, kappa
+        weight = 1.0
+        self.weights[0] = weight
+        self.most_jobs = GF_JOBS
+        for k in range(1, GF_JOBS + 1):
+            weight *= k / capacity(k, alpha, sigma, kappa)
+            self.weights[k] = weight
+            if weight > 1e300 and self.most_jobs == GF_JOBS:
+                self.most_jobs = k - 1
 
     def reserve(self, size: int) -> None:
         """Room for at least ``size`` kinds."""
@@ -75,7 +112,12 @@ class Serial:
                     states *= self.counts[c] + 1
         if states == 1:
             return
-        if states > limit:
+        if self.curved:  # no mean-value analysis for a load-dependent device: the product, else Schweitzer's
+            if jobs <= self.most_jobs and states <= limit:
+                self._product(last, jobs)
+            else:
+                self._schweitzer(kinds)
+        elif states > limit:
             self._schweitzer(kinds)
         elif jobs <= GF_JOBS and tame:
             self._product(last, jobs)
@@ -94,6 +136,8 @@ class Serial:
         self.prefix[0] = 1.0
         for c in range(last):
             d = self.demands[c]
+            if self.curved and d > 1.0:
+                d = 1.0
             rest = 1.0 - d
             n = self.counts[c]
             if d <= 0.0 or not n:
@@ -110,12 +154,18 @@ class Serial:
             at = start
         at += degree + 1  # where the product up to the last kind would be (not needed)
         degree += self.counts[last]
-        factorial = 1.0
-        for a in range(jobs + 1):
-            self.moments[a] = factorial
-            factorial *= a + 1
+        if self.curved:
+            for a in range(jobs + 1):
+                self.moments[a] = self.weights[a]
+        else:
+            factorial = 1.0
+            for a in range(jobs + 1):
+                self.moments[a] = factorial
+                factorial *= a + 1
         for c in range(last, -1, -1):
             d = self.demands[c]
+            if self.curved and d > 1.0:
+                d = 1.0
             rest = 1.0 - d
             n = self.counts[c]
             if d <= 0.0 or not n:
@@ -173,7 +223,12 @@ class Serial:
                 n = self.counts[c]
                 if d <= 0.0 or not n:
                     continue
-                response = d * (1.0 + total - queue[c] / n)
+                if self.curved:  # the kernels it finds and itself, served at c(m) kernels' worth
+                    d = min(d, 1.0)
+                    seen = 1.0 + total - queue[c] / n
+                    response = d * seen / capacity(seen, self.alpha, self.sigma, self.kappa)
+                else:
+                    response = d * (1.0 + total - queue[c] / n)
                 rate = 1.0 / (1.0 - d + response)
                 q = n * rate * response
                 change = max(change, abs(q - queue[c]))
@@ -183,10 +238,13 @@ class Serial:
                 break
 
 
-def serial_rates(counts: list, demands: list) -> list:
+def serial_rates(counts: list, demands: list, curve: tuple | None = None) -> list:
     """Per kind, the rate (solo seconds of work per second) of each of its ``counts[c]`` running jobs of demand
-    ``demands[c]`` on a device that runs kernels one at a time (the module docstring)."""
+    ``demands[c]`` on a device that runs kernels one at a time (the module docstring), or whose kernels overlap as
+    ``curve`` says (``(alpha, sigma, kappa)`` of :func:`capacity`)."""
     solver = Serial(len(counts))
+    if curve is not None:
+        solver.set_curve(curve[0], curve[1], curve[2])
     for c in range(len(counts)):
         solver.counts[c] = counts[c]
         solver.demands[c] = demands[c]

@@ -193,7 +193,8 @@ class DeviceRule:
 def device_law(info: DeviceInfo) -> DeviceLaw:
     """The engine's law of the device (:attr:`DeviceInfo.sharing`): its name and throughput parameters."""
     law = info.sharing
-    return DeviceLaw(law.name, info.capacity, law.value("eta"), law.value("power"), law.value("queue"))
+    return DeviceLaw(law.name, info.capacity, law.value("eta"), law.value("power"), law.value("queue"),
+                     law.value("alpha"), law.value("sigma"), law.value("kappa"))
 
 
 def core_wait(info: DeviceInfo, instances: int | None = None) -> CoreWait | None:

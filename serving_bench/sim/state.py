@@ -196,7 +196,7 @@ class ModelState:
         self.e = np.zeros(1)
         self.timer_at = INF
         self.idle_since: float | None = None  # when the batcher last went to sleep on an empty queue
-        self.absorbing = False  # see Server._absorb
+        self.absorbing = False  # see batcher.absorb
         # outputs
         self.rejected: list[tuple[int, float]] = []  # (owner, time) rejected at arrival (queue full)
         self.timed_out: list[tuple[int, int, float]] = []  # (a, b, t)

@@ -32,11 +32,12 @@ from serving_bench.run.records import STATUSES, Records, RunInfo, SimFacts, new_
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serving_config import ServingConfig, batch_refusal, triton_batch_answer
-from serving_bench.sim.core import Server
+from serving_bench.sim.core import Hooks, Server
 from serving_bench.sim.fast import run_fast
 from serving_bench.sim.host_speed import at_host_speed
 from serving_bench.sim.reference import run_simpy
 from serving_bench.sim.spec import SimSpec, build_spec
+from serving_bench.sim.state import ModelState
 from serving_bench.sim.workload import FAILURE_TEXT, Workload
 
 ENGINES = ("fast", "simpy")
@@ -99,13 +100,13 @@ class SimTarget:
     def _execute(self, workload: Workload) -> Server:
         spec = self.spec
         report_all = workload.closed is not None or bool(workload.hosted)
-        hooks = spec.ensembles or report_all
+        heard = spec.ensembles or report_all  # the answers and failures the workload hears of
 
         def factory(clock):
             server = Server(spec, clock, [workload.static_arrivals(m.index) for m in spec.models], self.seed,
-                            on_done=workload.on_done if hooks else None,
-                            on_failed=workload.on_failed if hooks else None,
-                            on_phase=workload.on_phase, report_all=report_all)
+                            Hooks(on_done=workload.on_done if heard else None,
+                                  on_failed=workload.on_failed if heard else None,
+                                  on_phase=workload.on_phase, report_all=report_all))
             for st in server.models:
                 st.static = st.m not in workload.dynamic
             workload.start(clock, server)
@@ -116,97 +117,31 @@ class SimTarget:
 
     # -- records ------------------------------------------------------------------------------------------------------
     def _records(self, schedule: Schedule, workload: Workload, server: Server) -> tuple[pd.DataFrame, SimFacts]:
-        spec = self.spec
-        records = new_table(schedule)
-        n = len(schedule)
-        done = np.full(n, np.nan)
-        status = np.full(n, STATUSES.index("error"), dtype=np.int8)
-        exec_batch = np.full(n, -1, dtype=np.int32)
-        instance = np.full(n, -1, dtype=np.int32)
-        failures: list[tuple[object, str]] = []  # (request ids, error text), applied in order
-        seen = np.zeros(n, dtype=bool)
-        sent = workload.sent_s
-
-        server_mean = {}  # queued and computed: from reaching the batcher to the answer (Triton's queue + compute)
-        for st in server.models:
-            times, owners = st.arrivals()
-            executed = st.executed.table()
-            server_mean[st.spec.name] = None
-            if len(executed):
-                a = executed[:, 0].astype(np.int64)
-                lengths = executed[:, 1].astype(np.int64) - a
-                local = _expand(a, lengths)
-                end = np.repeat(executed[:, 2], lengths)
-                server_mean[st.spec.name] = float((end - times[local]).mean())
-                who = owners[local]
-                direct = who >= 0
-                ids = who[direct]
-                done[ids] = end[direct]
-                status[ids] = STATUSES.index("ok")
-                exec_batch[ids] = np.repeat(executed[:, 3].astype(np.int32), lengths)[direct]
-                instance[ids] = np.repeat(executed[:, 4].astype(np.int32), lengths)[direct]
-                seen[ids] = True
-            for a, b, _t in st.timed_out:
-                who = owners[a:b]
-                ids = who[who >= 0]
-                # the server answers "Request timeout expired"; like a client deadline, a timeout has no done_s in
-                # the records contract (tests/conformance.py)
-                status[ids] = STATUSES.index("timeout")
-                failures.append((ids, FAILURE_TEXT["timeout"]))
-                seen[ids] = True
-            for owner, t in st.rejected:
-                if owner >= 0:
-                    done[owner] = t
-                    status[owner] = STATUSES.index("rejected")
-                    failures.append((owner, FAILURE_TEXT["rejected"]))
-                    seen[owner] = True
+        """The run's records table and its :class:`SimFacts`: each request's outcome gathered from where the run
+        decided it, then the table as the client saw it, then the facts of the run."""
+        out = _Outcomes(len(schedule))
+        server_mean = {st.spec.name: out.add_model(st) for st in server.models}
         errors = np.asarray(workload.errors, dtype=np.int64)  # requests larger than their model takes
-        if len(errors):
-            done[errors] = sent[errors]
-            failures += self._refusals(schedule, errors)
-            seen[errors] = True
-        for entry in workload.ensembles:
-            if entry.failure is not None:
-                outcome, t = entry.failure
-                done[entry.rid] = t if outcome != "timeout" else np.nan
-                status[entry.rid] = STATUSES.index(outcome)
-                failures.append((entry.rid, FAILURE_TEXT[outcome]))
-                seen[entry.rid] = True
-            elif entry.answered_s is not None:
-                done[entry.rid] = entry.answered_s
-                status[entry.rid] = STATUSES.index("ok")
-                seen[entry.rid] = True
-        reached = ~np.isnan(sent)
-        unseen = ~seen & reached
+        if len(errors):  # answered at once, status "error" (the table's default)
+            out.done[errors] = workload.sent_s[errors]
+            out.failures += self._refusals(schedule, errors)
+            out.seen[errors] = True
+        out.add_ensembles(workload.ensembles)
+        unseen = ~out.seen & ~np.isnan(workload.sent_s)
         if unseen.any():  # cannot happen with a well-formed model; reported, never hidden
-            failures.append((unseen, "simulation ended before this request finished"))
-            done[unseen] = np.nan
+            out.failures.append((unseen, "simulation ended before this request finished"))
+            out.done[unseen] = np.nan
+        records = _table(schedule, workload, out)
+        return records, self._facts(schedule, workload, server, records, server_mean)
 
-        # client/network overhead, all of it on the return path (the server sees a request its dispatch time after
-        # the send): one draw per request, plus the cold-start extra for the time since the previous request
-        overhead = workload.overhead_s
-        if workload.closed is not None:
-            records["intended_s"] = sent
-        records["sent_s"] = sent.copy()
-        finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(overhead))
-        at_client = ~np.isnan(done) & ~np.isnan(workload.client_done_s)  # the way out was simulated
-        finished[at_client] = workload.client_done_s[at_client]
-        records["done_s"] = finished
-        records["status"] = pd.Categorical.from_codes(status, categories=list(STATUSES))
-        if failures:  # the table's error column is empty text until then
-            error = np.full(n, "", dtype=object)
-            for ids, text in failures:
-                error[ids] = text
-            records["error"] = error
-        records["exec_batch"] = exec_batch
-        records["instance"] = instance
-        if workload.closed is not None:  # requests never reached are not part of a closed loop's run
-            records = records[reached].reset_index(drop=True)
-            records["request_id"] = np.arange(len(records), dtype=np.int64)
+    def _facts(self, schedule: Schedule, workload: Workload, server: Server, records: pd.DataFrame,
+               server_mean: dict[str, float | None]) -> SimFacts:
+        """What only the simulator knows of the run: its duration is the later of the schedule's end (a closed
+        loop's duration) and the last answer in ``records``."""
         finished = records["done_s"].to_numpy()
         makespan = float(np.nanmax(finished)) if len(records) and not np.isnan(finished).all() else 0.0
         duration = max(schedule.duration_s if workload.closed is None else workload.duration_s, makespan, 1e-12)
-        return records, SimFacts(
+        return SimFacts(
             engine=self.engine, seed=self.seed, profile=self.profile.path, duration_s=duration,
             busy_s={st.spec.name: st.busy_s for st in server.models},
             executions={st.spec.name: st.executions for st in server.models},
@@ -217,7 +152,6 @@ class SimTarget:
                          for st in server.models},
             device_busy_s={name: dev.busy_s for name, dev in server.devices.items()})
 
-
     def _refusals(self, schedule: Schedule, rows: np.ndarray) -> list[tuple[np.ndarray, str]]:
         """Triton's answer to each refused request of ``rows`` (:func:`triton_batch_answer`), as (rows, text)."""
         out = []
@@ -227,6 +161,96 @@ class SimTarget:
             name, batch = schedule.models[schedule.model[same[0]]], int(schedule.batch[same[0]])
             out.append((same, triton_batch_answer(name, self.config[name].max_batch_size, batch)))
         return out
+
+
+class _Outcomes:
+    """Each request's outcome as the run decided it, filled in source by source: its time at the server (``done``,
+    seconds; NaN where none), ``status`` (codes of :data:`STATUSES`), the executed batch and the instance that ran
+    it, ``failures`` ((request ids, error text), applied in order) and ``seen`` (an outcome is known)."""
+
+    def __init__(self, n: int):
+        self.done = np.full(n, np.nan)
+        self.status = np.full(n, STATUSES.index("error"), dtype=np.int8)
+        self.exec_batch = np.full(n, -1, dtype=np.int32)
+        self.instance = np.full(n, -1, dtype=np.int32)
+        self.failures: list[tuple[object, str]] = []
+        self.seen = np.zeros(n, dtype=bool)
+
+    def settle(self, ids, status: str, done_s=None, text: str | None = None) -> None:
+        """Requests ``ids`` ended as ``status`` (at ``done_s`` where given; ``text``: the error they read)."""
+        if done_s is not None:
+            self.done[ids] = done_s
+        self.status[ids] = STATUSES.index(status)
+        if text is not None:
+            self.failures.append((ids, text))
+        self.seen[ids] = True
+
+    def add_model(self, st: ModelState) -> float | None:
+        """The outcomes a served model's state holds (its executions, timeouts and refusals; ensemble steps, with
+        negative owners, are their ensemble's); returns its mean time inside the server per executed request (queued
+        and computed: from reaching the batcher to the answer, Triton's queue + compute), None without one."""
+        times, owners = st.arrivals()
+        executed = st.executed.table()
+        mean = None
+        if len(executed):
+            a = executed[:, 0].astype(np.int64)
+            lengths = executed[:, 1].astype(np.int64) - a
+            local = _expand(a, lengths)
+            end = np.repeat(executed[:, 2], lengths)
+            mean = float((end - times[local]).mean())
+            who = owners[local]
+            direct = who >= 0
+            ids = who[direct]
+            self.settle(ids, "ok", end[direct])
+            self.exec_batch[ids] = np.repeat(executed[:, 3].astype(np.int32), lengths)[direct]
+            self.instance[ids] = np.repeat(executed[:, 4].astype(np.int32), lengths)[direct]
+        for a, b, _t in st.timed_out:
+            who = owners[a:b]
+            # the server answers "Request timeout expired"; like a client deadline, a timeout has no done_s in the
+            # records contract (tests/conformance.py)
+            self.settle(who[who >= 0], "timeout", text=FAILURE_TEXT["timeout"])
+        for owner, t in st.rejected:
+            if owner >= 0:
+                self.settle(owner, "rejected", t, FAILURE_TEXT["rejected"])
+        return mean
+
+    def add_ensembles(self, ensembles) -> None:
+        """The outcomes of the ensembles' requests (:class:`~serving_bench.sim.workload.EnsembleRequest`)."""
+        for entry in ensembles:
+            if entry.failure is not None:
+                outcome, t = entry.failure
+                self.settle(entry.rid, outcome, t if outcome != "timeout" else np.nan, FAILURE_TEXT[outcome])
+            elif entry.answered_s is not None:
+                self.settle(entry.rid, "ok", entry.answered_s)
+
+
+def _table(schedule: Schedule, workload: Workload, out: _Outcomes) -> pd.DataFrame:
+    """The records table of the outcomes ``out``, as the client saw them: each answer after its client/network
+    overhead, all of it on the return path (the server sees a request its dispatch time after the send: one draw per
+    request, plus the cold-start extra for the time since the previous request), or when the simulated way out
+    ended. A closed loop's table holds only the requests it reached, renumbered."""
+    records = new_table(schedule)
+    sent = workload.sent_s
+    done = out.done
+    if workload.closed is not None:
+        records["intended_s"] = sent
+    records["sent_s"] = sent.copy()
+    finished = np.where(np.isnan(done), np.nan, done + np.nan_to_num(workload.overhead_s))
+    at_client = ~np.isnan(done) & ~np.isnan(workload.client_done_s)  # the way out was simulated
+    finished[at_client] = workload.client_done_s[at_client]
+    records["done_s"] = finished
+    records["status"] = pd.Categorical.from_codes(out.status, categories=list(STATUSES))
+    if out.failures:  # the table's error column is empty text until then
+        error = np.full(len(schedule), "", dtype=object)
+        for ids, text in out.failures:
+            error[ids] = text
+        records["error"] = error
+    records["exec_batch"] = out.exec_batch
+    records["instance"] = out.instance
+    if workload.closed is not None:  # requests never reached are not part of a closed loop's run
+        records = records[~np.isnan(sent)].reset_index(drop=True)
+        records["request_id"] = np.arange(len(records), dtype=np.int64)
+    return records
 
 
 def check_batches(schedule: Schedule, config: ServingConfig, source) -> None:

@@ -14,6 +14,13 @@ met; ``all``: every one met). A verdict that changes moves the bracket and the b
 so far; every rung is repeated at most once to ``count``, so it ends. With ``count`` 1 (the default) each rung is
 probed once and the search is the plain bisection.
 
+Inside the final bracket :func:`interpolate` places the capacity where the worst ``value / bound`` crosses 1,
+linearly in ``log(violation)`` over ``log(scale)`` between the two decisive steps (the median of each step's
+probes), so that two targets bisected on one ladder are compared finer than a rung; each repeat pair of probes gives
+that crossing again (their range: the repeats' spread in capacity). Where the repeats disagree so that the medians
+do not cross inside the bracket, the capacity is the bracket's geometric middle; the repeat pairs' crossings still
+take the medians' slope where it rises.
+
 A probe for real Triton replays the same seeded schedule for the same scale each attempt (``attempt`` counts from 0
 per rung, to name its results folder); the load at a scale comes from :meth:`serving_bench.tune.load.Load.at`, whose
 growth rule (superpose or scale) is the load's, so both targets grow it alike.
@@ -22,6 +29,7 @@ growth rule (superpose or scale) is the load's, so both targets grow it alike.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -174,3 +182,59 @@ def bisect_capacity(probe: ProbeFn, ladder: Ladder = Ladder(), repeats: Repeats 
     steps = {r: Step(r, ladder.scale(r), tuple(judged[r]), verdict(r), r in repeated) for r in sorted(judged)}
     return Bisection(ladder, repeats, ladder.scale(lo) if lo >= ladder.i_min else 0.0, hi > top, steps.get(lo),
                      steps.get(hi), tuple(steps.values()), tuple(order))
+
+
+INTERPOLATION = ("interpolated", "midpoint", "rung")  # how an :class:`Interpolated` was found
+
+
+@dataclass(frozen=True)
+class Interpolated:
+    """A bisection's capacity inside its final bracket (:func:`interpolate`): ``scale``; ``repeats``: the crossing
+    from each repeat pair of the decisive steps' probes (empty when they were probed once); ``how`` (one of
+    :data:`INTERPOLATION`): ``interpolated``, ``midpoint`` (the medians' violations give no crossing inside the
+    bracket: its geometric middle; ``repeats`` still from the medians' slope where it rises) or ``rung`` (no bracket:
+    the capacity is capped or 0, taken as the bisection found it)."""
+
+    scale: float
+    repeats: tuple[float, ...] = ()
+    how: str = "interpolated"
+
+    @property
+    def spread(self) -> float | None:
+        """The repeats' range over ``scale`` (``(max - min) / scale``); None without repeats or a capacity."""
+        if len(self.repeats) < 2 or self.scale <= 0:
+            return None
+        return (max(self.repeats) - min(self.repeats)) / self.scale
+
+
+def _log_violations(step: Step) -> list[float] | None:
+    """``log(violation)`` of each of the step's probes; None where one is not a finite positive number."""
+    values = [p.violation for p in step.probes]
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return None
+    return [math.log(v) for v in values]
+
+
+def interpolate(found: Bisection) -> Interpolated:
+    """Where ``log(violation)`` crosses 0 on the line through the decisive steps' medians, in ``log(scale)`` (module
+    doc). Each repeat pair ``i`` (probe ``i`` of the met step and of the failed one) crosses the line of the same slope
+    through its own two points; those crossings are kept within one bracket's width outside it. Where the medians' line
+    does not cross inside the bracket (the repeats disagree) the capacity is its geometric middle (``midpoint``) and
+    the pairs still take that line's slope where it rises (none where it does not)."""
+    if found.met is None or found.failed is None:
+        return Interpolated(found.capacity_scale, (), "rung")
+    x_lo, x_hi = math.log(found.met.scale), math.log(found.failed.scale)
+    y_lo, y_hi = _log_violations(found.met), _log_violations(found.failed)
+    middle = (x_lo + x_hi) / 2
+    if y_lo is None or y_hi is None:
+        return Interpolated(math.exp(middle), (), "midpoint")
+    width = x_hi - x_lo
+    slope = (statistics.median(y_hi) - statistics.median(y_lo)) / width
+    if statistics.median(y_lo) <= 0 < statistics.median(y_hi):
+        crossing, how = x_lo - statistics.median(y_lo) / slope, "interpolated"
+    else:
+        crossing, how, slope = middle, "midpoint", slope if slope > 0 else None
+    pairs = list(zip(y_lo, y_hi)) if min(len(y_lo), len(y_hi)) > 1 and slope is not None else []
+    repeats = tuple(math.exp(min(max(middle - (a + b) / (2 * slope), x_lo - width), x_hi + width))
+                    for a, b in pairs)
+    return Interpolated(math.exp(crossing), repeats, how)

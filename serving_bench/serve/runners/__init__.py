@@ -81,7 +81,6 @@ def runtime_entry(src: Path, config: ModelConfig, out: Path, *, threads_per_inst
     TensorRT entry where TensorRT or a GPU is missing (:func:`check_servable`), or a missing artifact.
     """
     src, out = Path(src), Path(out)
-    source = src / CONFIG_NAME
     served = ModelConfig()
     served.CopyFrom(config)
     if config.platform == "ensemble":
