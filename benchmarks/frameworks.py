@@ -27,8 +27,9 @@ judged by tune's own SLO check (``tune.objective.check_slos``); the scale bisect
 (``tune.capacity.bisect_capacity``, ``Ladder``, ``Repeats``) on rungs around the configuration's predicted capacity,
 from a sixteenth of it (no lower than every model having 12 requests) to four times it (``2 ** (1 / steps)`` apart:
 the figure's resolution). Every configuration is served at once, each by a server of its own, warmed (every batch size
-up to its ``max_batch_size``), and their probes take turns, one at a time: the host's drift over the run falls on all
-of them alike. Memory: the union of the instances' resident page frames after the probes
+up to its ``max_batch_size``), and their probes take turns, one at a time, each request's deadline
+``capacity_cases.deadline_s`` and each server drained (idle for 0.3 s) before the next probe: the host's drift over
+the run falls on all of them alike. Memory: the union of the instances' resident page frames after the probes
 (``telemetry.instances.footprint_bytes``) against the profile's prediction (``tune.variants.config_memory``).
 
 TVM is left out unless ``--tvm-trials N`` (tuned with N MetaSchedule trials; untuned TVM takes seconds per resnet50
@@ -56,10 +57,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import capacity_cases as cc  # noqa: E402  (the Triton replay's helpers capacity_fidelity.py uses)
 
 from serving_bench.calibrate.measure import measure_profile  # noqa: E402
 from serving_bench.calibrate.plan import MeasureConfig  # noqa: E402
-from serving_bench.export.api import export_models  # noqa: E402
+from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.variants import parse_variants  # noqa: E402
 from serving_bench.load.driver import SendOptions, TritonTarget  # noqa: E402
@@ -80,6 +84,7 @@ from serving_bench.tune.variants import config_memory, renamed_schedule, summary
 
 MIX = ("resnet50", "bert_base", "mobilenet_v3_large", "tiny_cnn")
 WARMUP_REQUESTS = 3  # per instance and batch size, before a configuration's first probe
+IDLE_S = 0.3  # a server that executed nothing for this long has drained (as capacity_fidelity.py judges it)
 MIN_PROBE_REQUESTS = 12  # the least requests of any model in a judged probe (the ladder's lowest rung)
 MAX_FAILED = ObjectiveConfig().max_failed_fraction  # tune's own bound on failed requests in a judged run
 
@@ -264,13 +269,17 @@ def probe_fn(server, candidate: Candidate, bench: Bench):
             records = TritonTarget(server, send=SendOptions(timeout_s=bench.timeout_s)).run(schedule)
             if records.info.partial:
                 raise SystemExit(f"{candidate.label}: a replay stopped early ({records.info.stop_reason})")
+            wall = time.perf_counter() - t0
+            # what a replay past capacity left queued runs on after its deadlines: not into the next one's time
+            drained = cc.idle(server.endpoints.grpc_url, list(candidate.chosen.values()), IDLE_S)
             summary = summary_for_slots(run_summary(records), candidate.chosen)
         met, worst = check_slos(summary, bench.slos, MAX_FAILED)
         p99 = {m: summary["models"][m]["p99_s"] for m in bench.slos if m in summary["models"]}
-        log(f"    {candidate.label} at {base * scale:.2f}x ({len(schedule):,} requests, "
-            f"{time.perf_counter() - t0:.1f} s): {'met' if met else 'missed'} (worst {worst:.2f} of a bound); p99 "
+        log(f"    {candidate.label} at {base * scale:.2f}x ({len(schedule):,} requests, {wall:.1f} s, drained in "
+            f"{drained:.1f} s): {'met' if met else 'missed'} (worst {worst:.2f} of a bound); p99 "
             + ", ".join(f"{m.split('_')[0]} {v * 1e3:.0f} ms" for m, v in p99.items() if v is not None))
-        return Probe(scale, met, worst, {"scale": base * scale, "p99_s": p99, "attempt": attempt})
+        return Probe(scale, met, worst, {"scale": base * scale, "p99_s": p99, "attempt": attempt, "wall_s": wall,
+                                         "drain_s": drained, **cc.sender_lateness(records.table)})
     return probe
 
 
@@ -319,7 +328,7 @@ def measure(server, candidate: Candidate, bench: Bench, s: Settings) -> dict:
 
 def measure_together(distinct: list[Candidate], load, slos: dict, s: Settings) -> dict[str, dict]:
     """Every configuration on a server of its own, all up at once and warmed, their bisections' probes in turns."""
-    bench = Bench(load, slos, max(2.0, 4 * max(b["p99"] for b in slos.values())), Turns([c.label for c in distinct]))
+    bench = Bench(load, slos, cc.deadline_s(slos), Turns([c.label for c in distinct]))
     with contextlib.ExitStack() as stack:
         servers = {}
         for c in distinct:
@@ -397,6 +406,7 @@ def prepare(paths: dict, s: Settings, reuse: bool) -> Profile:
     t0 = time.perf_counter()
     entries = export_mix(paths["repo"], s)
     log(f"export: {len(entries)} entries, {time.perf_counter() - t0:.0f} s; profile at one thread per instance")
+    settle_after_export(time.perf_counter(), log)
     t0 = time.perf_counter()
     profile = measure_profile(paths["repo"], entries, paths["profile"], MeasureConfig(
         batch_sizes=s.batch_sizes, calibrate=0, pairs=False, seconds=s.profile_s, idle_rounds=1, threads=1),
