@@ -17,13 +17,28 @@ from serving_bench.calibrate.session import Session, Step
 from serving_bench.telemetry.gpu import GpuBusy
 
 GAP_CONCURRENCY = 3
+GAP_MIN_REQUESTS = 8  # the gap run lasts at least this many solo requests' time
+MIN_SOLO_REQUESTS = 8  # a solo run lasts at least this many requests' time (estimated)
 COLD_QUIET_S = (0.0005, 0.002, 0.008, 0.032, 0.128)  # mean random quiet times after an answer, block by block
 COLD_BLOCK = 24  # requests per block of the cold-start runs (one block per mean quiet time, rising)
 
 
+def solo_seconds(lab: Lab, m: str, b: int) -> float:
+    """How long the solo run of ``b`` rows lasts: the measuring time, and no less than :data:`MIN_SOLO_REQUESTS`
+    requests' time estimated from the largest smaller size measured (its mean latency times ``b`` over its size), so
+    that a slow model's larger batches answer enough requests."""
+    smaller = [s for s in lab.plan.sizes[m] if s < b and (m, "solo", s) in lab.runs]
+    if not smaller:
+        return lab.plan.config.seconds
+    size = max(smaller)
+    estimate = float(np.mean(lab.runs[(m, "solo", size)].latency[m])) * b / size
+    return max(lab.plan.config.seconds, MIN_SOLO_REQUESTS * estimate)
+
+
 def solo(lab: Lab, m: str, b: int, session: Session) -> LoopRun:
-    """Requests of ``b`` rows to ``m`` one at a time (on a GPU, with NVML's busy share of the run)."""
-    device, seconds = lab.plan.devices[m], lab.plan.config.seconds
+    """Requests of ``b`` rows to ``m`` one at a time (on a GPU, with NVML's busy share of the run), for
+    :func:`solo_seconds`."""
+    device, seconds = lab.plan.devices[m], solo_seconds(lab, m, b)
     if device == HOST_DEVICE:
         run = session.run({m: (b, 1)}, seconds)
     else:
@@ -58,8 +73,12 @@ def paced(lab: Lab, m: str, b: int, session: Session) -> Paced:
 
 
 def gap(lab: Lab, m: str, session: Session) -> LoopRun:
-    """Requests of the largest size, :data:`GAP_CONCURRENCY` in flight on one instance."""
-    return session.run({m: (lab.plan.sizes[m][-1], GAP_CONCURRENCY)}, max(lab.plan.config.seconds / 2, 0.5))
+    """Requests of the largest size, :data:`GAP_CONCURRENCY` in flight on one instance, for half the measuring
+    time, and no less than :data:`GAP_MIN_REQUESTS` solo requests' time (a slow model's run answers enough)."""
+    size = lab.plan.sizes[m][-1]
+    solo = lab.runs.get((m, "solo", size))
+    latency = float(np.mean(solo.latency[m])) if solo is not None else 0.0
+    return session.run({m: (size, GAP_CONCURRENCY)}, max(lab.plan.config.seconds / 2, 0.5, GAP_MIN_REQUESTS * latency))
 
 
 def per_request(lab: Lab, m: str, session: Session) -> LoopRun:
@@ -129,11 +148,13 @@ def measure_alone(lab: Lab) -> None:
 
 def one_thread_models(lab: Lab) -> list[str]:
     """The models whose solo batches are measured again at one runtime thread per instance: on the host's cores,
-    where the instances run several and a server can be told their threads (:meth:`Plan.sets_threads`)."""
+    where the instances run several and a server can be told their threads (:meth:`Plan.sets_threads`), unless
+    their variant fixes its own threads."""
     plan = lab.plan
     if plan.threads <= 1:
         return []
-    return [m for m in plan.models if plan.devices[m] == HOST_DEVICE and plan.sets_threads(m)]
+    return [m for m in plan.models
+            if plan.devices[m] == HOST_DEVICE and plan.sets_threads(m) and not plan.fixed_threads(m)]
 
 
 def measure_one_thread(lab: Lab) -> None:

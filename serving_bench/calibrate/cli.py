@@ -2,7 +2,7 @@
 
     serving-bench profile --repo model_repo/ --models sleep_python,tiny_cnn_onnxruntime --out p.json
         [--batch-sizes 1,2,4,8] [--calibrate 2] [--law pool_eff] [--colocation 1,2,4] [--colocation-batches 1,8]
-        [--no-pairs] [--rounds 3]
+        [--no-pairs] [--no-resources] [--rounds 3]
         [--seconds 2] [--threads N] [--url host:8001] [--trace] [--cuda-graphs all|1,2,4]
     serving-bench profile --csv timings.csv --model resnet50_onnxruntime --device gpu0 --out p.json
     serving-bench profile --import-h200 --out h200.json      # the bundled H200 torch-eager table
@@ -37,8 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--csv", help="import a CSV of batch size and latency measured elsewhere")
     what.add_argument("--import-h200", action="store_true", help="import the bundled H200 torch-eager table")
     parser.add_argument("--out", required=True, help="profile JSON to write")
-    parser.add_argument("--models", help="comma-separated entries to measure (with --repo); an ensemble: its members, "
-                                         "and it alone for its own time beyond theirs")
+    parser.add_argument("--models", help="comma-separated entries to measure (with --repo); a variant's entry "
+                                         "(resnet50_onnxruntime_int8) is recorded with its variant id; an ensemble: "
+                                         "its members, and it alone for its own time beyond theirs")
     parser.add_argument("--batch-sizes", help="batch sizes to measure (default 1, 2, 4, ... max_batch_size)")
     parser.add_argument("--calibrate", type=int, default=DEFAULT_CALIBRATION,
                         help="instances per model in the co-located runs the device's sharing law is fitted to "
@@ -51,6 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--colocation-batches",
                         help="batch sizes of the co-location curves (default: 1 and the largest measured)")
     parser.add_argument("--no-pairs", action="store_true", help="skip the curves of model pairs on one device")
+    parser.add_argument("--no-resources", action="store_true",
+                        help="skip the memory per instance and energy (or CPU-seconds) per request of each entry")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per co-location point")
     parser.add_argument("--seconds", type=float, default=2.0, help="closed-loop seconds per measured point")
     parser.add_argument("--threads", type=int,
@@ -106,4 +109,4 @@ def _measure_config(args: argparse.Namespace) -> tuple[list[str], MeasureConfig]
         calibrate=args.calibrate, law=args.law,
         colocation_batches=_ints(args.colocation_batches, "--colocation-batches") if args.colocation_batches else None,
         pairs=not args.no_pairs, rounds=args.rounds, seconds=args.seconds, threads=args.threads, url=args.url,
-        trace=args.trace, cuda_graphs=args.cuda_graphs)
+        trace=args.trace, cuda_graphs=args.cuda_graphs, resources=not args.no_resources)

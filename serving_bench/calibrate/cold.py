@@ -62,7 +62,8 @@ def quiet_requests(run: LoopRun, model: str, wait_s: float) -> dict[str, np.ndar
     after_answer = (sent_all > np.concatenate([[-np.inf], np.maximum.accumulate(done_all)[:-1]]))[matched]
     starts, first = np.unique(batches.start_s, return_index=True)
     j = np.searchsorted(starts, batches.start_s)
-    idles = np.concatenate([[np.nan], starts[1:] - batches.end_s[first][:-1] - h])  # per distinct batch
+    # per distinct batch, never below 0 (the hop taken off a gap shorter than it is noise, not a negative idle time)
+    idles = np.concatenate([[np.nan], np.maximum(starts[1:] - batches.end_s[first][:-1] - h, 0.0)])
     recent = np.array(recent_means(idles.tolist(), COLD_MEMORY))  # the first one (nan) starts nothing
     idle, recent_idle = idles[j], recent[j]
     sent = sent_all[matched]

@@ -139,6 +139,7 @@ from serving_bench.calibrate.figures import estimate_model, estimate_one_thread,
 from serving_bench.calibrate.lab import Lab
 from serving_bench.calibrate.plan import HOST_DEVICE, MeasureConfig, calibration_serving, cuda_graph_entry, \
     plan_measurement
+from serving_bench.calibrate.resources import measure_resources, with_resources
 from serving_bench.calibrate.runs import LoopRun
 from serving_bench.export.repository import ensemble_deps
 from serving_bench.profiles.distributions import Dist, EnsembleExtra
@@ -155,13 +156,15 @@ def measure_profile(repo: str | Path, models: Sequence[str], out_path: str | Pat
     measured at their padded sizes by default, and the profile records them (``padded_sizes``)."""
     lab = Lab(plan_measurement(repo, models, config), log or _silent)
     measure_alone(lab)
+    resources = measure_resources(lab)
     for m in lab.plan.models:
         estimate_model(lab, m)
     measure_one_thread(lab)
     estimate_one_thread(lab)
     curve_threads = measure_curves(lab)
     observations, waits, spread = calibration_runs(lab)
-    profile = dataclasses.replace(assemble(lab, curve_threads, pair_curves(lab)), host_spread=spread)
+    profile = with_resources(dataclasses.replace(assemble(lab, curve_threads, pair_curves(lab)), host_spread=spread),
+                             resources)
     if observations:
         profile = fit_sharing_law(lab, profile, observations, waits)
     if lab.plan.ensembles:
@@ -181,13 +184,15 @@ def assemble(lab: Lab, curve_threads: int, pairs: list[PairCurve]) -> Profile:
     plan, results = lab.plan, lab.results
     profiles = {}
     for m in plan.models:
-        r = results[m]
+        r, variant, fixed = results[m], plan.variant(m), plan.fixed_threads(m)
         md = ModelOnDevice(mode_of(r.config, plan.padded[m]), r.batches,
-                           tuple(sorted(r.curves, key=lambda c: c.batch)), plan.threads, r.per_request_s, None,
-                           r.gap_s, r.idle, tuple(plan.padded[m]), r.demand, r.hop_s, r.handoff_cpu_s, r.pickup_s,
-                           r.other_threads, curve_threads if r.curves else 0)
-        profiles[m] = ModelProfile(m, r.config.platform or r.config.backend, "fp32", {r.device: md}, r.overhead,
-                                   r.dispatch, r.request_demand, r.drift)
+                           tuple(sorted(r.curves, key=lambda c: c.batch)), fixed or plan.threads, r.per_request_s,
+                           None, r.gap_s, r.idle, tuple(plan.padded[m]), r.demand, r.hop_s, r.handoff_cpu_s,
+                           r.pickup_s, {} if fixed else r.other_threads, curve_threads if r.curves else 0)
+        profiles[m] = ModelProfile(m, r.config.platform or r.config.backend,
+                                   variant.precision if variant is not None else "fp32", {r.device: md}, r.overhead,
+                                   r.dispatch, r.request_demand, r.drift, plan.zoo_model(m),
+                                   variant.id if variant is not None else "")
     hosted = any(r.request_demand is not None for r in results.values())
     devices = {}
     for d in sorted({r.device for r in results.values()} | ({HOST_DEVICE} if hosted else set())):

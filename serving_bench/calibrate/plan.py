@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 from serving_bench.calibrate.session import ExternalServing, inspect_external, local_server_pid
 from serving_bench.errors import InputError, require_count
 from serving_bench.export.repository import CONFIG_NAME, ensemble_members, entry_dir, read_config
+from serving_bench.export.variants import ALLOWED, Variant, variant_of
 from serving_bench.profiles.law import NAMES, require_kind
 from serving_bench.serve.runners.cuda_graphs import parse_batch_sizes
 from serving_bench.serve.server import MAX_RESTARTS
@@ -43,7 +44,8 @@ class MeasureConfig:
     runs; ``threads``: threads per instance (embedded server; None: as served); ``url``: an external server's gRPC
     address instead of the embedded one; ``trace``: server-side times from Triton's request trace instead of the
     runners' execution logs; ``cuda_graphs``: serve TorchScript entries on GPU instances with CUDA graphs (``all``
-    or sizes, as ``serve --cuda-graphs``)."""
+    or sizes, as ``serve --cuda-graphs``); ``resources``: measure each entry's memory per instance and energy (or
+    CPU-seconds) per request (:mod:`~serving_bench.calibrate.resources`; embedded server only)."""
 
     batch_sizes: tuple[int, ...] | None = None
     colocation: tuple[int, ...] = ()
@@ -58,6 +60,7 @@ class MeasureConfig:
     calibrate: int = DEFAULT_CALIBRATION
     law: str | None = None
     idle_rounds: int = IDLE_ROUNDS
+    resources: bool = True
 
     def __post_init__(self) -> None:  # sequences given as lists are kept as tuples (a frozen value)
         for name in ("batch_sizes", "colocation", "colocation_batches"):
@@ -143,6 +146,29 @@ class Plan:
         """The concurrencies of the split runs beside the per-request one (``min(max_batch_size, 8)``)."""
         largest = self.configs[model].max_batch_size
         return [c for c in SPLIT_CONCURRENCY if c <= largest and c != min(largest, PER_REQUEST_CONCURRENCY)]
+
+    def variant(self, model: str) -> Variant | None:
+        """The variant an exported entry is (its config's ``framework`` and ``variant`` parameters); None for an
+        entry this tool's exporter did not write as one (the sleep model, a native entry from elsewhere)."""
+        params = {k: v.string_value for k, v in self.configs[model].parameters.items()}
+        if params.get("framework") not in ALLOWED:
+            return None
+        try:
+            return variant_of(params["framework"], params, params.get("precision") or "fp32")
+        except InputError:  # a variant id this version cannot read: measured as an entry, not named as a variant
+            return None
+
+    def zoo_model(self, model: str) -> str:
+        """The zoo model an entry is a variant of (its name less the variant's suffix; "" when not a variant)."""
+        variant = self.variant(model)
+        suffix = variant.entry_name("") if variant is not None else ""
+        return model[:-len(suffix)] if suffix and model.endswith(suffix) and len(model) > len(suffix) else ""
+
+    def fixed_threads(self, model: str) -> int:
+        """The intra-op threads an entry's variant fixes (``intra=N``: they win over the server's threads per
+        instance); 0 when it follows the server's."""
+        variant = self.variant(model)
+        return variant.intra_threads if variant is not None else 0
 
     def batched(self, model: str) -> bool:
         """The model batches requests dynamically (its per-request cost and split runs are measured)."""

@@ -45,6 +45,48 @@ def parse_drift(data: Any, source: str, where: str) -> dict:
 
 
 
+ENERGY_UNITS = {"cpu_seconds_proxy": "CPU-s"}  # a measure's unit (every other measure, rapl or nvml: joules)
+
+
+@dataclass(frozen=True)
+class EnergyTable:
+    """What a request of ``b`` rows cost, per measured batch size, one request at a time: ``per_request`` in the
+    ``measure``'s unit (``rapl``, ``nvml``, ``rapl+nvml``: joules; ``cpu_seconds_proxy``: CPU-seconds, where the host
+    exposes no energy counter) and ``cpu_s`` (CPU-seconds of the server and its instances, always)."""
+
+    measure: str
+    per_request: Mapping[int, float]
+    cpu_s: Mapping[int, float] = field(default_factory=dict)
+
+    @property
+    def unit(self) -> str:
+        return ENERGY_UNITS.get(self.measure, "J")
+
+    def at(self, batch: int) -> float:
+        """A request of ``batch`` rows (linear between measured sizes, the nearest outside)."""
+        sizes = sorted(self.per_request)
+        return interp(float(batch), tuple(float(b) for b in sizes), tuple(self.per_request[b] for b in sizes))
+
+    def to_json(self) -> dict:
+        return {"measure": self.measure, "unit": self.unit,
+                "per_request": {str(b): self.per_request[b] for b in sorted(self.per_request)},
+                "cpu_s": {str(b): self.cpu_s[b] for b in sorted(self.cpu_s)}}
+
+
+def parse_energy(data: Any, source: str, where: str) -> EnergyTable:
+    """An entry's ``energy`` (:class:`EnergyTable`)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("measure"), str) or not data["measure"]:
+        raise InputError(source, f"{where}.measure", "expected the measure's name (rapl, nvml, cpu_seconds_proxy)")
+    tables = {}
+    for key in ("per_request", "cpu_s"):
+        table = data.get(key) or {}
+        if not isinstance(table, Mapping) or (key == "per_request" and not table):
+            raise InputError(source, f"{where}.{key}", "expected an object batch size -> value per request")
+        tables[key] = {_batch_key(b, source, f"{where}.{key}.{b}"): number(v, source, f"{where}.{key}.{b}")
+                       for b, v in table.items()}
+    return EnergyTable(data["measure"], tables["per_request"], tables["cpu_s"])
+
+
 def _batch_key(key: Any, source: str, where: str) -> int:
     if not str(key).isdigit() or int(key) < 1:
         raise InputError(source, where, "expected batch sizes >= 1 as keys")
@@ -108,6 +150,32 @@ class ModelOnDevice:
     pickup_s: float = 0.0  # an idle instance taking up a payload (0: at once)
     other_threads: Mapping[int, ThreadTable] = field(default_factory=dict)
     colocation_threads: int = 0  # the threads per instance the curves were measured at (0: ``threads``)
+    memory_unique_bytes: int | None = None  # an instance's USS: what it alone holds (CPU; None: not read)
+    memory_peak_bytes: int | None = None  # its resident high-water mark (VmHWM)
+    energy: EnergyTable | None = None  # energy (or CPU-seconds, the proxy) per request, per batch size
+    # batch size b -> (RSS or device bytes, USS or None) of an instance that has served requests of up to b rows
+    memory_by_batch: Mapping[int, tuple[int, int | None]] = field(default_factory=dict)
+
+    def memory_at(self, max_batch: int | None = None) -> tuple[int | None, int | None]:
+        """(RSS, USS) of one instance serving batches of up to ``max_batch`` rows: the reading after the smallest
+        measured size at or above it (an instance's arenas grow with the largest batch it ran; the largest measured
+        when none is), else the largest-batch figures (``memory_bytes``, ``memory_unique_bytes``)."""
+        if max_batch is not None and self.memory_by_batch:
+            sizes = sorted(self.memory_by_batch)
+            return self.memory_by_batch[next((b for b in sizes if b >= max_batch), sizes[-1])]
+        return self.memory_bytes, self.memory_unique_bytes
+
+    def memory_for(self, instances: int, max_batch: int | None = None) -> int | None:
+        """Bytes ``instances`` instances serving batches of up to ``max_batch`` rows (None: the largest measured)
+        hold together (None where the profile has no memory): each instance's own pages (USS) once per instance,
+        the pages they share (libraries: RSS - USS) once, ``k * USS + (RSS - USS)``; without a USS (a GPU's
+        memory), ``k * RSS``."""
+        rss, uss = self.memory_at(max_batch)
+        if rss is None:
+            return None
+        if uss is None:
+            return instances * rss
+        return instances * uss + max(rss - uss, 0)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -188,6 +256,13 @@ class ModelOnDevice:
             out["colocation_threads"] = self.colocation_threads
         if self.other_threads:
             out["other_threads"] = {str(t): self.other_threads[t].to_json() for t in sorted(self.other_threads)}
+        for key in ("memory_unique_bytes", "memory_peak_bytes"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.memory_by_batch:
+            out["memory_by_batch"] = {str(b): list(self.memory_by_batch[b]) for b in sorted(self.memory_by_batch)}
+        if self.energy is not None:
+            out["energy"] = self.energy.to_json()
         return out
 
 
@@ -203,10 +278,16 @@ class ModelProfile:
     dispatch: Dist | None = None  # time inside the server before the batcher has the request (thread hand-offs)
     request_demand: float | None = None  # host cores a request keeps busy on its way in and out
     drift: Mapping | None = None  # how the host's speed moves its phases together (estimators.phase_drift)
+    model: str = ""  # the zoo model the entry is a variant of ("": not known)
+    variant: str = ""  # the entry's variant id (export.variants.Variant.id; "": not a variant export)
 
     def to_json(self) -> dict:
         out = {"framework": self.framework, "precision": self.precision,
                "devices": {d: self.devices[d].to_json() for d in sorted(self.devices)}}
+        if self.model:
+            out["model"] = self.model
+        if self.variant:
+            out["variant"] = self.variant
         if self.overhead is not None:
             out["overhead"] = self.overhead.to_json()
         if self.dispatch is not None:
@@ -236,7 +317,8 @@ def parse_model(name: str, data: Any, devices: Mapping, source: str) -> ModelPro
         request_demand = number(request_demand, source, f"{where}.request_demand")
     drift = parse_drift(data["drift"], source, f"{where}.drift") if data.get("drift") is not None else None
     return ModelProfile(name, str(data.get("framework", "")), str(data.get("precision", "")),
-                        per_device, optional["overhead"], optional["dispatch"], request_demand, drift)
+                        per_device, optional["overhead"], optional["dispatch"], request_demand, drift,
+                        str(data.get("model", "")), str(data.get("variant", "")))
 
 
 def parse_model_on_device(md: Any, source: str, where: str) -> ModelOnDevice:
@@ -253,9 +335,10 @@ def parse_model_on_device(md: Any, source: str, where: str) -> ModelOnDevice:
     threads = md.get("threads", 1)
     if not isinstance(threads, int) or threads < 1:
         raise InputError(source, f"{where}.threads", "expected a thread count >= 1")
-    memory = md.get("memory_bytes")
-    if memory is not None and (not isinstance(memory, int) or memory < 0):
-        raise InputError(source, f"{where}.memory_bytes", "expected bytes >= 0 or null")
+    memory = {key: md.get(key) for key in ("memory_bytes", "memory_unique_bytes", "memory_peak_bytes")}
+    for key, value in memory.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise InputError(source, f"{where}.{key}", "expected bytes >= 0 or null")
     padded = md.get("padded_sizes") or []
     if not isinstance(padded, list) or any(not isinstance(b, int) or isinstance(b, bool) or b < 1
                                            for b in padded) or any(b <= a for a, b in zip(padded, padded[1:])):
@@ -266,9 +349,30 @@ def parse_model_on_device(md: Any, source: str, where: str) -> ModelOnDevice:
     seconds = {key: number(md.get(key, 0.0), source, f"{where}.{key}")
                for key in ("per_request_s", "batch_gap_s", "hop_s", "handoff_cpu_s", "pickup_s")}
     idle = parse_idle(md["idle"], source, f"{where}.idle") if md.get("idle") is not None else None
-    return ModelOnDevice(mode, batches, curves, threads, seconds["per_request_s"], memory, seconds["batch_gap_s"],
-                         idle, tuple(padded), demand, seconds["hop_s"], seconds["handoff_cpu_s"], seconds["pickup_s"],
-                         _other_threads(md, threads, source, where), curve_threads)
+    energy = parse_energy(md["energy"], source, f"{where}.energy") if md.get("energy") is not None else None
+    return ModelOnDevice(mode, batches, curves, threads, seconds["per_request_s"], memory["memory_bytes"],
+                         seconds["batch_gap_s"], idle, tuple(padded), demand, seconds["hop_s"],
+                         seconds["handoff_cpu_s"], seconds["pickup_s"], _other_threads(md, threads, source, where),
+                         curve_threads, memory["memory_unique_bytes"], memory["memory_peak_bytes"], energy,
+                         _memory_by_batch(md.get("memory_by_batch"), source, f"{where}.memory_by_batch"))
+
+
+def _memory_by_batch(data: Any, source: str, where: str) -> dict[int, tuple[int, int | None]]:
+    """``memory_by_batch``: batch size -> [RSS bytes, USS bytes or null] (absent: none)."""
+    if data is None:
+        return {}
+    expected = 'expected {"BATCH": [RSS bytes, USS bytes or null], ...} with batch sizes >= 1'
+    if not isinstance(data, Mapping):
+        raise InputError(source, where, expected)
+    out = {}
+    for key, pair in data.items():
+        ok = str(key).isdigit() and int(key) >= 1 and isinstance(pair, list) and len(pair) == 2 and all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in pair) and \
+            pair[0] is not None
+        if not ok:
+            raise InputError(source, f"{where}.{key}", expected)
+        out[int(key)] = (pair[0], pair[1])
+    return out
 
 
 def _other_threads(md: Mapping, threads: int, source: str, where: str) -> dict[int, ThreadTable]:

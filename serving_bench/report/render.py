@@ -329,10 +329,65 @@ def plan_section(data: dict) -> str:
     return f'<section id="plan"><h2>Capacity plan</h2>{note}{table}</section>'
 
 
+def _variant_mark(block: dict, candidate: dict, batch: int) -> str:
+    """◀ pick on the picked variant's row at the pick's batch size; its other rows and the dropped ones named."""
+    if not candidate["picked"]:
+        return "" if candidate.get("searched", True) else "dropped (dominated)"
+    if batch != block.get("pick_batch"):
+        return "picked variant"
+    instances = block.get("pick_instances")
+    return "◀ pick" + (f" ({instances} instance{'s' if instances != 1 else ''})" if instances else "")
+
+
+def _variant_rows(block: dict) -> list[list]:
+    rows = []
+    for c in block["candidates"]:
+        for b in c["batches"]:
+            energy, memory = b.get("energy_per_request"), b["memory_bytes"]
+            rows.append([c["entry"], c["variant"], (c.get("threads") or "–", c.get("threads") or 0),
+                         (b["batch"], b["batch"]), (_ms(b["latency_s"]), b["latency_s"]),
+                         (_ms(b["p99_s"]), b["p99_s"]), (_num(b["throughput_rps"]), b["throughput_rps"] or 0),
+                         ("–" if memory is None else f"{memory / 1e6:,.0f}", memory or 0),
+                         ("–" if energy is None else f'{energy:.3g} {b["energy_unit"]}', energy or 0),
+                         _variant_mark(block, c, b["batch"])])
+    return rows
+
+
+def _energy_note(block: dict) -> str:
+    measures = sorted({b["energy_measure"] for c in block["candidates"] for b in c["batches"]
+                       if b.get("energy_measure")})
+    if not measures:
+        return ""
+    proxy = (" — not energy: the CPU-seconds of the server and its instances per request, a proxy, as this host "
+             "exposes no energy counter") if "cpu_seconds_proxy" in measures else ""
+    return f'<p class="note">Energy per request measured as {escape(", ".join(measures))}{proxy}.</p>'
+
+
+def variants_section(data: dict) -> str:
+    """The study's comparison per model (``tune --variants``): each candidate variant x measured batch size ->
+    latency, throughput, memory per instance and energy per request (or the CPU-seconds proxy, named as such), as
+    the profile measured them; the pick's row marked."""
+    variants = (data.get("tune") or {}).get("variants") or {}
+    parts = []
+    for slot, block in sorted(variants.items()):
+        parts.append(f"<h3>{escape(slot)} (on {escape(block['device'])}; pick: {escape(str(block['pick']))})</h3>"
+                     + _table(["entry", "variant", "threads", "batch", "latency mean (ms)", "p99 (ms)",
+                               "throughput (rows/s)", "memory per instance (MB)", "energy per request", ""],
+                              _variant_rows(block), f"variants-{slot}")
+                     + _energy_note(block))
+    if not parts:
+        return ""
+    note = ('<p class="note">Each model\'s measured variants, one instance alone, at the threads per instance each '
+            'was measured at (from the profile); throughput = batch / mean latency; ◀ pick: the chosen variant at '
+            'the largest measured batch size within its max_batch_size.</p>')
+    return f'<section id="variants"><h2>Variants per model</h2>{note}{"".join(parts)}</section>'
+
+
 def render(data: dict, title: str = "serving-bench report") -> str:
     """The whole page."""
     payload = json.dumps(data, sort_keys=True, allow_nan=False).replace("</", "<\\/")
-    parts = [recommendation_section(data), capacity_section(data), plan_section(data), cdf_section(data),
+    parts = [recommendation_section(data), variants_section(data), capacity_section(data), plan_section(data),
+             cdf_section(data),
              curves_section(data), telemetry_section(data), heatmap_section(data), validation_section(data),
              top_section(data)]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

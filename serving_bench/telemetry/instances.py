@@ -14,19 +14,25 @@ Triton's instance name (``<model>_<group>_<index>``). :func:`instance_processes`
 
 RSS counts the runtime's libraries in every instance (torch alone is ~170 MB per stub); USS does not. Which one to
 add up over instances depends on the question: RSS bounds one more instance from above, USS from below.
+:func:`footprint_bytes` measures what several processes hold together (each resident page once, from the page
+frames in ``/proc/PID/pagemap``; root only): the truth a prediction of k instances' memory is checked against.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
+import numpy as np
 import psutil
 
 from serving_bench.telemetry.gpu import GpuSampler
 
 STUB_NAME = "triton_python_backend_stub"
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _INSTANCE = re.compile(r"_\d+_\d+$")
 
 
@@ -137,3 +143,41 @@ def instance_memory(server_pid: int, *, gpu: bool = True) -> MemoryReading:
         out.append(InstanceMemory(found.model, found.instance, found.pid, rss, peak, uss,
                                   device.get(found.pid) if reason == "nvml" else None))
     return MemoryReading(tuple(out), reason or "unknown")
+
+
+PAGEMAP_PRESENT = 1 << 63
+PAGEMAP_PFN = (1 << 55) - 1
+
+
+def resident_frames(pid: int) -> np.ndarray | None:
+    """The physical page frames process ``pid`` holds resident (``/proc/PID/pagemap``), None where the kernel hides
+    them (frame numbers need ``CAP_SYS_ADMIN``: they read as 0 for others)."""
+    frames = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for line in maps:
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            if line.rstrip().endswith("[vsyscall]"):
+                continue
+            pagemap.seek(start // PAGE_BYTES * 8)
+            entries = np.frombuffer(pagemap.read((end - start) // PAGE_BYTES * 8), dtype=np.uint64)
+            frames.append(entries[(entries & np.uint64(PAGEMAP_PRESENT)) != 0] & np.uint64(PAGEMAP_PFN))
+    found = np.concatenate(frames) if frames else np.zeros(0, np.uint64)
+    if len(found) and not found.any():
+        return None
+    return found
+
+
+def footprint_bytes(pids: Sequence[int]) -> tuple[int | None, str]:
+    """The memory ``pids`` hold together: every resident page counted once however many of them map it (the union
+    of their page frames), and how it was read. What k instances of a model take from the host, shared libraries
+    once; None, with the reason, where the frames cannot be read (not root, or a process ended)."""
+    union = np.zeros(0, np.uint64)
+    try:
+        for pid in pids:
+            frames = resident_frames(pid)
+            if frames is None:
+                return None, "page frame numbers hidden (/proc/PID/pagemap needs CAP_SYS_ADMIN)"
+            union = np.union1d(union, frames)
+    except OSError as err:
+        return None, f"/proc/PID/pagemap unreadable ({type(err).__name__}: {err})"
+    return int(len(union)) * PAGE_BYTES, "union of resident page frames (/proc/PID/pagemap)"

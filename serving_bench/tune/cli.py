@@ -1,7 +1,8 @@
 """``serving-bench tune PROFILE.yaml --profile PROFILE.json --slo model=p99:20ms,... [--repo model_repo/]``
 
-Searches per-model instance count, max_batch_size, queue delay, preferred batch sizes and (with ``--gpus N``) which
-models share which GPU, on the simulator at the load profile's load; checkpoints every observation to
+Searches per-model instance count, max_batch_size, queue delay, preferred batch sizes, (with ``--variants``) which
+measured variant serves each model and (with ``--gpus N``) which models share which GPU, under a memory budget per
+device (``--memory-gb``), on the simulator at the load profile's load; checkpoints every observation to
 ``OUT/observations.jsonl`` (rerun the same command to resume); on a long load ranks the candidates on a screen of it
 first and simulates the best on the whole load (``OUT/confirmed.jsonl``); verifies the top K on real Triton
 (embedded, or ``--url``) at 1x, at the predicted capacity and one ladder rung above (``tune.verify``); writes
@@ -33,7 +34,7 @@ from serving_bench.tune.executors import EXECUTORS
 from serving_bench.tune.generators import GENERATORS
 from serving_bench.tune.load import GROWTHS, SCREEN_ABOVE, SCREEN_FORM, SCREEN_REQUESTS, screen_asked
 from serving_bench.tune.objective import OBJECTIVES
-from serving_bench.tune.run import TuneOptions, run_tune
+from serving_bench.tune.run import DEFAULT_BUDGET_MINUTES, TuneOptions, run_tune
 from serving_bench.tune.search import DEFAULT_FINALISTS
 from serving_bench.tune.slo import SLO_FORM
 from serving_bench.tune.space import PREFERRED_RULES, parse_values
@@ -48,7 +49,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", help="comma-separated entries to tune (default: every served entry)")
     parser.add_argument("--gpus", type=int, default=0, help="place models on up to N GPUs (0: keep devices)")
     parser.add_argument("--objective", choices=OBJECTIVES, default="throughput",
-                        help="throughput: most load under the SLOs; gpus: fewest GPUs, then throughput")
+                        help="throughput: most load under the SLOs; gpus: fewest GPUs, then throughput; energy: least "
+                             "energy (or CPU-seconds, the profile's proxy) per request under the SLOs")
+    parser.add_argument("--variants", help="search which measured variant serves each model: auto (every variant "
+                        "of its zoo model in the profile) or a list (onnxruntime,onnxruntime:int8,tvm:trials=64)")
+    parser.add_argument("--memory-gb", type=float, help="memory each device may hold, GB (default: a GPU's own; on a "
+                        "CPU the host's available memory now)")
     parser.add_argument("--instances", default="1,2", help="candidate instance counts (default 1,2)")
     parser.add_argument("--max-batch-sizes", default="1,8,32", help="candidate max_batch_size values")
     parser.add_argument("--queue-delays-us", default="0,1000", help="candidate max_queue_delay_microseconds")
@@ -60,7 +66,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "result does not depend on it")
     parser.add_argument("--ray-address", help="existing Ray cluster (default: start a local Ray)")
     parser.add_argument("--ray-cpus", type=int, help="CPUs for a local Ray (default: all)")
-    parser.add_argument("--budget-minutes", type=float, help="stop proposing after this long")
+    parser.add_argument("--budget-minutes", type=float, default=DEFAULT_BUDGET_MINUTES,
+                        help=f"stop proposing after this long (default {DEFAULT_BUDGET_MINUTES:g}; 0: no budget)")
     parser.add_argument("--max-evals", type=int, help="stop after this many evaluated configurations")
     parser.add_argument("--batch", type=int, default=4, help="configurations proposed per round (default 4)")
     parser.add_argument("--max-scale", type=float, default=16.0, help="largest load multiple searched (default 16)")
@@ -112,7 +119,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         duration_s=args.duration, verify_top=args.verify_top, url=args.url, restart=args.restart,
         client_cpu_us=args.client_cpu_us, threads_per_instance=args.threads_per_instance,
         max_requests=args.max_requests, replications=args.replications, confidence=args.confidence,
-        host_spread=args.host_spread)
+        host_spread=args.host_spread, variants=args.variants, memory_gb=args.memory_gb)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,7 +3,11 @@
 ``throughput`` objective: maximise *capacity*, the largest multiple of the profile's load (between ``min_scale`` and
 ``max_scale``) at which every SLO still holds, reported as req/s offered; the candidate must meet the SLOs at 1x to
 be feasible (the planner also uses capacities below 1x: a load that needs several GPUs). ``gpus``
-objective: fewest GPUs used among feasible candidates, then capacity. Capacity is found by bisection on a ladder of
+objective: fewest GPUs used among feasible candidates, then capacity. ``energy`` objective: least energy (or
+CPU-seconds, the profile's proxy) per request at the load among feasible candidates
+(:func:`~serving_bench.tune.variants.predicted_energy`). A candidate whose instances are predicted to hold more memory
+than a device's budget (:func:`~serving_bench.tune.variants.config_memory`) is infeasible without being simulated, and
+ranks after every candidate that fits. Capacity is found by bisection on a ladder of
 scales ``2 ** (i / steps_per_doubling)`` (so schedules are reused), which bounds its error to one rung
 (:mod:`serving_bench.tune.capacity`, the same bisection a benchmark runs on real Triton); the load at a scale is
 :meth:`Load.at`, grown by the load's rule (superpose or scale).
@@ -34,8 +38,10 @@ from serving_bench.tune import adapters
 from serving_bench.tune.capacity import Ladder, Probe, bisect_capacity
 from serving_bench.tune.load import Load, replica_load
 from serving_bench.tune.space import Params, SearchSpace
+from serving_bench.tune.variants import config_memory, over_budget, predicted_energy, profile_view
 
-OBJECTIVES = ("throughput", "gpus")
+OBJECTIVES = ("throughput", "gpus", "energy")
+MEMORY_VIOLATION = 1e6  # the violation of a candidate over the memory budget: 1e6 + memory / budget
 INTERNAL_OBJECTIVES = ("capacity",)  # the planner: largest load multiple, even below 1x
 
 
@@ -50,6 +56,7 @@ class ObjectiveConfig:
     confidence: float | None = None  # judge each probe at the upper end of its interval (module doc); None: as run
     replications: int = DEFAULT_REPLICATIONS  # behind each judgment with ``confidence``
     host_sigma: float = 0.0  # the host spread the replications draw from
+    memory_budget: tuple[tuple[str, int], ...] = ()  # (device, bytes its instances may hold); none: not checked
 
     @property
     def ladder(self) -> Ladder:
@@ -73,11 +80,24 @@ class EvalContext:
     slos: Mapping[str, Mapping[str, float]]
     objective: ObjectiveConfig = ObjectiveConfig()
     _replicas: dict = field(default_factory=dict, init=False, repr=False)  # draw index -> its Load
+    _views: dict = field(default_factory=dict, init=False, repr=False)  # chosen entries -> the profile they see
 
-    def __getstate__(self):  # the replicas' schedules are rebuilt where the object lands (a worker)
+    def __getstate__(self):  # the replicas' schedules and views are rebuilt where the object lands (a worker)
         state = dict(self.__dict__)
-        state["_replicas"] = {}
+        state["_replicas"], state["_views"] = {}, {}
         return state
+
+    def profile_for(self, params: Params):
+        """The profile as the simulator sees ``params``: each model with its chosen variant's measurements."""
+        chosen = self.space.entries(params)
+        key = tuple(sorted(chosen.items()))
+        if key not in self._views:
+            self._views[key] = profile_view(self.profile, chosen)
+        return self._views[key]
+
+    def memory(self, params: Params) -> tuple[dict[str, int], tuple[str, ...]]:
+        """(bytes per device ``params``' instances are predicted to hold, models without memory in the profile)."""
+        return config_memory(self.profile_for(params), self.space.config(params))
 
     @property
     def offered_rps(self) -> float:
@@ -85,18 +105,25 @@ class EvalContext:
         return self.load.offered_rps
 
     def summary(self, params: Params, scale: float) -> dict:
-        config = self.space.config(params)
-        records = adapters.simulate(self.profile, config, self.load.at(scale), self.objective.sim_seed)
-        return summarize(records, slos={m: dict(s) for m, s in self.slos.items()})
+        """``params`` simulated at ``scale``: the run's summary, with its predicted ``energy`` (None where the
+        profile has none)."""
+        profile = self.profile_for(params)
+        records = adapters.simulate(profile, self.space.config(params), self.load.at(scale), self.objective.sim_seed)
+        return self._summarize(records, profile)
+
+    def _summarize(self, records, profile) -> dict:
+        return dict(summarize(records, slos={m: dict(s) for m, s in self.slos.items()}),
+                    energy=predicted_energy(records, profile))
 
     def replica_summary(self, params: Params, scale: float, draw: Draw) -> dict:
         """``params`` simulated at ``scale`` as replication ``draw`` runs it: its own realisation of the load
         (:func:`~serving_bench.tune.load.replica_load`), seed and host speed."""
         if draw.index not in self._replicas:
             self._replicas[draw.index] = replica_load(self.load, draw.seed)
-        records = adapters.simulate(self.profile, self.space.config(params), self._replicas[draw.index].at(scale),
+        profile = self.profile_for(params)
+        records = adapters.simulate(profile, self.space.config(params), self._replicas[draw.index].at(scale),
                                     draw.seed, draw.host_speed)
-        return summarize(records, slos={m: dict(s) for m, s in self.slos.items()})
+        return self._summarize(records, profile)
 
 
 FAILED = "failed"  # an SLO figure: a model's share of failed requests (rejected, timed out or errored)
@@ -150,7 +177,7 @@ def _probe(ctx: EvalContext, params: Params, scale: float) -> Probe:
     summary = ctx.summary(params, scale)
     met, worst = check_slos(summary, ctx.slos, ctx.objective.max_failed_fraction)
     return Probe(scale, met, worst, {"throughput_rps": summary["overall"]["throughput_rps"],
-                                     "models": _figures(summary)})
+                                     "models": _figures(summary), "energy": summary.get("energy")})
 
 
 def _probe_at_confidence(ctx: EvalContext, params: Params, scale: float) -> Probe:
@@ -170,6 +197,7 @@ def _probe_at_confidence(ctx: EvalContext, params: Params, scale: float) -> Prob
     models = {m: {key: median(m, key) for key in figures[0][m]} for m in figures[0]}
     return Probe(scale, met, worst, {
         "throughput_rps": float(np.median([s["overall"]["throughput_rps"] for s in summaries])), "models": models,
+        "energy": summaries[0].get("energy"),
         "upper": {f"{m}.{what}": x * ctx.slos[m][what] if what in ctx.slos.get(m, {}) else x
                   for (m, what), x in upper.items()}})
 
@@ -179,10 +207,23 @@ def probe_dict(probe: Probe) -> dict:
     return {"scale": probe.scale, "ok": probe.ok, "violation": probe.violation, **probe.detail}
 
 
+def _over_memory(ctx: EvalContext, params: Params, memory: dict[str, int], ratio: float, t0: float) -> dict:
+    """The result of a candidate over the memory budget: infeasible, not simulated."""
+    return {"feasible": False, "violation": MEMORY_VIOLATION + ratio, "memory_exceeded": True,
+            "memory_bytes": memory, "capacity_scale": 0.0, "capacity_capped": False, "capacity_rps": 0.0,
+            "throughput_rps": 0.0, "gpus": ctx.space.gpus_used(params),
+            "instances": sum(m.instance_count for m in ctx.space.config(params).models), "models": {}, "probes": [],
+            "energy": None, "eval_s": time.perf_counter() - t0}
+
+
 def evaluate(ctx: EvalContext, params: Params) -> dict:
     """Simulate ``params`` at 1x and bisect its capacity (:func:`serving_bench.tune.capacity.bisect_capacity`); a
-    JSON-able result (see module doc)."""
+    JSON-able result (see module doc). A candidate over the memory budget is not simulated."""
     t0 = time.perf_counter()
+    memory, _ = ctx.memory(params)
+    ratio = over_budget(memory, dict(ctx.objective.memory_budget))
+    if ratio > 1.0:
+        return _over_memory(ctx, params, memory, ratio, t0)
     found = bisect_capacity(lambda scale, attempt: _probe(ctx, params, scale), ctx.objective.ladder)
     at_one = found.step(0).probes[0]
     config = ctx.space.config(params)
@@ -194,7 +235,7 @@ def evaluate(ctx: EvalContext, params: Params) -> dict:
         "throughput_rps": at_one.detail["throughput_rps"], "gpus": ctx.space.gpus_used(params),
         "instances": sum(m.instance_count for m in config.models),
         "models": at_one.detail["models"], "probes": sorted(map(probe_dict, found.probes), key=lambda p: p["scale"]),
-        "eval_s": time.perf_counter() - t0,
+        "memory_bytes": memory, "energy": at_one.detail.get("energy"), "eval_s": time.perf_counter() - t0,
         **({"judged_at": {"confidence": judged.confidence, "replications": judged.count,
                           "host_spread": judged.host_sigma}} if judged is not None else {}),
     }
@@ -208,6 +249,9 @@ def value(result: dict, objective: str, max_gpus: int = 0) -> float:
         return -float(min(result["violation"], 1e9))
     if objective == "gpus":
         return (max_gpus + 1 - result["gpus"]) * 1e6 + result["capacity_scale"]
+    if objective == "energy":
+        energy = (result.get("energy") or {}).get("per_request")
+        return 1.0 / energy if energy else 0.0
     return float(result["capacity_rps"])
 
 

@@ -9,8 +9,9 @@ from serving_bench.serving_config import ServingConfig
 from serving_bench.tune.load import GROWTHS
 
 
-def describe_model(m) -> str:
-    """``resnet50_onnxruntime: 2 instances on gpu0, max_batch_size 8, queue delay 500 µs, preferred [8]``."""
+def describe_model(m, entry: str | None = None) -> str:
+    """``resnet50_onnxruntime: 2 instances on gpu0, max_batch_size 8, queue delay 500 µs, preferred [8]``; served by
+    another ``entry`` (a variant), ``resnet50_onnxruntime as resnet50_tvm_trials-64: ...``."""
     where = ", ".join(f"{count} on {device}" for device, count in m.instances)
     parts = [f"{m.instance_count} instance{'s' if m.instance_count != 1 else ''} ({where})"]
     if m.max_batch_size > 0:
@@ -20,7 +21,8 @@ def describe_model(m) -> str:
             parts.append("preferred batch sizes " + ",".join(map(str, m.preferred_batch_sizes)))
     else:
         parts.append("no batching")
-    return f"{m.name}: " + ", ".join(parts)
+    served = f" as {entry}" if entry and entry != m.name else ""
+    return f"{m.name}{served}: " + ", ".join(parts)
 
 
 def config_dict(config: ServingConfig) -> dict:
@@ -80,6 +82,18 @@ def capacity_check_text(check: dict) -> str:
     return f"the SLOs {held} {at}; measured capacity {bracket}, {how}"
 
 
+def _memory_energy(result: dict) -> list[str]:
+    """The pick's predicted memory per device and energy per request, where the profile has them."""
+    parts = []
+    if result.get("memory_bytes"):
+        parts.append("its instances are predicted to hold " + ", ".join(f"{v / 1e9:.2f} GB on {d}" for d, v in
+                                                                       result["memory_bytes"].items()))
+    energy = result.get("energy")
+    if energy:
+        parts.append(f"{energy['per_request']:.3g} {energy['unit']} a request at the load ({energy['measure']})")
+    return [f"Resources: {'; '.join(parts)}."] if parts else []
+
+
 def _verification_line(v: dict, slos: Mapping) -> str:
     """One verified candidate: its 1x figures and, where replayed, what its capacity replays say."""
     measured = v.get("measured", {})
@@ -110,14 +124,15 @@ class Asked:
 
 
 def tune_recommendation(best: dict | None, config: ServingConfig | None, asked: Asked,
-                        verification: list[dict]) -> list[str]:
-    """Lines of plain text: what to deploy, what it achieves, how it was checked."""
+                        verification: list[dict], chosen: Mapping[str, str] | None = None) -> list[str]:
+    """Lines of plain text: what to deploy (``chosen``: the entry serving each model, where a variant was chosen),
+    what it achieves, how it was checked."""
     slos, offered_rps, hardware, growth = asked.slos, asked.offered_rps, asked.hardware, asked.growth
     if best is None or config is None:
         return ["Nothing was evaluated: the search space was empty or the budget was spent before the first result."]
     r = best["result"]
     lines = []
-    models = "; ".join(describe_model(m) for m in config.models)
+    models = "; ".join(describe_model(m, (chosen or {}).get(m.name)) for m in config.models)
     if r["feasible"]:
         bound = "at least " if r["capacity_capped"] else "up to "
         threads = (f", {config.threads_per_instance} runtime thread{'s' if config.threads_per_instance != 1 else ''} "
@@ -130,6 +145,11 @@ def tune_recommendation(best: dict | None, config: ServingConfig | None, asked: 
                      f"load ({r['capacity_rps']:,.1f} req/s; grown by {growth}: {GROWTHS[growth]})"
                      + (f"; the search stopped at {asked.max_scale:g}×." if r["capacity_capped"] else "."))
         lines += interval_lines(r, growth)
+        lines += _memory_energy(r)
+    elif r.get("memory_exceeded"):
+        held = ", ".join(f"{d} {v / 1e9:.2f} GB" for d, v in r["memory_bytes"].items())
+        lines.append(f"No configuration searched fits the memory budget (--memory-gb): the least of them, {models}, "
+                     f"is predicted to hold {held}. Allow more memory, fewer instances or smaller variants.")
     else:
         worst = []
         for model, stats in slos.items():

@@ -35,11 +35,16 @@ from serving_bench.tune.generators import choose_generator
 from serving_bench.tune.intervals import CapacityQuestion, capacity_interval
 from serving_bench.tune.load import GROWTHS, Load, load_from_file, load_size
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
+from serving_bench.tune.build import BuiltSpace, SpaceAsk, build_space
 from serving_bench.tune.recommend import Asked, config_dict, tune_recommendation
 from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
                                        screen_context, search_header)
 from serving_bench.tune.slo import resolve_slos
-from serving_bench.tune.space import SearchSpace, knobs_for
+from serving_bench.tune.space import SearchSpace
+from serving_bench.tune.variants import renamed_config
+from serving_bench.tune.why import estimate_line, require_energy, variants_section, why_lines
+
+DEFAULT_BUDGET_MINUTES = 3.0  # the search's default budget (--budget-minutes; 0: none)
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class TuneOptions:
     workers: int = 1
     ray_address: str | None = None
     ray_cpus: int | None = None
-    budget_minutes: float | None = None
+    budget_minutes: float | None = DEFAULT_BUDGET_MINUTES  # None or 0: no budget
     max_evals: int | None = None
     batch: int = 4
     seed: int | None = None
@@ -83,6 +88,8 @@ class TuneOptions:
     replications: int = DEFAULT_REPLICATIONS  # behind the pick's capacity interval, and each judgment with confidence
     confidence: float | None = None  # judge the SLOs at the upper end of this interval (None: as simulated)
     host_spread: float | None = None  # the host spread replications draw from (None: the profile's)
+    variants: str | None = None  # --variants: auto or a list (None: each model its own entry)
+    memory_gb: float | None = None  # --memory-gb per device (None: the device's; on a CPU the host's available)
 
 
 
@@ -146,9 +153,9 @@ def _pick_interval(opts: TuneOptions, ctx: EvalContext, best: dict, replications
         return
     _log(opts, f"capacity interval: the pick's capacity searched again in {replications.count} replications, each "
                f"its own realisation of the load, simulator seed and host speed")
-    found = capacity_interval(CapacityQuestion(ctx.profile, ctx.space.config(best["params"]), ctx.load, ctx.slos,
-                                               ctx.objective.ladder, ctx.objective.max_failed_fraction),
-                              replications, result["capacity_scale"])
+    question = CapacityQuestion(ctx.profile_for(best["params"]), ctx.space.config(best["params"]), ctx.load,
+                                ctx.slos, ctx.objective.ladder, ctx.objective.max_failed_fraction)  # its variants
+    found = capacity_interval(question, replications, result["capacity_scale"])
     result["capacity_interval"] = dict(found.to_json(), host_spread_source=source,
                                        low_rps=None if found.low is None else found.low * ctx.offered_rps,
                                        high_rps=None if found.high is None else found.high * ctx.offered_rps)
@@ -174,6 +181,7 @@ class _Question:
     sigma_source: str
     settings: SearchSettings
     choice: Any
+    built: BuiltSpace
 
 
 @dataclass(eq=False)
@@ -196,8 +204,11 @@ def _tune(opts: TuneOptions) -> dict:
         _pick_interval(opts, question.ctx, best, question.intervals, question.sigma_source)
     verification, tuned_repo = [], None
     if best is not None and opts.repo:
-        tuned_repo = str(verify.write_tuned_repo(opts.repo, question.space.config(best["params"]),
-                                                 out / "tuned_repo"))
+        space = question.space
+        chosen = space.entries(best["params"])
+        tuned_repo = str(verify.write_tuned_repo(opts.repo, renamed_config(space.config(best["params"]), chosen),
+                                                 out / "tuned_repo", verify.served_entries(space.base, chosen)
+                                                 if space.has_variants else None))
         _log(opts, f"tuned repository: {tuned_repo}")
     if opts.verify_top > 0 and best is not None and (opts.repo or opts.url):
         verification = verify_top(opts, question.ctx, found.result, question.load, question.slos, out)
@@ -233,24 +244,26 @@ def _set_up(opts: TuneOptions) -> _Question:
     if opts.gpus and any(d == "cpu" for m in base.models for d, _ in m.instances) and opts.repo:
         _log(opts, f"note: --gpus {opts.gpus} places the models on GPUs in the search (the profile's devices); the "
                    f"repository's instances are KIND_CPU here")
-    caps = {m: adapters.max_servable_batch(profile, m, ["gpu0"] if opts.gpus >= 1 else
-                                           [d for d, _ in base[m].instances]) for m in tuned}
-    floors = adapters.ensemble_batch_floors(opts.repo, base)
-    space = SearchSpace(base, knobs_for(tuned, instances=opts.instances, max_batch_size=opts.max_batch_sizes,
-                                        max_queue_delay_us=opts.queue_delays_us, preferred=opts.preferred, base=base,
-                                        caps=caps, floors=floors), gpus=opts.gpus)
+    built = build_space(base, profile, load.base, tuned, SpaceAsk(
+        opts.instances, opts.max_batch_sizes, opts.queue_delays_us, opts.preferred, opts.gpus, opts.variants,
+        opts.memory_gb, opts.max_scale, opts.repo))
+    space = built.space
+    if opts.objective == "energy":
+        require_energy(profile, space)
+    for note in built.candidates.notes + built.pruned:
+        _log(opts, f"note: {note}")
     intervals, sigma_source = _interval_options(opts, profile)
     ctx = EvalContext(space, profile, load, slos, ObjectiveConfig(
         opts.objective, max_scale=opts.max_scale, confidence=opts.confidence, replications=opts.replications,
-        host_sigma=intervals.host_sigma if intervals else 0.0))
+        host_sigma=intervals.host_sigma if intervals else 0.0, memory_budget=tuple(sorted(built.budget.items()))))
     if opts.objective == "gpus" and opts.gpus < 1:
         raise InputError("--objective", "gpus", "needs --gpus N (the most GPUs the models may use)")
     settings = SearchSettings(generator=opts.generator, seed=load.seed, batch_size=opts.batch,
-                              max_evals=opts.max_evals,
-                              budget_s=None if opts.budget_minutes is None else opts.budget_minutes * 60.0)
+                              max_evals=opts.max_evals, first_alone=True,
+                              budget_s=opts.budget_minutes * 60.0 if opts.budget_minutes else None)
     choice = choose_generator(opts.generator, space)
     require_count("--finalists", opts.finalists)
-    return _Question(load, slos, profile, space, ctx, tuned, intervals, sigma_source, settings, choice)
+    return _Question(load, slos, profile, space, ctx, tuned, intervals, sigma_source, settings, choice, built)
 
 
 def _search(opts: TuneOptions, q: _Question, out: Path) -> _Found:
@@ -271,7 +284,8 @@ def _search(opts: TuneOptions, q: _Question, out: Path) -> _Found:
     workers = opts.workers if opts.workers > 0 else cpu_cores()
     with make_executor(opts.executor, workers=workers, address=opts.ray_address,
                        num_cpus=opts.ray_cpus) as executor:
-        with _progress(opts, "screen" if search_ctx is not q.ctx else "tune", planned) as progress:
+        with _progress(opts, "screen" if search_ctx is not q.ctx else "tune", planned,
+                       lambda obs: _log(opts, estimate_line(obs, q.choice.space_points, q.settings))) as progress:
             result = searched = run_search(search_ctx, executor, q.settings, checkpoint=checkpoint,
                                            restart=opts.restart, choice=q.choice, on_observation=progress)
         _log(opts, f"search: {searched.evaluated} evaluated"
@@ -301,8 +315,11 @@ def _document(opts: TuneOptions, q: _Question, found: _Found, verification: list
     hardware = hardware_text(q.profile)
     asked = Asked(slos=q.slos, offered_rps=q.ctx.offered_rps, objective=opts.objective, hardware=hardware,
                   max_scale=opts.max_scale, growth=q.load.growth)
+    chosen = q.space.entries(best["params"]) if best else {}
     recommendation = tune_recommendation(best, q.space.config(best["params"]) if best else None, asked,
-                                         verification)
+                                         verification, chosen)
+    if best is not None and q.space.has_variants:
+        recommendation[1:1] = why_lines(q.profile, q.space, best, result.ranked, q.built.candidates.per_slot)
     screen = None if searched is result else {
         "fraction": found.fraction, "requests": len(found.search_ctx.load.base),
         "spans_s": found.search_ctx.load.base.meta["screen_spans"], "finalists": opts.finalists,
@@ -319,19 +336,28 @@ def _document(opts: TuneOptions, q: _Question, found: _Found, verification: list
         "search": {"generator": q.choice.name, "reason": q.choice.reason, "space_points": q.choice.space_points,
                    "evaluated": searched.evaluated, "resumed": searched.resumed, "stopped": searched.stopped,
                    "wall_s": searched.wall_s, "executor": opts.executor, "space": q.space.describe(),
-                   "screen": screen},
+                   "screen": screen, "budget_s": q.settings.budget_s,
+                   "pruned": list(q.built.candidates.notes + q.built.pruned)},
+        "memory_budget_bytes": q.built.budget,
+        "variants": variants_section(q.profile, q.space, best, q.built.candidates.per_slot)
+        if q.space.has_variants else None,
         "best": top[0] if top else None, "top": top, "verification": verification,
         "tuned_repo": tuned_repo, "recommendation": recommendation,
     }
 
 
 @contextmanager
-def _progress(opts: TuneOptions, desc: str, planned: int | None):
-    """A progress bar of candidates done and the best so far; yields the search's ``on_observation``."""
+def _progress(opts: TuneOptions, desc: str, planned: int | None, first=None):
+    """A progress bar of candidates done and the best so far; yields the search's ``on_observation``; ``first``
+    is called with the first simulated observation (the estimate of the search's time)."""
     best_so_far: list = [None]
     bar = None if opts.quiet else tqdm(total=planned, unit="config", desc=desc, file=sys.stderr, dynamic_ncols=True)
 
     def progress(obs: dict, total: int) -> None:
+        nonlocal first
+        if first is not None and not obs["result"].get("memory_exceeded"):
+            first, say = None, first
+            say(obs)
         if best_so_far[0] is None or obs["value"] > best_so_far[0]["value"]:
             best_so_far[0] = obs
         best = best_so_far[0]["result"]
@@ -352,7 +378,8 @@ def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, ou
     rows = []
     candidates = [o for o in result.ranked if o["result"]["feasible"]][:opts.verify_top] or result.ranked[:1]
     for rank, obs in enumerate(candidates, 1):
-        config = ctx.space.config(obs["params"])
+        chosen = ctx.space.entries(obs["params"])
+        config = renamed_config(ctx.space.config(obs["params"]), chosen)
         replays = verify.capacity_replays(obs["result"], ctx.objective.ladder)
         schedules = [load.at(r.scale) for r in replays]
         _log(opts, f"verify #{rank} on {'Triton at ' + opts.url if opts.url else 'embedded Triton'}: "
@@ -365,9 +392,9 @@ def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, ou
                        + (f", p99 {p.p99_s * 1e3:.1f} ms" if p.p99_s is not None else ""))
 
         folder = out / "verify" / f"rank{rank}"
-        measured = verify.verify_candidate(config, [(s, folder / r.folder) for r, s in zip(replays, schedules)],
-                                           slos, repo=opts.repo, url=opts.url, progress=progress,
-                                           log=lambda line: _log(opts, line))
+        where = verify.Where(opts.repo, opts.url, progress, lambda line: _log(opts, line))
+        measured = verify.verify_on_entries(config, chosen, [(s, folder / r.folder) for r, s in zip(replays, schedules)],
+                                            slos, where)
         runs = []
         for replay, schedule, summary in zip(replays, schedules, measured):
             met, violation = check_slos(summary, slos, ctx.objective.max_failed_fraction)

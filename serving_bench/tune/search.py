@@ -38,6 +38,7 @@ class SearchSettings:
     max_evals: int | None = None
     budget_s: float | None = None
     grid_limit: int = 256
+    first_alone: bool = False  # evaluate the first point on its own (a fresh search's time is estimated from it)
 
 
 @dataclass
@@ -121,7 +122,7 @@ def run_search(ctx: EvalContext, executor: Executor, settings: SearchSettings = 
         if settings.budget_s is not None and time.perf_counter() - t0 >= settings.budget_s:
             stopped = "budget"
             break
-        n = settings.batch_size
+        n = 1 if settings.first_alone and not observations else settings.batch_size
         if settings.max_evals is not None:
             n = min(n, settings.max_evals - len(observations))
         batch = generator.propose(n)

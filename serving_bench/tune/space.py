@@ -1,8 +1,10 @@
 """The search space: per-model instance count, ``max_batch_size``, ``max_queue_delay_us``, preferred batch sizes,
-and which models share which GPU, as a discrete space whose points are :class:`ServingConfig` s.
+the variant serving it (``tune --variants``: :mod:`serving_bench.tune.variants`), and which models share which GPU,
+as a discrete space whose points are :class:`ServingConfig` s (and, with variants, the entry serving each model).
 
 A point is a *params* dict (``"<model>.instances"``, ``"<model>.max_batch_size"``, ``"<model>.max_queue_delay_us"``,
-``"<model>.preferred"``, and with ``gpus >= 1`` ``"<model>.gpu"``). Placements that only rename GPUs are the same
+``"<model>.preferred"``, ``"<model>.variant"`` where a model has two candidate entries or more, and with ``gpus >= 1``
+``"<model>.gpu"``). Placements that only rename GPUs are the same
 point: :meth:`SearchSpace.canonical` relabels GPUs in order of first use, and :meth:`SearchSpace.key` is the
 canonical params as JSON, the identity the checkpoint and the generators share.
 
@@ -23,6 +25,7 @@ from serving_bench.serving_config import ServingConfig
 
 PREFERRED_RULES = ("none", "max", "pow2")
 KNOBS = ("instances", "max_batch_size", "max_queue_delay_us", "preferred")
+VARIANT = "variant"  # the knob of the entry serving a model, where it has a choice
 
 Params = dict[str, "int | str"]
 
@@ -47,6 +50,7 @@ class ModelKnobs:
     max_batch_size: tuple[int, ...] = (1, 8, 32)
     max_queue_delay_us: tuple[int, ...] = (0, 1000)
     preferred: tuple[str, ...] = ("none",)
+    variant: tuple[str, ...] = ()  # the entries that may serve it (none or one: no choice; none: itself)
 
     def __post_init__(self):
         for knob in KNOBS:
@@ -63,7 +67,16 @@ class ModelKnobs:
             raise InputError(None, f"{self.name}.preferred", f"{bad[0]!r}: expected one of {', '.join(PREFERRED_RULES)}")
 
     def choices(self) -> dict[str, tuple]:
-        return {knob: getattr(self, knob) for knob in KNOBS}
+        out = {knob: getattr(self, knob) for knob in KNOBS}
+        if len(self.variant) > 1:
+            out[VARIANT] = tuple(self.variant)
+        return out
+
+    def entry(self, params: Mapping[str, "int | str"]) -> str:
+        """The entry serving this model at ``params``."""
+        if len(self.variant) > 1:
+            return str(params[f"{self.name}.{VARIANT}"])
+        return self.variant[0] if self.variant else self.name
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,8 @@ class SearchSpace:
             out[f"{m}.max_batch_size"] = mbs
             out[f"{m}.max_queue_delay_us"] = int(params[f"{m}.max_queue_delay_us"]) if mbs > 1 else 0
             out[f"{m}.preferred"] = str(params[f"{m}.preferred"]) if mbs > 1 else "none"
+            if len(knob.variant) > 1:
+                out[f"{m}.{VARIANT}"] = knob.entry(params)
             if self.gpus >= 1:
                 gpu = int(params[f"{m}.gpu"])
                 out[f"{m}.gpu"] = relabel.setdefault(gpu, len(relabel))
@@ -136,6 +151,15 @@ class SearchSpace:
                 preferred_batch_sizes=preferred_sizes(str(params[f"{m}.preferred"]), mbs),
                 instances=tuple((d, count) for d in devices)))
         return config
+
+    def entries(self, params: Mapping[str, "int | str"]) -> dict[str, str]:
+        """Per tuned model, the entry serving it at ``params`` (itself unless a variant was chosen)."""
+        return {knob.name: knob.entry(params) for knob in self.knobs}
+
+    @property
+    def has_variants(self) -> bool:
+        """Whether variants were searched (``tune --variants``): a model has its list of candidate entries."""
+        return any(k.variant for k in self.knobs)
 
     def gpus_used(self, params: Mapping[str, "int | str"]) -> int:
         """Distinct GPUs a point uses (0 without placement)."""
@@ -170,12 +194,12 @@ class SearchSpace:
         seen: set[str] = set()
         per_model = []
         for knob in self.knobs:
-            per_model.append(list(itertools.product(*(getattr(knob, k) for k in KNOBS))))
+            per_model.append(list(itertools.product(*knob.choices().values())))
         for placement in self.placements():
             for combo in itertools.product(*per_model):
                 params: Params = {}
                 for i, (knob, values) in enumerate(zip(self.knobs, combo)):
-                    params.update({f"{knob.name}.{k}": v for k, v in zip(KNOBS, values)})
+                    params.update({f"{knob.name}.{k}": v for k, v in zip(knob.choices(), values)})
                     if self.gpus >= 1:
                         params[f"{knob.name}.gpu"] = placement[i]
                 key = self.key(params)
@@ -185,7 +209,10 @@ class SearchSpace:
 
     def describe(self) -> dict:
         """JSON-able description (the checkpoint header compares it on resume)."""
-        return {"gpus": self.gpus, "knobs": {k.name: {n: list(v) for n, v in k.choices().items()} for k in self.knobs}}
+        out = {"gpus": self.gpus, "knobs": {k.name: {n: list(v) for n, v in k.choices().items()} for k in self.knobs}}
+        if self.has_variants:
+            out["variants"] = {k.name: list(k.variant) for k in self.knobs if k.variant}
+        return out
 
 
 def parse_values(text: str, source: str, field: str, kind=int) -> tuple:
@@ -203,10 +230,12 @@ def parse_values(text: str, source: str, field: str, kind=int) -> tuple:
 
 def knobs_for(models: Sequence[str], *, instances=(1, 2), max_batch_size=(1, 8, 32), max_queue_delay_us=(0, 1000),
               preferred=("none",), base: ServingConfig | None = None,
-              caps: Mapping[str, int] | None = None, floors: Mapping[str, int] | None = None) -> tuple[ModelKnobs, ...]:
+              caps: Mapping[str, int] | None = None,
+              floors: Mapping[str, int] | None = None) -> tuple[ModelKnobs, ...]:
     """The same candidate values for each model; models that cannot batch in ``base`` (max_batch_size 0 in the
     exported config) keep 0; ``caps`` bounds max_batch_size per model from above (e.g. the largest batch the profile
-    measured), ``floors`` from below (an ensemble member must batch at least as much as its ensemble)."""
+    measured), ``floors`` from below (an ensemble member must batch at least as much as its ensemble). The entries
+    that may serve each model (``ModelKnobs.variant``) are set by the caller that searches variants."""
     out = []
     for m in models:
         mbs = tuple(max_batch_size)

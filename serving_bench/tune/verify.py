@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from serving_bench.errors import ServerError
 from serving_bench.export.repository import list_entries
@@ -32,6 +32,7 @@ from serving_bench.serve.server import MAX_RESTARTS, connect
 from serving_bench.serving_config import ServingConfig, apply_model_serving
 from serving_bench.tune import adapters
 from serving_bench.tune.capacity import Ladder
+from serving_bench.tune.variants import renamed_schedule, summary_for_slots
 
 
 def copy_repo(repo: str | Path, dest: str | Path, models: list[str] | None = None) -> Path:
@@ -54,13 +55,21 @@ def copy_repo(repo: str | Path, dest: str | Path, models: list[str] | None = Non
     return dest
 
 
-def write_tuned_repo(repo: str | Path, config: ServingConfig, dest: str | Path) -> Path:
-    """A copy of ``repo`` with ``config`` applied, written to a temporary folder and renamed to ``dest``."""
+def served_entries(base: ServingConfig, chosen: Mapping[str, str]) -> list[str]:
+    """The entries a tuned repository with variants holds: each served model's chosen entry (itself where none
+    was chosen) and the ensembles; not the variants left unchosen (Triton would load them all)."""
+    return [chosen.get(m, m) for m in base.names] + [e for e, _ in base.ensembles]
+
+
+def write_tuned_repo(repo: str | Path, config: ServingConfig, dest: str | Path,
+                     entries: list[str] | None = None) -> Path:
+    """A copy of ``repo`` (of its ``entries`` where given) with ``config`` applied, written to a temporary folder and
+    renamed to ``dest``."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     try:
-        copy_repo(repo, tmp / "repo")
+        copy_repo(repo, tmp / "repo", entries)
         config.apply_to_repo(tmp / "repo")
         publish_folder(tmp / "repo", dest, replace=True)
     finally:
@@ -146,6 +155,27 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
                                                    slos={m: dict(s) for m, s in slos.items()}))
                     restarts = []
     return summaries
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a candidate is verified: the embedded server on a copy of ``repo``, or the external one at ``url``;
+    ``progress`` and ``log`` as :func:`verify_candidate` takes them."""
+
+    repo: str | Path | None
+    url: str | None = None
+    progress: Callable | None = None
+    log: Callable[[str], None] | None = None
+
+
+def verify_on_entries(config: ServingConfig, chosen: Mapping[str, str], replays: Sequence[tuple[Schedule, Path]],
+                      slos: Mapping, where: Where) -> list[dict]:
+    """:func:`verify_candidate` of a candidate whose models are served by the ``chosen`` entries (``config`` named
+    by them): each slot's requests sent to its entry, the summaries given back under the slots' names."""
+    renamed = [(renamed_schedule(schedule, chosen), out) for schedule, out in replays]
+    summaries = verify_candidate(config, renamed, {chosen.get(m, m): s for m, s in slos.items()}, repo=where.repo,
+                                 url=where.url, progress=where.progress, log=where.log)
+    return [summary_for_slots(s, chosen) for s in summaries]
 
 
 def compare(simulated: dict, measured: dict) -> dict:
