@@ -31,7 +31,6 @@ variant uses, and variants that share one share the file (a hard link), so a run
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
