@@ -139,11 +139,13 @@ def with_gpus(profile, count: int):
 
 
 def profile_description(profile) -> str:
-    """One line naming the profile's devices and execution modes ('eager mode' where measured in eager)."""
+    """One line naming the profile's devices and, on a GPU, the execution modes it was measured in ('torch eager
+    mode', CUDA graphs, ...; a CPU entry runs its own framework, which the mode does not describe)."""
     devices = ", ".join(sorted({(info.model or info.name) + (f" ({info.kind})" if info.kind == "gpu" else
                                                               f" ({info.cores} cores)") for info in
                                 profile.devices.values()}))
-    modes = sorted({md.execution_mode for mp in profile.models.values() for md in mp.devices.values()})
+    modes = sorted({md.execution_mode for mp in profile.models.values() for name, md in mp.devices.items()
+                    if name in profile.devices and profile.devices[name].kind == "gpu"})
     named = {"eager": "torch eager mode", "cuda_graphs": "CUDA graphs", "compiled": "torch.compile",
              "tensorrt": "TensorRT", "n/a": None}
     mode_text = ", ".join(filter(None, (named.get(m, m) for m in modes)))
