@@ -52,7 +52,7 @@ def export(c, repo: Path, entries: list[Entry]) -> None:
     an executed batch is a request); on the CPU plan every instance on the CPU."""
     from serving_bench.export.api import export_models
     from serving_bench.export.frameworks import ExportOptions
-    from serving_bench.serving_config import ServingConfig
+    from gpu_check import serve_unbatched
 
     plan = c.plan
     by_framework: dict[str, list[str]] = {}
@@ -73,14 +73,7 @@ def export(c, repo: Path, entries: list[Entry]) -> None:
                 c.notes.append(f"export of {r['name']} {r['status']}: {r.get('reason')}; its runs are left out")
     if not any(c.entries.get(e.name, {}).get("status") == "exported" for e in entries):
         raise RuntimeError("no entry exported")
-    config = ServingConfig.from_repo(repo)
-    for model in config.models:
-        changes = {"dynamic_batching": False}
-        if plan.mode == "cpu":  # the exporter writes KIND_GPU where a GPU exists; the CPU plan stays on the CPU
-            changes["instances"] = (("cpu", model.instance_count),)
-        config = config.with_model(model.replace(**changes))
-    config.apply_to_repo(repo)
-    served = ServingConfig.from_repo(repo)
+    served = serve_unbatched(repo, plan.mode)
     c.serving = {"models": {m.name: dataclasses.asdict(m) for m in served.models},
                  "ensembles": {e: list(members) for e, members in served.ensembles},
                  "ensemble_deps": {e: [list(d) for d in deps] for e, deps in served.ensemble_deps}}

@@ -123,7 +123,6 @@ def export_repo(plan: Plan, repo: Path) -> dict[str, dict]:
     returns how each entry is served (``ModelServing`` as a dict, one instance), for :func:`predict`."""
     from serving_bench.export.api import export_models
     from serving_bench.export.frameworks import ExportOptions
-    from serving_bench.serving_config import ServingConfig
 
     records = export_models(list(plan.pair), ["torchscript"], repo,
                             options=ExportOptions(max_batch_size=plan.max_batch_size, precision=plan.precision,
@@ -132,14 +131,22 @@ def export_repo(plan: Plan, repo: Path) -> dict[str, dict]:
     failed = [f"{r['name']}: {r.get('reason')}" for r in records if r["status"] != "exported"]
     if failed:
         raise SystemExit(f"export failed: {'; '.join(failed)}")
+    return {m.name: dataclasses.asdict(m) for m in serve_unbatched(repo, plan.mode).models}
+
+
+def serve_unbatched(repo: Path, mode: str):
+    """Switch dynamic batching off in every entry of ``repo`` (and, in the ``cpu`` mode, put its instances on the
+    CPU: the exporter writes KIND_GPU where a GPU exists); returns the ``ServingConfig`` the repository now holds."""
+    from serving_bench.serving_config import ServingConfig
+
     config = ServingConfig.from_repo(repo)
     for model in config.models:
         changes = {"dynamic_batching": False}
-        if plan.mode == "cpu":  # the exporter writes KIND_GPU where a GPU exists; the CPU plan stays on the CPU
+        if mode == "cpu":
             changes["instances"] = (("cpu", model.instance_count),)
         config = config.with_model(model.replace(**changes))
     config.apply_to_repo(repo)
-    return {m.name: dataclasses.asdict(m) for m in ServingConfig.from_repo(repo).models}
+    return ServingConfig.from_repo(repo)
 
 
 def closed_schedule(models: list[str], duration_s: float, seed: int = 0):
