@@ -299,9 +299,8 @@ def per_request_cpu(solo: Sequence[LoopRun], loaded: Sequence[LoopRun], model: s
     the ``loaded`` runs (one-row requests, closed loops with dynamic batching), the slope over ``n`` (requests per
     batch, up to the largest size measured alone) of each batch's CPU less what a batch of ``n`` rows costs one
     request at a time (the ``solo`` runs' mean CPU per batch at each size, interpolated), least squares, clamped at
-    0. CPU, not time: on a busy host a batch's time also holds its waits for a core, which the sharing law simulates
-    (the time's slope counted them twice: docs/profiles.md#big-batches); a slope, not a level, so a uniformly slower
-    machine does not pass for a cost.
+    0: the part of :func:`per_request_cost` spent inside the runner (docs/profiles.md#big-batches); a slope, not a
+    level, so a uniformly slower machine does not pass for a cost.
     Returns (CPU seconds per request, batches of 2+ requests it rests on); None where the server logged no CPU or
     fewer than two sizes were executed."""
     sizes, costs = [], []

@@ -86,8 +86,9 @@ def service_and_demand(lab: Lab, m: str, b: int) -> None:
 
 
 def per_request(lab: Lab, m: str) -> None:
-    """The cost of each request inside a batch (Triton's compute time, or on the host's cores the runner's CPU) and
-    the host CPU outside the runtime split per request and per batch (:func:`handoff_split`)."""
+    """The cost of each request inside a batch (the slope of Triton's compute time; on the host's cores the runner's
+    own CPU slope is logged beside it) and the host CPU outside the runtime split per request and per batch
+    (:func:`handoff_split`)."""
     r, runs, sizes = lab.results[m], lab.runs, lab.plan.sizes[m]
     batched = runs[(m, "per_request")]
     loaded = [batched] + [runs[(m, "split", c)] for c in lab.plan.split_levels(m)]
@@ -96,10 +97,9 @@ def per_request(lab: Lab, m: str) -> None:
     by_cpu = (per_request_cpu([runs[(m, "solo", b)] for b in sizes], loaded, m)
               if r.device == HOST_DEVICE else None)
     lab.log(f"{m}: per-request cost inside a batch {r.per_request_s * 1e6:.0f} us of Triton's compute time (from "
-            f"{used} batches of 2+ requests)" + (f", {by_cpu[0] * 1e6:.0f} us of the runner's CPU (from "
-                                                 f"{by_cpu[1]} batches): taken" if by_cpu is not None else ""))
-    if by_cpu is not None:  # on the host's cores the time's slope holds the waits for a core
-        r.per_request_s = by_cpu[0]
+            f"{used} batches of 2+ requests): taken" +
+            (f"; {by_cpu[0] * 1e6:.0f} us of it the runner's CPU (from {by_cpu[1]} batches)"
+             if by_cpu is not None else ""))
     alone = runs[(m, "solo", sizes[0])]
     points = [handoff_point(run, m) for run in (loaded if len(loaded) > 1 else [alone, batched])]
     split = handoff_split(points) if sizes[0] == 1 and r.dispatch is not None else None
