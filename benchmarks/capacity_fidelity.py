@@ -23,11 +23,10 @@ profile), at least 50 ms; each configuration's load at scale 1 one client's wort
 3. The same bisection on the simulator, the same schedules, a repeat another seed: with the profile as measured (the
    full model) and with its law set to ``none`` (the baseline: no interference). The full model's 90 % capacity
    interval (``tune.intervals.capacity_interval``, 20 replications, each the case's schedule on its own simulator
-   seed and a host speed drawn from the profile's host spread): the replications' capacities are rungs, so the
-   interval runs from its low end to one rung above its high end (open above where a replication met at the
-   ladder's top). Coverage: the share of configurations whose measured capacity lies inside; width: the median
-   half-width over the middle, against the median repeat spread (issue 44: coverage >= 85 %, half-width <= 1.5
-   times the spread).
+   seed and a host speed drawn from the profile's host spread), each replication's capacity placed inside its
+   final bracket as the measured one is (open above where a replication met at the ladder's top). Coverage: the
+   share of configurations whose measured capacity lies inside; width: the median half-width over the middle,
+   against the median repeat spread (issue 44: coverage >= 85 %, half-width <= 1.5 times the spread).
 
 Capacity is interpolated inside each bisection's final bracket where the worst p99/bound crosses 1, log-linearly
 between the two decisive rungs (``tune.capacity.interpolate``), on both targets alike; the rung (the highest that
@@ -282,18 +281,18 @@ def evaluate(data: dict) -> list[dict]:
 
 def interval_of(question: CapacityQuestion, replications: Replications, row: dict) -> dict:
     """The full model's capacity interval for ``row`` in req/s (``capacity_interval``: every replication replays the
-    case's schedule, its search starting at the full model's rung), against the measured capacity. The replications'
-    capacities are rungs (the highest that met); the capacity itself lies up to one rung above, so the interval's top
-    is one rung above theirs, and open where a replication met the SLOs at the ladder's top."""
+    case's schedule, its search starting at the full model's rung), against the measured capacity: the interval of
+    the replications' capacities placed inside their brackets as the measured one is (``crossings``), open above
+    where a replication met the SLOs at the ladder's top."""
     offered, ladder = row["offered_rps"], question.ladder
     found = capacity_interval(question, replications, start_scale=row["full"]["rung_scale"])
     top = ladder.scale(ladder.i_max)
-    if found.low is None or found.high is None:
+    if found.crossing_low is None or found.crossing_high is None:
         low, high = None, math.inf
-    elif any(found.capped) and found.high >= top * (1 - 1e-9):
-        low, high = found.low * offered, math.inf
+    elif any(found.capped) and found.crossing_high >= top * (1 - 1e-9):
+        low, high = found.crossing_low * offered, math.inf
     else:
-        low, high = found.low * offered, found.high * 2 ** (1 / ladder.steps_per_doubling) * offered
+        low, high = found.crossing_low * offered, found.crossing_high * offered
     return {**cs.interval_figures(low, high, row["measured"]), "probes": found.probes,
             "capacities_rps": [c * offered for c in found.capacities], "capped": list(found.capped)}
 

@@ -24,7 +24,7 @@ from serving_bench.sim.intervals import Replications, replicate, summary_interva
 from serving_bench.sim.target import SimTarget
 from serving_bench.tune.capacity import Ladder, Probe, bisect_capacity
 from serving_bench.tune.run import TuneOptions, run_tune
-from serving_bench.tune.intervals import CapacityQuestion, capacity_interval, climb
+from serving_bench.tune.intervals import CapacityQuestion, capacity_interval, climb, crossing
 from serving_bench.tune.load import Load
 from tune_fixtures import profile_json, write_load, write_profile
 
@@ -264,3 +264,17 @@ def test_the_report_shows_the_intervals_and_the_coverage():
     assert "predicted interval" in page and "18.00 – 26.00" in page and "measured inside" in page
     assert "coverage 3 of 4 measured figures (p50, p99) inside their predicted 90% interval (75%)" in page
     assert "90% interval (× load)" in page and "1.83 – 2.18" in page
+
+
+def test_a_replications_capacity_is_placed_where_its_violation_crosses_one():
+    """Inside the bracket log-linearly (violation 0.5 at rung 8, 2.0 at rung 9: the geometric middle); the bracket's
+    middle where the failed rung's violation is not finite; the rung itself where there is no bracket."""
+    ladder = Ladder(0.125, 8.0, 8)
+    two, above = ladder.scale(8), ladder.scale(9)
+    assert crossing(two, False, {8: 0.5, 9: 2.0}, ladder) == pytest.approx(math.sqrt(two * above))
+    assert crossing(two, False, {8: 1.0, 9: 3.0}, ladder) == pytest.approx(two)  # met exactly at its bound
+    quarter = math.exp(math.log(two) + 0.25 * math.log(above / two))  # log 0.5 -> log 8: a quarter of the way
+    assert crossing(two, False, {8: 0.5, 9: 8.0}, ladder) == pytest.approx(quarter)
+    assert crossing(two, False, {8: 0.5, 9: math.inf}, ladder) == pytest.approx(math.sqrt(two * above))
+    assert crossing(ladder.scale(ladder.i_max), True, {}, ladder) == ladder.scale(ladder.i_max)
+    assert crossing(0.0, False, {}, ladder) == 0.0

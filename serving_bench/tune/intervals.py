@@ -19,11 +19,15 @@ some scale and for none above it, the search starts where it is told (``start_sc
 walks out in steps of 1, 2, 4 ... rungs until the verdict turns, then bisects: a few probes per replication when
 they fall near the start, instead of a whole bisection of the ladder. The interval is the replications' capacities'
 (:meth:`~serving_bench.sim.intervals.Replications.interval`); a capacity capped at the top of the ladder counts as
-the top.
+the top. Each replication's capacity is also placed inside its final bracket where its worst ``value / bound`` crosses
+1, log-linearly between the two rungs as :func:`~serving_bench.tune.capacity.interpolate` places a measured one
+(``crossings``, their interval ``crossing_low`` .. ``crossing_high``): the interval to set beside an interpolated
+capacity, not quantised to the ladder's rungs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -57,7 +61,8 @@ class CapacityQuestion:
 class CapacityInterval:
     """The interval ``low`` .. ``high`` (load scales) of the ``capacities`` the replications found (``capped``: a
     replication met the SLOs at the top of the ladder), at ``confidence``, the load grown by ``growth``;
-    ``host_spread`` the spread the host speeds were drawn from, ``probes`` the simulations run."""
+    ``host_spread`` the spread the host speeds were drawn from, ``probes`` the simulations run; ``crossings`` the
+    capacities placed inside their brackets (module doc) and ``crossing_low`` .. ``crossing_high`` their interval."""
 
     low: float | None
     high: float | None
@@ -68,11 +73,16 @@ class CapacityInterval:
     host_spread: float
     seed: int
     probes: int
+    crossings: tuple[float, ...] = ()
+    crossing_low: float | None = None
+    crossing_high: float | None = None
 
     def to_json(self) -> dict:
         return {"low_scale": self.low, "high_scale": self.high, "capacities": list(self.capacities),
                 "capped": list(self.capped), "confidence": self.confidence, "replications": len(self.capacities),
-                "growth": self.growth, "host_spread": self.host_spread, "seed": self.seed, "probes": self.probes}
+                "growth": self.growth, "host_spread": self.host_spread, "seed": self.seed, "probes": self.probes,
+                "crossings": list(self.crossings), "crossing_low_scale": self.crossing_low,
+                "crossing_high_scale": self.crossing_high}
 
 
 def capacity_interval(question: CapacityQuestion, replications: Replications,
@@ -81,23 +91,50 @@ def capacity_interval(question: CapacityQuestion, replications: Replications,
     ``start_scale`` (> 0)."""
     ladder = question.ladder
     start = ladder.rung(start_scale) if start_scale > 0 else ladder.i_min
-    capacities, capped, probes = [], [], 0
+    capacities, capped, crossings, probes = [], [], [], 0
     for draw in replications.draws:
         load = question.load if question.same_load else replica_load(question.load, draw.seed)
-        capacity, top, count = climb(lambda rung: _meets(question, load, draw, ladder.scale(rung)), ladder, start)
+        violations: dict[int, float] = {}
+
+        def meets(rung: int) -> bool:
+            met, violations[rung] = _judge(question, load, draw, ladder.scale(rung))
+            return met
+
+        capacity, top, count = climb(meets, ladder, start)
         capacities.append(capacity)
         capped.append(top)
+        crossings.append(crossing(capacity, top, violations, ladder))
         probes += count
     low, high = replications.interval(capacities)
+    crossing_low, crossing_high = replications.interval(crossings)
     return CapacityInterval(low, high, tuple(capacities), tuple(capped), replications.confidence,
-                            question.load.growth, replications.host_sigma, replications.seed, probes)
+                            question.load.growth, replications.host_sigma, replications.seed, probes,
+                            tuple(crossings), crossing_low, crossing_high)
 
 
-def _meets(question: CapacityQuestion, load: Load, draw: Draw, scale: float) -> bool:
-    """Whether the SLOs hold at ``scale`` of ``load`` in replication ``draw``'s run."""
+def _judge(question: CapacityQuestion, load: Load, draw: Draw, scale: float) -> tuple[bool, float]:
+    """(whether the SLOs hold, the worst ``value / bound``) at ``scale`` of ``load`` in replication ``draw``'s run."""
     records = adapters.simulate(question.profile, question.config, load.at(scale), draw.seed, draw.host_speed)
     summary = summarize(records, slos={m: dict(s) for m, s in question.slos.items()})
-    return check_slos(summary, question.slos, question.max_failed_fraction)[0]
+    return check_slos(summary, question.slos, question.max_failed_fraction)
+
+
+def crossing(capacity: float, capped: bool, violations: Mapping[int, float], ladder: Ladder) -> float:
+    """``capacity`` (a rung's scale, the highest that met) placed inside its bracket: where ``log(violation)`` crosses
+    0 on the line through the bracket's two rungs (``violations``: rung -> worst ``value / bound``), in
+    ``log(scale)``; the bracket's geometric middle where the line gives no crossing inside it (a violation that is
+    not a finite positive number), the capacity itself where it has no bracket (none met, or capped)."""
+    if capacity <= 0 or capped:
+        return capacity
+    lo = ladder.rung(capacity)
+    v_lo, v_hi = violations.get(lo), violations.get(lo + 1)
+    x_lo, x_hi = math.log(capacity), math.log(ladder.scale(lo + 1))
+    if v_lo is None or v_hi is None:
+        return capacity
+    if not (0 < v_lo <= 1 < v_hi < math.inf):
+        return math.exp((x_lo + x_hi) / 2)
+    y_lo, y_hi = math.log(v_lo), math.log(v_hi)
+    return math.exp(x_lo - y_lo * (x_hi - x_lo) / (y_hi - y_lo))
 
 
 def climb(meets, ladder: Ladder, start: int) -> tuple[float, bool, int]:
