@@ -3,7 +3,8 @@
 clients, beside the longest, all together) and open loops beside the longest model's occasional batches, whose
 requests give the wait for a core (:func:`~serving_bench.calibrate.waits.quiet_wait`). A fit that misses its own
 runs, or sits on a bound of a parameter's range, is noted in the profile (:func:`fit_warning`). Each closed loop runs
-``rounds`` times in a row: how much its rounds differ beyond their finite samples is the host's run-to-run spread
+``rounds`` times in a row, and the first once more at the end of the phase, minutes later: how much the rounds of
+each loop differ beyond their finite samples is the host's run-to-run spread
 (:func:`~serving_bench.calibrate.estimators.host_spread`, the profile's ``host_spread``)."""
 
 from __future__ import annotations
@@ -66,6 +67,19 @@ def observe(cal: Calibration, clients: dict[str, int], session: Session) -> Obse
     return obs
 
 
+def observe_again(cal: Calibration, clients: dict[str, int], session: Session) -> None:
+    """The closed loop of ``clients`` once more, its speed one more round of that loop's (none where the loop's own
+    step was not kept): a round minutes after the others, for the host spread."""
+    speeds = cal.rounds.get(tuple(sorted(clients.items())))
+    if speeds is None:
+        return
+    config = cal.lab.plan.config
+    run = session.run({m: (1, c) for m, c in clients.items()}, config.seconds)
+    speed = round_speed({m: run.done[m] for m in clients})
+    if speed is not None:
+        speeds.append(speed)
+
+
 def observe_quiet(cal: Calibration, rate: float, session: Session) -> Observation:
     """The open loop of every model beside the longest's occasional batches, the others at ``rate``: its p99s."""
     models = cal.lab.plan.models
@@ -98,7 +112,7 @@ def steps(cal: Calibration) -> list[Step]:
     out: list[Step] = [(tuple(sorted(clients.items())), partial(observe, cal, clients)) for clients in loads]
     if plan.quiet_waits:  # and beside its occasional batches, as on the one-instance server
         out += [(("open", rate), partial(observe_quiet, cal, rate)) for rate in QUIET_RATES_RPS]
-    return out
+    return out + [(("again",) + out[0][0], partial(observe_again, cal, loads[0]))]
 
 
 def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None, HostSpread | None]:
@@ -132,7 +146,7 @@ def calibration_runs(lab: Lab) -> tuple[list[Observation], QuietWait | None, Hos
         lab.log(f"{device}: the host's run-to-run spread: {spread.sigma * 100:.1f} % (the log throughput's standard "
                 f"deviation between the rounds of {spread.runs} closed loops beyond their finite samples, "
                 f"{spread.df} degrees of freedom)")
-    return list(done.values()), waits, spread
+    return [o for o in done.values() if o is not None], waits, spread
 
 
 def fit_sharing_law(lab: Lab, profile: Profile, observations: list[Observation],
