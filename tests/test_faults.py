@@ -258,14 +258,14 @@ def test_disk_full_mid_run_keeps_the_results_elsewhere_marked_partial(command, r
     folder's ``rescued/``, marked partial, every request accounted for; the one error line says where; exit 4 (not
     3, a server failure, nor tune's 1); nothing half-written is left where they were asked."""
     disk = tmp_path / "disk"
-    _mounted_tmpfs(disk, "4m" if command == "replay" else "200m")
+    _mounted_tmpfs(disk, "4m" if command == "replay" else "110m")
     proc = None
     try:
         out = disk / "out"
         if command == "replay":
             args = ["replay", str(short_profile), "--repo", str(repo), "--out", str(out), "--no-progress"]
-        else:  # 480,000 requests, a few seconds to simulate: results of ~55 MB, 193 MB estimated
-            (tmp_path / "big.yaml").write_text("name: big\nduration: 12s\nseed: 3\nmodels:\n"
+        else:  # 240,000 requests, a few seconds to simulate: results of ~27 MB, 97 MB estimated
+            (tmp_path / "big.yaml").write_text("name: big\nduration: 6s\nseed: 3\nmodels:\n"
                                                "  sleep_python: {rate: 40000}\n")
             (tmp_path / "p.json").write_text(json.dumps(_sleep_profile_json()))
             args = ["simulate", str(tmp_path / "big.yaml"), "--profile", str(tmp_path / "p.json"), "--out", str(out)]
