@@ -46,6 +46,15 @@ def profile(tmp_path):
     return path
 
 
+@pytest.fixture()
+def short_profile(tmp_path):
+    """:data:`PROFILE` over 3 s: for the faults met while the run holds its folder (taken before the server
+    starts), where what is checked comes after the run's end, not during its schedule."""
+    path = tmp_path / "faults_short.yaml"
+    path.write_text(yaml.safe_dump({**PROFILE, "duration": "3s"}))
+    return path
+
+
 def _terminal_signals() -> None:
     """Ctrl-C as a terminal's foreground command has it: a test run started in the background (``cmd &`` in a
     script) ignores SIGINT, and a process started with SIGINT ignored keeps ignoring it."""
@@ -243,20 +252,20 @@ def _rescued(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize("command", ["replay", "simulate"])
-def test_disk_full_mid_run_keeps_the_results_elsewhere_marked_partial(command, repo, profile, tmp_path):
+def test_disk_full_mid_run_keeps_the_results_elsewhere_marked_partial(command, repo, short_profile, tmp_path):
     """The output folder had room when checked, then the disk filled while the run ran (the issue: a replay left
     only ``records.parquet``, not marked partial; ``simulate`` an empty folder). The results go to the cache
     folder's ``rescued/``, marked partial, every request accounted for; the one error line says where; exit 4 (not
     3, a server failure, nor tune's 1); nothing half-written is left where they were asked."""
     disk = tmp_path / "disk"
-    _mounted_tmpfs(disk, "4m" if command == "replay" else "200m")
+    _mounted_tmpfs(disk, "4m" if command == "replay" else "110m")
     proc = None
     try:
         out = disk / "out"
         if command == "replay":
-            args = ["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"]
-        else:  # 480,000 requests, a few seconds to simulate: results of ~55 MB, 193 MB estimated
-            (tmp_path / "big.yaml").write_text("name: big\nduration: 12s\nseed: 3\nmodels:\n"
+            args = ["replay", str(short_profile), "--repo", str(repo), "--out", str(out), "--no-progress"]
+        else:  # 240,000 requests, a few seconds to simulate: results of ~27 MB, 97 MB estimated
+            (tmp_path / "big.yaml").write_text("name: big\nduration: 6s\nseed: 3\nmodels:\n"
                                                "  sleep_python: {rate: 40000}\n")
             (tmp_path / "p.json").write_text(json.dumps(_sleep_profile_json()))
             args = ["simulate", str(tmp_path / "big.yaml"), "--profile", str(tmp_path / "p.json"), "--out", str(out)]
@@ -289,15 +298,15 @@ def _sleep_profile_json() -> dict:
                 "execution_mode": "n/a", "threads": 1, "batches": batches}}}}}
 
 
-def test_a_second_replay_into_a_folder_in_use_is_refused(repo, profile, tmp_path, capsys):
+def test_a_second_replay_into_a_folder_in_use_is_refused(repo, short_profile, tmp_path, capsys):
     """``replay A --out X &`` then ``replay B --out X``: B is refused at once, one line naming A, exit 2; A keeps
     its results (the issue: both said "results in X" and A's rows were gone)."""
     from serving_bench.cli import main as cli
 
     out = tmp_path / "X"
-    first = _start(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"], tmp_path)
+    first = _start(["replay", str(short_profile), "--repo", str(repo), "--out", str(out), "--no-progress"], tmp_path)
     _wait_for(lambda: _lock_of(out).exists())
-    assert cli(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"]) == 2
+    assert cli(["replay", str(short_profile), "--repo", str(repo), "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --out: {out} is in use by another run (pid {first.pid} "), err
     assert first.wait(timeout=120) == 0, _output(tmp_path)
@@ -305,10 +314,10 @@ def test_a_second_replay_into_a_folder_in_use_is_refused(repo, profile, tmp_path
     assert len(records) == len(Schedule.load(out / "schedule.npz")) and not records.info.partial
 
 
-def test_the_results_folder_removed_mid_replay_is_written_again(repo, profile, tmp_path):
+def test_the_results_folder_removed_mid_replay_is_written_again(repo, short_profile, tmp_path):
     """The folder removed while the run runs: the results are written where they were asked, whole."""
     out = tmp_path / "out"
-    proc = _start(["replay", str(profile), "--repo", str(repo), "--out", str(out), "--no-progress"], tmp_path)
+    proc = _start(["replay", str(short_profile), "--repo", str(repo), "--out", str(out), "--no-progress"], tmp_path)
     _wait_for(lambda: out.is_dir() and _lock_of(out).exists())
     shutil.rmtree(out)
     assert proc.wait(timeout=120) == 0, _output(tmp_path)

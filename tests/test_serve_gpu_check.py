@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), "--cpu", "--quick", "--out", str(out), *args], capture_output=True,
-                          text=True, timeout=400, cwd=ROOT)
+    return subprocess.run(["bash", str(SCRIPT), "--python", sys.executable, "--cpu", "--quick", "--out", str(out),
+                           *args], capture_output=True, text=True, timeout=400, cwd=ROOT)
 
 
 @pytest.mark.server
@@ -88,8 +89,8 @@ def test_a_gpu_result_without_its_profile_is_predicted_from_its_x1_runs(tmp_path
     data = json.loads(saved.read_text())
     data.pop("prediction", None)
     copy.write_text(json.dumps(data))
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "gpu_check.py"), "--predict",
-                           str(copy)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--predict", str(copy)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     prediction = json.loads(copy.read_text())["prediction"]
     assert prediction["source"].startswith("the x1 runs' mean Triton compute time")
