@@ -85,6 +85,8 @@ def test_wait_by_instances_expects_the_law_at_the_judged_count_by_hand():
     ("demo_tails", ["--replay", "/nonexistent/replay"], "--replay / --profile / --repo"),
     ("wait_length_check", ["--demo", "/nonexistent"], "/nonexistent/profile.json: a demo's profile expected"),
     ("repro_preemption_cost", ["--model", "/nonexistent/model.onnx"], "--model: /nonexistent/model.onnx is not a"),
+    ("tvm_trials", ["--trials", "64,0"], "--trials / --repeats: expected positive integers"),
+    ("tvm_trials", ["--trials", "many"], "--trials / --repeats: expected positive integers"),
 ])
 def test_the_diagnostic_scripts_refuse_bad_arguments_in_one_line(script, argv, says, capsys, monkeypatch):
     monkeypatch.setenv("SERVING_BENCH_SIM_PURE", "")  # load_phases sets it for itself: restored after the test
