@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +105,31 @@ def test_cuda_graph_predictor_matches_eager():
         with torch.inference_mode():
             want = module(torch.from_numpy(x["input"]).cuda()).cpu().numpy()
         np.testing.assert_allclose(predictor(x)["output"], want, rtol=1e-4, atol=1e-5)
+
+
+FREED_BLOCKS = """
+import sys
+import numpy as np, psutil
+from serving_bench.serve.malloc import fix_mmap_threshold
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+process = psutil.Process()
+big = np.ones((8 << 20) // 8); del big  # a large mapped block freed: glibc's dynamic threshold rises past 1 MiB
+base = process.memory_info().rss
+blocks = [np.ones((1 << 20) // 8) for _ in range(64)]
+keep = [np.ones(1000) for _ in range(100)]  # small blocks above them on the heap
+del blocks
+print((process.memory_info().rss - base) / 2 ** 20)
+"""
+
+
+def test_a_runner_with_the_threshold_fixed_gives_freed_blocks_back():
+    """What each runner does when its instance starts (``serve.malloc.fix_mmap_threshold``): 64 blocks of 1 MiB,
+    freed, leave the process as they found it; with glibc's dynamic threshold (raised by an 8 MiB block freed
+    before) they stay resident, and an instance's memory depends on what it ran before."""
+    def grown(mode: str) -> float:
+        out = subprocess.run([sys.executable, "-c", FREED_BLOCKS, mode], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        return float(out.stdout)
+
+    assert grown("fixed") < 8 and grown("dynamic") > 48

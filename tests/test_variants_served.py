@@ -18,7 +18,6 @@ import tritonclient.grpc as grpcclient
 from serving_bench.export.api import export_models
 from serving_bench.export.frameworks import ExportOptions
 from serving_bench.models import get_model
-from serving_bench.serve.install import FIXED_MALLOC
 from serving_bench.serve.server import TritonServer
 from serving_bench.telemetry.energy import cpu_seconds
 from serving_bench.telemetry.instances import instance_memory, instance_processes
@@ -78,14 +77,6 @@ def test_each_instance_is_found_by_its_stub_and_its_memory_read(served):
         assert all(m.device_bytes is None for m in memory.values()) and "NVML" in reading.device
     by_model = reading.by_model()
     assert by_model[ONE]["instances"] == 1 and by_model[ONE]["rss_bytes"] == memory[ONE].rss_bytes
-
-
-def test_instances_run_with_glibc_mmap_threshold_fixed(served):
-    """Each stub inherits the server's fixed ``MALLOC_MMAP_THRESHOLD_`` (serve.install.FIXED_MALLOC): without it an
-    instance's memory depends on the order of the batch sizes it ran."""
-    server, _ = served
-    for p in instance_processes(server.pid):
-        assert psutil.Process(p.pid).environ().get("MALLOC_MMAP_THRESHOLD_") == FIXED_MALLOC["MALLOC_MMAP_THRESHOLD_"]
 
 
 def test_the_two_thread_instance_runs_one_more_runtime_thread(served):

@@ -25,13 +25,6 @@ from serving_bench.errors import ServerError
 from serving_bench.files import cache_dir, publish_folder
 
 
-# glibc's threshold for giving large blocks their own mapping, fixed at its initial 128 KiB (a value set in the
-# environment is kept): left dynamic, it rises after a large block is freed, and a runner's memory then depends on the
-# order of the batch sizes it ran (bert_base on ONNX Runtime after batches of 1-4: 552 or 698 MB by that order, 479 MB
-# every time with the fixed threshold, no slower; docs/serve.md#memory-per-instance-and-energy)
-FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-
-
 @dataclass(frozen=True)
 class TritonInstall:
     """Paths and environment to run the bundled tritonserver with this Python."""
@@ -69,8 +62,6 @@ def find_tritonserver() -> TritonInstall:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join([d for d in lib_dirs if d] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    for key, value in FIXED_MALLOC.items():
-        env.setdefault(key, value)
     _check_libraries(python_dir / "triton_python_backend_stub", env)
     return TritonInstall(server_bin, backend_dir, env)
 

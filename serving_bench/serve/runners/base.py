@@ -24,6 +24,7 @@ import triton_python_backend_utils as pb_utils
 
 from serving_bench.export.variants import loader_settings
 from serving_bench.serve.execution_log import PARAMETER, ExecutionLogWriter
+from serving_bench.serve.malloc import fix_mmap_threshold
 
 
 class BatchingRunner:
@@ -47,6 +48,7 @@ class BatchingRunner:
         folder = self.params.get(PARAMETER)
         self.execution_log = ExecutionLogWriter(folder, args["model_name"], args["model_instance_name"]) \
             if folder else None
+        fix_mmap_threshold()  # memory that does not depend on the order of the batches run (serve.malloc)
         self.load()
 
     def load(self) -> None:
