@@ -36,6 +36,7 @@ import yaml
 from serving_bench.calibrate.session import Session
 from serving_bench.errors import ServerError
 from serving_bench.load.driver import SendOptions, TritonTarget
+from serving_bench.load.sender import OUTLIVED_DEADLINE
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import summarize
 from serving_bench.serve.control import Control
@@ -263,6 +264,16 @@ class RealTarget:
             self.server.__exit__(None, None, None)
             self.server = None
 
+    def overran(self, records) -> bool:
+        """Whether a replay cut short had only overrun a live server: its requests outlived their deadline (the
+        load far above capacity, the queue longer than the deadline). It is judged as it is, its unanswered
+        requests failed, not run again on a new server."""
+        try:
+            self.server.check_alive()
+        except ServerError:
+            return False
+        return records.info.stop_reason == OUTLIVED_DEADLINE
+
     def probe(self, scale: float, attempt: int) -> Probe:
         """Replay ``load.at(scale)``, judge it, wait for the server to go idle; a replay cut short by the server's
         death runs again on a new one (at most :data:`MAX_RESTARTS` times a case)."""
@@ -271,7 +282,7 @@ class RealTarget:
             ours, machine, begun = Session(self.server.endpoints, self.server).cpu_seconds(), busy_s(), \
                 time.perf_counter()
             records = self.sender().run(schedule)
-            if not records.info.partial:
+            if not records.info.partial or self.overran(records):
                 break
             if len(self.notes) >= MAX_RESTARTS:
                 raise ServerError(f"the server stopped a replay at {scale:.3f}x: {records.info.stop_reason}")

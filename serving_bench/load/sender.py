@@ -65,6 +65,9 @@ SWITCH_INTERVAL_S = 2e-4
 # -- what one sender does ----------------------------------------------------------------------------------------------
 
 @dataclass
+# the stop reason of a replay whose requests outlived their deadline (the native sender, sender.cc, says the same)
+OUTLIVED_DEADLINE = "requests outlived their deadline"
+
 class Share:
     """One sender's part of the run (plain data: sent to a sender process as is)."""
 
@@ -228,7 +231,7 @@ class _Sender:
         while self.finished < self.sent and pc() < deadline:
             time.sleep(0.002)
         if not stopped:  # requests outlived their own deadline: the transport is stuck
-            self.stop_reason = self.stop_reason or "requests outlived their deadline"
+            self.stop_reason = self.stop_reason or OUTLIVED_DEADLINE
         return self.finished >= self.sent
 
     # -- either thread -------------------------------------------------------------------------------------------
