@@ -60,14 +60,13 @@ STOP_POLL_S = 0.02  # how often a sender looks at the run's stop event (and the 
 # and only after the switch interval (Python's default 5 ms) forces a hand-over: a busy completion thread, which lets
 # go and takes it back between completions, could keep the timing thread waiting that long. Set for the run.
 SWITCH_INTERVAL_S = 2e-4
+# the stop reason of a replay whose requests outlived their deadline (the native sender, sender.cc, says the same)
+OUTLIVED_DEADLINE = "requests outlived their deadline"
 
 
 # -- what one sender does ----------------------------------------------------------------------------------------------
 
 @dataclass
-# the stop reason of a replay whose requests outlived their deadline (the native sender, sender.cc, says the same)
-OUTLIVED_DEADLINE = "requests outlived their deadline"
-
 class Share:
     """One sender's part of the run (plain data: sent to a sender process as is)."""
 
