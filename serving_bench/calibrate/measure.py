@@ -58,8 +58,8 @@ and the client's own jitter on a busy machine must not leak into service times:
   of n one-row requests; their slope over n minus the slope of the service time of one request of n rows is the
   cost of each extra request (clamped at 0). Where the runners log their CPU, the runner's own CPU slope
   (:func:`~serving_bench.calibrate.estimators.per_request_cpu`) is logged beside it: it misses the per-request work
-  Triton and the stub do around the runner (each request's inputs and outputs), which on this 2-core VM is about
-  two thirds of the slope (docs/profiles.md#big-batches).
+  Triton and the stub do around the runner (each request's inputs and outputs), half of the slope or more on this
+  2-core VM (docs/profiles.md#big-batches).
 * **Demands** (what the interference model shares, :mod:`serving_bench.sim.device`): per batch size, the cores a
   batch keeps busy (the runner's logged CPU, plus the hop, over the batch's time on the instance) — on a GPU the
   share of the device it keeps busy instead (:func:`~serving_bench.calibrate.estimators.gpu_demand`: NVML's busy
