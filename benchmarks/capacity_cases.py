@@ -267,8 +267,9 @@ class RealTarget:
     def overran(self, records) -> bool:
         """Whether a replay cut short had only overrun a live server: its requests outlived their deadline (the
         load far above capacity, the queue longer than the deadline). It is judged as it is, its unanswered
-        requests failed, not run again; the next replay runs on a new server. (Requests cancelled at their deadline
-        can crash the bundled tritonserver 2.51's gRPC front end, upstream issue 7368: docs/notes/capacity-fidelity.md.)"""
+        requests failed, not run again; the next replay runs on a new server. (Requests cancelled at their
+        deadline can crash the bundled tritonserver 2.51's gRPC front end, upstream issue 7368:
+        docs/notes/capacity-fidelity.md.)"""
         try:
             self.server.check_alive()
         except ServerError:
