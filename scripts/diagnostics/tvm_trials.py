@@ -50,11 +50,10 @@ def timed(predict, inputs: dict, repeats: int) -> tuple[float, float, float]:
     return float(np.median(times)), min(times), max(times)
 
 
-def measure(repo: Path, entry: str, repeats: int) -> dict[int, tuple[float, float, float]]:
-    """Per batch size, ``entry``'s timing loaded as the runner loads it, at one thread."""
+def measure(repo: Path, entry: str, framework: str, repeats: int) -> dict[int, tuple[float, float, float]]:
+    """Per batch size, ``entry`` (of ``framework``)'s timing loaded as the runner loads it, at one thread."""
     spec, config = get_model("resnet50"), read_config(repo / entry / "config.pbtxt")
     params = {key: value.string_value for key, value in config.parameters.items()}
-    framework = "tvm" if "tvm" in entry else "onnxruntime"
     predict = load_predictor(framework, repo / entry / "1", [t.name for t in spec.inputs], spec.output_names,
                              threads=1, **({"buckets": params["buckets"]} if params.get("buckets") else {}))
     return {b: timed(predict, spec.make_inputs(b, 0), repeats) for b in BATCHES}
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if status != "exported":
             print(f"  {name}: {status} ({record.get('reason', '')})")
             continue
-        rows[name] = measure(repo, name, args.repeats)
+        rows[name] = measure(repo, name, record["framework"], args.repeats)
         tuning = record.get("settings", {}).get("tune_s")
         for b, (med, lo, hi) in rows[name].items():
             print(f"  {name:32s} batch {b}: {med * 1e3:9.1f} ms (range {lo * 1e3:.1f}-{hi * 1e3:.1f})"

@@ -45,6 +45,16 @@ class Calibration:
     rounds: dict[tuple, list[tuple[float, float]]] = field(default_factory=dict)  # per closed loop: round_speed's
 
 
+def closed_round(cal: Calibration, clients: dict[str, int], session: Session, speeds: list) -> LoopRun:
+    """One round of the closed loop of one-row requests, ``clients`` per model; its speed
+    (:func:`~serving_bench.calibrate.estimators.round_speed`) appended to ``speeds`` where it has one."""
+    run = session.run({m: (1, c) for m, c in clients.items()}, cal.lab.plan.config.seconds)
+    speed = round_speed({m: run.done[m] for m in clients})
+    if speed is not None:
+        speeds.append(speed)
+    return run
+
+
 def observe(cal: Calibration, clients: dict[str, int], session: Session) -> Observation:
     """Closed loops of one-row requests, ``clients`` per model, ``rounds`` times: the median answered requests per
     second and p99 of each model."""
@@ -53,13 +63,10 @@ def observe(cal: Calibration, clients: dict[str, int], session: Session) -> Obse
     tails: dict[str, list[float]] = {m: [] for m in clients}
     speeds = cal.rounds[tuple(sorted(clients.items()))] = []  # a step run again on a new server starts afresh
     for _ in range(config.rounds):
-        run = session.run({m: (1, c) for m, c in clients.items()}, config.seconds)
+        run = closed_round(cal, clients, session, speeds)
         for m in clients:
             rates[m].append(len(run.latency[m]) / config.seconds)
             tails[m].append(float(np.percentile(run.latency[m], 99)))
-        speed = round_speed({m: run.done[m] for m in clients})
-        if speed is not None:
-            speeds.append(speed)
     obs = Observation(cal.device, {m: cal.serving[m] for m in clients}, clients,
                       {m: float(np.median(v)) for m, v in rates.items()},
                       measured_p99={m: float(np.median(v)) for m, v in tails.items()}, threads=cal.per_instance)
@@ -71,13 +78,8 @@ def observe_again(cal: Calibration, clients: dict[str, int], session: Session) -
     """The closed loop of ``clients`` once more, its speed one more round of that loop's (none where the loop's own
     step was not kept): a round minutes after the others, for the host spread."""
     speeds = cal.rounds.get(tuple(sorted(clients.items())))
-    if speeds is None:
-        return
-    config = cal.lab.plan.config
-    run = session.run({m: (1, c) for m, c in clients.items()}, config.seconds)
-    speed = round_speed({m: run.done[m] for m in clients})
-    if speed is not None:
-        speeds.append(speed)
+    if speeds is not None:
+        closed_round(cal, clients, session, speeds)
 
 
 def observe_quiet(cal: Calibration, rate: float, session: Session) -> Observation:
