@@ -36,7 +36,6 @@ import yaml
 from serving_bench.calibrate.session import Session
 from serving_bench.errors import ServerError
 from serving_bench.load.driver import SendOptions, TritonTarget
-from serving_bench.load.sender import OUTLIVED_DEADLINE
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import summarize
 from serving_bench.serve.control import Control
@@ -61,6 +60,8 @@ MAX_RESTARTS = 2  # a server that dies during a case is started again at most th
 LATE_S = 1e-3  # a request that left more than this after its intended time was sent late
 LATE_SHARE = 0.01  # a replay with more of its requests sent late measured the sender, not only the server
 THREADS = 1  # every instance's runtime threads, in the profile and every configuration (module doc)
+NO_DEADLINE_S = 3600.0  # a replay's requests' gRPC deadline: none is reached (replay)
+WATCH_S = 0.2  # how often a replay looks whether it is past its cut (replay)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ class RealTarget:
     load: Load
     slos: Mapping
     settle_s: float
-    timeout_s: float
+    cut_s: float
     probes: list = dataclasses.field(default_factory=list, init=False)
     notes: list = dataclasses.field(default_factory=list, init=False)
     server: TritonServer | None = dataclasses.field(default=None, init=False)
@@ -252,66 +253,53 @@ class RealTarget:
         self.server = TritonServer(self.repo, models=self.served,
                                    threads_per_instance=self.config.threads_per_instance or None).__enter__()
         whole = self.load.at(1.0)
-        self.sender().run(whole.select(whole.arrival_s < WARM_S))
+        replay(self.server, whole.select(whole.arrival_s < WARM_S), self.cut_s)
         idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
-
-    def sender(self) -> TritonTarget:
-        """The open-loop replay on the running server, each request's deadline ``timeout_s``."""
-        return TritonTarget(self.server, send=SendOptions(timeout_s=self.timeout_s))
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.__exit__(None, None, None)
             self.server = None
 
-    def overran(self, records) -> bool:
-        """Whether a replay cut short had only overrun a live server: its requests outlived their deadline (the
-        load far above capacity, the queue longer than the deadline). It is judged as it is, its unanswered
-        requests failed, not run again; the next replay runs on a new server. (Requests cancelled at their
-        deadline can crash the bundled tritonserver 2.51's gRPC front end, upstream issue 7368:
-        docs/notes/capacity-fidelity.md.)"""
-        try:
-            self.server.check_alive()
-        except ServerError:
-            return False
-        return records.info.stop_reason == OUTLIVED_DEADLINE
-
     def probe(self, scale: float, attempt: int) -> Probe:
-        """Replay ``load.at(scale)``, judge it, wait for the server to go idle; a replay cut short by the server's
-        death runs again on a new one (at most :data:`MAX_RESTARTS` times a case)."""
+        """Replay ``load.at(scale)`` (:func:`replay`), judge it, wait for the server to go idle. A replay that was cut
+        is judged as it is (its unanswered requests failed) and the next one runs on a new server; one cut short by
+        the server's own death runs again on a new one (at most :data:`MAX_RESTARTS` times a case)."""
         schedule = self.load.at(scale)
         while True:
-            ours, machine, begun = Session(self.server.endpoints, self.server).cpu_seconds(), busy_s(), \
-                time.perf_counter()
-            records = self.sender().run(schedule)
-            overran = records.info.partial and self.overran(records)
-            if not records.info.partial or overran:
+            ours, machine, begun = self.cpu_seconds(), busy_s(), time.perf_counter()
+            records, cut = replay(self.server, schedule, self.cut_s)
+            if not records.info.partial or cut:
                 break
             if len(self.notes) >= MAX_RESTARTS:
                 raise ServerError(f"the server stopped a replay at {scale:.3f}x: {records.info.stop_reason}")
             self.notes.append(f"{scale:.3f}x attempt {attempt}: {records.info.stop_reason}; a new server")
             self.stop()
             self.start()
-        wall = time.perf_counter() - begun
-        cores = {"host_cores": round((Session(self.server.endpoints, self.server).cpu_seconds() - ours) / wall, 2)
-                 if ours is not None else None, "machine_cores": round((busy_s() - machine) / wall, 2)}
+        wall, theirs = time.perf_counter() - begun, self.cpu_seconds()
+        cores = {"host_cores": round((theirs - ours) / wall, 2) if None not in (ours, theirs) else None,
+                 "machine_cores": round((busy_s() - machine) / wall, 2)}
         cores.update(sender_lateness(records.table))
-        drained = idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
+        drained = 0.0 if cut else idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
         found = dataclasses.replace(judged(summarize(records, slos=self.slos), self.slos), scale=scale)
         self.probes.append({"scale": scale, "attempt": attempt, "ok": found.ok, "violation": finite(found.violation),
                             "detail": dict(found.detail), "requests": len(schedule), "wall_s": round(wall, 2),
-                            "drain_s": round(drained, 2), "overran": overran, **cores})
-        if overran:  # judged as it is; the next replay on a new server (overran's docstring)
+                            "drain_s": round(drained, 2), "cut": cut, **cores})
+        if cut:
             self.stop()
             self.start()
         return found
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of the server's processes and this one so far (None once the server is gone)."""
+        return Session(self.server.endpoints, self.server).cpu_seconds()
 
 
 @contextmanager
 def real_target(repo: Path, config: ServingConfig, load: Load, slos: Mapping, folder: Path,
                 timing: tuple[float, float]) -> Iterator[RealTarget]:
     """The case's :class:`RealTarget` on a copy of ``repo`` in ``folder`` (removed after); ``timing``: (seconds of
-    quiet that mean idle, each request's deadline in seconds)."""
+    quiet that mean idle, seconds a replay may run past its schedule's last arrival: :func:`replay`)."""
     copy = copy_repo(repo, folder, [m.name for m in config.models] + [e for e, _ in config.ensembles])
     config.apply_to_repo(copy)
     target = RealTarget(copy, config, load, slos, *timing)
@@ -343,9 +331,31 @@ def sender_lateness(table) -> dict:
 
 
 def deadline_s(slos: Mapping) -> float:
-    """Each request's deadline in a replay: 20 times the largest bound, at least 2 s (an overloaded replay ends
-    within it; every request that counts toward a p99 near the bound is answered long before)."""
+    """How long a replay's request may stay unanswered: 20 times the largest bound, at least 2 s (an overloaded
+    replay ends within it; every request that counts toward a p99 near the bound is answered long before). Here
+    the time a replay may run on after its schedule's last arrival (:func:`replay`); ``frameworks.py``'s deadline."""
     return max(2.0, 20.0 * max(b for s in slos.values() for b in s.values()))
+
+
+def replay(server: TritonServer, schedule, cut_s: float):
+    """``schedule`` replayed open loop on ``server`` (the project's ``TritonTarget``) with no request cancelled while
+    the server lives; returns the records and whether the replay was *cut*. The requests carry a deadline no replay
+    reaches (:data:`NO_DEADLINE_S`). A replay still waiting for answers ``cut_s`` after its schedule's last arrival
+    (the load far above capacity) is cut by stopping the server at once: its unanswered requests are failed, and the
+    caller starts a new server. Why: a request cancelled at its deadline can crash the bundled tritonserver 2.51's
+    gRPC front end (upstream issue 7368; docs/notes/capacity-fidelity.md), and the full mode's first overloaded
+    replays did, three servers in a row."""
+    end_s = (float(schedule.arrival_s.max()) if len(schedule) else 0.0) + cut_s
+    cut: list[float] = []
+
+    def watchdog(progress) -> None:
+        if not cut and progress.elapsed_s > end_s and progress.in_flight and server.pid is not None:
+            cut.append(progress.elapsed_s)
+            server.stop(timeout_s=0.0)  # SIGKILL: nothing is drained or cancelled on a live server
+
+    target = TritonTarget(server, send=SendOptions(timeout_s=NO_DEADLINE_S), progress=watchdog,
+                          progress_interval_s=WATCH_S)
+    return target.run(schedule), bool(cut)
 
 
 def finite(value: float) -> float | None:
