@@ -351,7 +351,7 @@ def replay(server: TritonServer, schedule, cut_s: float):
     def watchdog(progress) -> None:
         if not cut and progress.elapsed_s > end_s and progress.in_flight and server.pid is not None:
             cut.append(progress.elapsed_s)
-            server.stop(timeout_s=0.0)  # SIGKILL: nothing is drained or cancelled on a live server
+            server.stop(timeout_s=0.0)  # SIGKILL right after SIGTERM: nothing is drained or cancelled
 
     target = TritonTarget(server, send=SendOptions(timeout_s=NO_DEADLINE_S), progress=watchdog,
                           progress_interval_s=WATCH_S)
