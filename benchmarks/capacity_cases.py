@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -346,16 +347,16 @@ def replay(server: TritonServer, schedule, cut_s: float):
     gRPC front end (upstream issue 7368; docs/notes/capacity-fidelity.md), and the full mode's first overloaded
     replays did, three servers in a row."""
     end_s = (float(schedule.arrival_s.max()) if len(schedule) else 0.0) + cut_s
-    cut: list[float] = []
+    cut = threading.Event()
 
     def watchdog(progress) -> None:
-        if not cut and progress.elapsed_s > end_s and progress.in_flight and server.pid is not None:
-            cut.append(progress.elapsed_s)
+        if not cut.is_set() and progress.elapsed_s > end_s and progress.in_flight and server.pid is not None:
+            cut.set()
             server.stop(timeout_s=0.0)  # SIGKILL right after SIGTERM: nothing is drained or cancelled
 
     target = TritonTarget(server, send=SendOptions(timeout_s=NO_DEADLINE_S), progress=watchdog,
                           progress_interval_s=WATCH_S)
-    return target.run(schedule), bool(cut)
+    return target.run(schedule), cut.is_set()
 
 
 def finite(value: float) -> float | None:
