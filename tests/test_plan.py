@@ -9,13 +9,17 @@ import pytest
 
 from serving_bench.cli import main as cli_main
 from serving_bench.errors import InputError
-from serving_bench.tune.plan import load_forecast, run_plan
+from serving_bench.sim.intervals import IntervalOptions
+from serving_bench.tune.forecast import load_forecast
+from serving_bench.tune.plan import run_plan
 from tune_fixtures import write_load, write_profile
 
 # One-core devices (no parallel speed-up): a device serves model a at most 16 / (2 + 0.25 * 16) ms = 2,667 req/s
 # (batch 16) and model b at most 8 / (3 + 0.5 * 8) ms = 1,143 req/s.
 RATES = {"a": 400, "b": 150}
 PEAK = {"a": 16 / 6e-3, "b": 8 / 7e-3}
+REPLICATIONS = IntervalOptions(replications=8, host_spread=0.05)  # the fixture's: few, on a host spread of 5 %
+NONE = IntervalOptions(replications=0)
 
 
 def write_forecast(d, **extra) -> str:
@@ -31,7 +35,7 @@ def write_forecast(d, **extra) -> str:
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("plan")
-    return run_plan(load_forecast(write_forecast(d)), d / "out", quiet=True), d
+    return run_plan(load_forecast(write_forecast(d)), d / "out", quiet=True, intervals=REPLICATIONS), d
 
 
 def test_plan_meets_slos_with_no_fewer_devices_than_physics_allows(plan):
@@ -54,23 +58,46 @@ def test_plan_meets_slos_with_no_fewer_devices_than_physics_allows(plan):
 
 def test_plan_resumes_from_its_group_checkpoints(plan, tmp_path):
     doc, d = plan
-    again = run_plan(load_forecast(d / "forecast.yaml"), d / "out", quiet=True)
+    again = run_plan(load_forecast(d / "forecast.yaml"), d / "out", quiet=True, intervals=NONE)
     assert [r["gpus"] for r in again["rows"]] == [r["gpus"] for r in doc["rows"]]
     assert all(g["evaluated"] >= 1 for g in again["groups"])
 
 
+def test_each_planned_gpu_count_says_how_sure_it_is(plan):
+    """Each planned group's capacity searched again in 8 replications (its own load, simulator seed and host speed):
+    a row's GPUs carry the grown load in the share of them where every group's GPUs times its replicated capacity
+    reach the growth; the capacity interval's ends need ceil(g / c) GPUs; the plan's GPUs were checked by
+    simulation, so they carry it in most replications; the recommendation says so."""
+    doc, _ = plan
+    assert doc["replications"]["count"] == 8 and doc["replications"]["host_spread"] == 0.05
+    found = {tuple(g["models"]): g["capacity_interval"] for g in doc["groups"] if g["capacity_interval"]}
+    for row in doc["rows"]:
+        g, groups = row["growth"], [(found[tuple(r["models"])], r["gpus"]) for r in row["groups"]]
+        assert all(len(f["capacities"]) == 8 and f["low_scale"] <= f["high_scale"] for f, _ in groups)
+        carried = [all(n * f["capacities"][i] >= g * (1 - 1e-9) for f, n in groups) for i in range(8)]
+        assert row["sufficient_share"] == pytest.approx(sum(carried) / 8) and row["sufficient_share"] >= 0.5
+        assert row["gpus_interval"] == [sum(math.ceil(g / f[end] - 1e-9) for f, _ in groups)
+                                        for end in ("high_scale", "low_scale")]
+        assert row["gpus_interval"][0] <= row["gpus"] <= row["gpus_interval"][1] + 1
+        line = next(x for x in doc["recommendation"] if x.startswith(f"{g:g}× ("))
+        assert f"{row['gpus']} device{'s carry' if row['gpus'] > 1 else ' carries'} it in " \
+               f"{row['sufficient_share'] * 100:.0f} % of 8 replications" in line
+
+
 def test_plan_cli_writes_plan_and_report(plan, capsys):
     _, d = plan
-    assert cli_main(["plan", str(d / "forecast.yaml"), "--out", str(d / "out")]) == 0  # resumes: fast
+    assert cli_main(["plan", str(d / "forecast.yaml"), "--out", str(d / "out"), "--replications", "2"]) == 0  # resumes
     out = capsys.readouterr().out
     assert "report:" in out and (d / "out" / "plan.json").is_file() and (d / "out" / "report.html").is_file()
+    assert "carried in (of 2); 90 % interval" in (d / "out" / "report.html").read_text()
 
 
 def test_a_screened_plan_needs_the_same_devices(plan, tmp_path):
     """Each group's search ranked on 40 % of its load's time, its best simulated on the whole load: the same plan,
     the same configurations, and capacities that are the whole load's."""
     doc, _ = plan
-    screened = run_plan(load_forecast(write_forecast(tmp_path, screen=0.4)), tmp_path / "out", quiet=True)
+    screened = run_plan(load_forecast(write_forecast(tmp_path, screen=0.4)), tmp_path / "out", quiet=True,
+                        intervals=NONE)
     assert [r["gpus"] for r in screened["rows"]] == [r["gpus"] for r in doc["rows"]]
     assert sorted(tmp_path.glob("out/groups/*.confirmed.jsonl"))
     pick = lambda d: [(g["models"], g["config"], g["capacity_scale"]) for g in d["groups"]]  # noqa: E731
@@ -83,7 +110,8 @@ def test_a_plan_names_its_growth_rule_and_scale_agrees_for_poisson(plan, tmp_pat
     same devices give or take one (capacities are known to a rung, from other draws)."""
     doc, d = plan
     assert doc["growth_rule"] == "superpose" and "grown by superpose" in doc["recommendation"][0]
-    assert cli_main(["plan", str(d / "forecast.yaml"), "--growth", "scale", "--out", str(tmp_path / "out")]) == 0
+    assert cli_main(["plan", str(d / "forecast.yaml"), "--growth", "scale", "--out", str(tmp_path / "out"),
+                     "--replications", "0"]) == 0
     scaled = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert scaled["growth_rule"] == "scale" and "grown by scale (the same users sending more)" in \
         scaled["recommendation"][0]
@@ -113,7 +141,7 @@ def test_plan_for_an_h200_from_its_eager_mode_profile(tmp_path):
     body = {"load": "load.yaml", "profile": "builtin:h200-eager", "growth": [1, 4], "max_gpus": 16,
             "search": {"instances": [1, 2], "max_batch_size": [8, 32], "max_queue_delay_us": [0]}, "max_evals": 4}
     (tmp_path / "forecast.yaml").write_text(json.dumps(body))
-    doc = run_plan(load_forecast(tmp_path / "forecast.yaml"), tmp_path / "out", quiet=True)
+    doc = run_plan(load_forecast(tmp_path / "forecast.yaml"), tmp_path / "out", quiet=True, intervals=NONE)
     assert "NVIDIA H200" in doc["hardware"] and "eager mode" in doc["hardware"]
     assert "eager mode" in doc["recommendation"][0]
     one, four = doc["rows"]

@@ -322,11 +322,23 @@ def plan_section(data: dict) -> str:
                      (_num(row.get("offered_rps")), row.get("offered_rps") or 0),
                      ("–" if row.get("headroom") is None else f'{row["headroom"] * 100:.0f} %', row.get("headroom") or 0),
                      ("–" if row.get("utilisation") is None else f'{row["utilisation"] * 100:.0f} %',
-                      row.get("utilisation") or 0), row.get("layout", "")])
-    table = _table(["growth", "GPUs", "offered (req/s)", "headroom", "load / capacity", "configuration per GPU"],
+                      row.get("utilisation") or 0), _sure_cell(row), row.get("layout", "")])
+    about = plan.get("replications")
+    sure = f'carried in (of {about["count"]}); {about["confidence"] * 100:.0f} % interval' if about else "how sure"
+    table = _table(["growth", "GPUs", "offered (req/s)", "headroom", "load / capacity", sure, "configuration per GPU"],
                    rows, "plan-table")
     note = f'<p class="note">{escape(plan.get("hardware_note", ""))}</p>' if plan.get("hardware_note") else ""
     return f'<section id="plan"><h2>Capacity plan</h2>{note}{table}</section>'
+
+
+def _sure_cell(row: dict) -> tuple[str, float]:
+    """How sure a planned row's GPU count is: the share of the replications its GPUs carry the load in, and the GPUs
+    its capacity interval's ends need; – where the plan has no intervals."""
+    if row.get("sufficient_share") is None:
+        return "–", 0
+    low, high = row["gpus_interval"]
+    return (f'{row["sufficient_share"] * 100:.0f} %; {low} – {high if high is not None else "∞"} GPUs',
+            row["sufficient_share"])
 
 
 def _variant_mark(block: dict, candidate: dict, batch: int) -> str:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from pathlib import Path
 
 from serving_bench.errors import InputError, require_count
@@ -188,9 +189,7 @@ def main(args: argparse.Namespace) -> int:
             intervals = summary_intervals(replicate(profile, config, schedule_of, replications, mode), replications)
             about = described(replications, source, "the one schedule" if args.same_schedule else
                               "each its own realisation of the load")
-
-            def annotate(summary):
-                with_intervals(summary, intervals, about)
+            annotate = functools.partial(with_intervals, intervals=intervals, about=about)
         summary = write_results(Path(args.out), records, schedule, annotate=annotate)
     print_summary(summary)
     print(f"wrote {args.out}/ (schedule.npz, records.*, summary.json, perf_analyzer.csv)")

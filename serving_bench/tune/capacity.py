@@ -215,6 +215,11 @@ def _log_violations(step: Step) -> list[float] | None:
     return [math.log(v) for v in values]
 
 
+def zero_of_line(x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> float:
+    """Where the line through ``(x_lo, y_lo)`` and ``(x_hi, y_hi)`` (``y_lo != y_hi``) crosses ``y = 0``."""
+    return x_lo - y_lo * (x_hi - x_lo) / (y_hi - y_lo)
+
+
 def interpolate(found: Bisection) -> Interpolated:
     """Where ``log(violation)`` crosses 0 on the line through the decisive steps' medians, in ``log(scale)`` (module
     doc). Each repeat pair ``i`` (probe ``i`` of the met step and of the failed one) crosses the line of the same slope
@@ -231,7 +236,7 @@ def interpolate(found: Bisection) -> Interpolated:
     width = x_hi - x_lo
     slope = (statistics.median(y_hi) - statistics.median(y_lo)) / width
     if statistics.median(y_lo) <= 0 < statistics.median(y_hi):
-        crossing, how = x_lo - statistics.median(y_lo) / slope, "interpolated"
+        crossing, how = zero_of_line(x_lo, x_hi, statistics.median(y_lo), statistics.median(y_hi)), "interpolated"
     else:
         crossing, how, slope = middle, "midpoint", slope if slope > 0 else None
     pairs = list(zip(y_lo, y_hi)) if min(len(y_lo), len(y_hi)) > 1 and slope is not None else []

@@ -1,7 +1,7 @@
 """A capacity with its interval: each replication finds the capacity on its own, and the interval is taken over them.
 
     from serving_bench.sim.intervals import Replications
-    from serving_bench.tune.capacity import Ladder
+    from serving_bench.tune.capacity import Ladder, zero_of_line
     from serving_bench.tune.intervals import CapacityQuestion, capacity_interval
     from serving_bench.tune.load import Load
 
@@ -36,7 +36,7 @@ from serving_bench.run.metrics import summarize
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim.intervals import Draw, Replications
 from serving_bench.tune import adapters
-from serving_bench.tune.capacity import Ladder
+from serving_bench.tune.capacity import Ladder, zero_of_line
 from serving_bench.tune.load import Load, replica_load
 from serving_bench.tune.objective import check_slos
 
@@ -133,8 +133,7 @@ def crossing(capacity: float, capped: bool, violations: Mapping[int, float], lad
         return capacity
     if not (0 < v_lo <= 1 < v_hi < math.inf):
         return math.exp((x_lo + x_hi) / 2)
-    y_lo, y_hi = math.log(v_lo), math.log(v_hi)
-    return math.exp(x_lo - y_lo * (x_hi - x_lo) / (y_hi - y_lo))
+    return math.exp(zero_of_line(x_lo, x_hi, math.log(v_lo), math.log(v_hi)))
 
 
 def climb(meets, ladder: Ladder, start: int) -> tuple[float, bool, int]:

@@ -39,127 +39,31 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from serving_bench.errors import InputError
-from serving_bench.files import atomic_write_text, read_yaml
+from serving_bench.files import atomic_write_text
 from serving_bench.report.cli import write_report
 from serving_bench.run.metrics import summarize
 from serving_bench.run.results import hold_results
 from serving_bench.serving_config import ServingConfig
+from serving_bench.sim.intervals import IntervalOptions, Replications, add_interval_options, described
 from serving_bench.tune import adapters
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
+from serving_bench.tune.capacity import Ladder
 from serving_bench.tune.generators import choose_generator
-from serving_bench.tune.load import GROWTHS, SCREEN_FORM, Load, load_from_file, restrict, screen_asked
+from serving_bench.tune.forecast import Forecast, load_forecast
+from serving_bench.tune.intervals import CapacityInterval, CapacityQuestion, capacity_interval
+from serving_bench.tune.load import GROWTHS, Load, load_from_file, restrict
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
 from serving_bench.tune.recommend import config_dict, describe_model
 from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confirm, confirm_checkpoint, run_search,
                                        screen_context, search_header)
-from serving_bench.tune.slo import resolve_slos, slos_from_mapping
-from serving_bench.tune.space import PREFERRED_RULES, SearchSpace, knobs_for
-
-GROUPINGS = ("auto", "together", "separate")
-SEARCH_KEYS = {"instances": int, "max_batch_size": int, "max_queue_delay_us": int, "preferred": str}
-
-
-@dataclass(frozen=True)
-class Forecast:
-    path: str
-    load: str
-    profile: str
-    growth: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0)
-    slos: dict | None = None
-    max_gpus: int = 64
-    grouping: str = "auto"
-    search: dict = field(default_factory=lambda: {"instances": (1, 2, 4), "max_batch_size": (1, 8, 32),
-                                                  "max_queue_delay_us": (0, 2000), "preferred": ("none",)})
-    max_evals: int = 40
-    seed: int | None = None
-    duration_s: float | None = None
-    screen: str | float = "auto"
-    growth_rule: str = "superpose"
-
-
-def load_forecast(path: str | Path) -> Forecast:
-    """Parse and check a forecast file; any problem is one :class:`InputError` line (file, field, expected)."""
-    path = Path(path)
-    data = read_yaml(path, "forecast")
-    if not isinstance(data, dict):
-        raise InputError(path, None, "expected a mapping with load, profile and growth")
-    known = {"load", "profile", "growth", "growth_rule", "slos", "max_gpus", "grouping", "search", "max_evals", "seed",
-             "duration_s", "screen"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise InputError(path, unknown[0], f"unknown field; expected one of {', '.join(sorted(known))}")
-    here = path.parent
-
-    def file_field(name: str) -> str:
-        value = data.get(name)
-        if not isinstance(value, str) or not value:
-            raise InputError(path, name, "expected a file path")
-        resolved = (here / value) if not Path(value).is_absolute() else Path(value)
-        if not resolved.is_file():
-            raise InputError(path, name, f"{value}: file not found (relative to the forecast file)")
-        return str(resolved)
-
-    profile_value = data.get("profile")
-    if isinstance(profile_value, str) and profile_value.startswith("builtin:"):
-        if profile_value not in adapters.BUILTIN_PROFILES:
-            raise InputError(path, "profile", f"{profile_value!r}: expected a file or one of "
-                                              f"{', '.join(adapters.BUILTIN_PROFILES)}")
-        profile_path = profile_value
-    else:
-        profile_path = file_field("profile")
-    growth = data.get("growth", [1, 2, 5, 10])
-    if not isinstance(growth, list) or not growth or not all(
-            isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0 for g in growth):
-        raise InputError(path, "growth", "expected a list of positive numbers, e.g. [1, 2, 5, 10]")
-    slos = slos_from_mapping(data["slos"], str(path), "slos") if data.get("slos") is not None else None
-
-    def int_field(name: str, default: int, minimum: int) -> int:
-        value = data.get(name, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise InputError(path, name, f"expected an integer >= {minimum}")
-        return value
-
-    grouping = data.get("grouping", "auto")
-    if grouping not in GROUPINGS:
-        raise InputError(path, "grouping", f"expected one of {', '.join(GROUPINGS)}")
-    growth_rule = data.get("growth_rule", "superpose")
-    if growth_rule not in GROWTHS:
-        raise InputError(path, "growth_rule", f"expected one of {', '.join(GROWTHS)}")
-    search = dict(Forecast.__dataclass_fields__["search"].default_factory())
-    given = data.get("search") or {}
-    if not isinstance(given, dict):
-        raise InputError(path, "search", f"expected a mapping of {', '.join(SEARCH_KEYS)} to lists")
-    for key, values in given.items():
-        if key not in SEARCH_KEYS:
-            raise InputError(path, f"search.{key}", f"unknown knob; expected one of {', '.join(SEARCH_KEYS)}")
-        kind = SEARCH_KEYS[key]
-        if not isinstance(values, list) or not values or not all(isinstance(v, kind) and not isinstance(v, bool)
-                                                                 for v in values):
-            raise InputError(path, f"search.{key}", f"expected a non-empty list of {kind.__name__} values")
-        if key == "preferred" and any(v not in PREFERRED_RULES for v in values):
-            raise InputError(path, f"search.{key}", f"expected values among {', '.join(PREFERRED_RULES)}")
-        if kind is int and any(v < (1 if key == "instances" else 0) for v in values):
-            raise InputError(path, f"search.{key}", "expected values >= 1" if key == "instances" else
-                             "expected values >= 0")
-        search[key] = tuple(values)
-    duration = data.get("duration_s")
-    if duration is not None and (not isinstance(duration, (int, float)) or duration <= 0):
-        raise InputError(path, "duration_s", "expected a positive number of seconds")
-    try:
-        screen_value = screen_asked(data.get("screen", "auto"))
-    except ValueError:
-        raise InputError(path, "screen", f"expected {SCREEN_FORM}") from None
-    return Forecast(str(path), file_field("load"), profile_path, tuple(float(g) for g in growth), slos,
-                    int_field("max_gpus", 64, 1), grouping, search, int_field("max_evals", 40, 1),
-                    None if data.get("seed") is None else int_field("seed", 0, 0),
-                    None if duration is None else float(duration), screen_value, growth_rule)
-
+from serving_bench.tune.slo import resolve_slos
+from serving_bench.tune.space import SearchSpace, knobs_for
 
 def partitions(items: list[str]):
     """Every set partition of ``items`` (as tuples of tuples, in a fixed order)."""
@@ -196,6 +100,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how the load grows (overrides the forecast's growth_rule; default superpose: more "
                              "independent users; scale: the same users sending more)")
     parser.add_argument("--quiet", action="store_true")
+    add_interval_options(parser)
 
 
 @dataclass
@@ -208,6 +113,7 @@ class GroupCapacity:
     capped: bool
     evaluated: int
     params: dict
+    ladder: Ladder
 
 
 @dataclass(frozen=True)
@@ -258,7 +164,8 @@ def group_capacity(group: tuple[str, ...], inputs: PlanInputs, executor, out: Pa
     log(f"  group {name}: {searched.evaluated} evaluated ({searched.resumed} resumed, {choice.name}); best capacity "
         f"{best['result']['capacity_scale']:.3g}× ({load.growth}) of its load on one GPU")
     return GroupCapacity(group, space.config(best["params"]), best["result"]["capacity_scale"],
-                         best["result"]["capacity_capped"], searched.evaluated + searched.resumed, best["params"])
+                         best["result"]["capacity_capped"], searched.evaluated + searched.resumed, best["params"],
+                         objective.ladder)
 
 
 
@@ -290,6 +197,11 @@ def check_gpu(cap: GroupCapacity, load: Load, profile, slos: dict, share: float,
     return met, figures
 
 
+def gpus_needed(g: float, capacity: float) -> int:
+    """GPUs that carry growth ``g`` of a group whose single-GPU capacity is ``capacity`` (> 0): ceil(g / c)."""
+    return max(1, math.ceil(g / capacity - 1e-9))
+
+
 def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: dict, forecast: Forecast) -> dict:
     """The cheapest layout at growth ``g`` with its per-group GPU counts, checked by simulation."""
     best = None
@@ -301,7 +213,7 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
             if cap.capacity_scale <= 0:
                 total = math.inf
                 break
-            n = max(1, math.ceil(g / cap.capacity_scale - 1e-9))
+            n = gpus_needed(g, cap.capacity_scale)
             groups.append((group, n))
             total += n
         if total == math.inf or total > forecast.max_gpus:
@@ -336,9 +248,51 @@ def plan_growth(g: float, caps: dict, layout_list, load: Load, profile, slos: di
             "slo_met": all(r["slo_met"] for r in rows), "unit": unit, "capped": at_least}
 
 
+def group_interval(cap: GroupCapacity, inputs: PlanInputs, replications: Replications) -> CapacityInterval | None:
+    """``cap``'s capacity searched again in each of ``replications`` (:func:`~serving_bench.tune.intervals.
+    capacity_interval`: each its own realisation of the group's load, simulator seed and host speed); None where the
+    configuration meets the SLOs at no scale searched."""
+    if cap.capacity_scale <= 0:
+        return None
+    slos = {m: v for m, v in inputs.slos.items() if m in cap.models}
+    question = CapacityQuestion(inputs.profile, cap.config, restrict(inputs.load, cap.models), slos, cap.ladder)
+    return capacity_interval(question, replications, cap.capacity_scale)
+
+
+def add_row_interval(row: dict, found: dict[tuple[str, ...], CapacityInterval | None]) -> None:
+    """Into a planned ``row``: per group and in all, the GPUs its capacity interval's ends need (``gpus_interval``:
+    [at the high end, at the low end], None where the low end is 0), and ``sufficient_share``, the share of the
+    replications in which the planned GPUs carry the grown load (every group's GPUs their group's)."""
+    groups = [(tuple(r["models"]), r["gpus"]) for r in row["groups"]]
+    if not groups or any(found.get(group) is None for group, _ in groups):
+        return
+    g = row["growth"]
+    for r, (group, _) in zip(row["groups"], groups):
+        r["gpus_interval"] = [gpus_needed(g, c) if c else None for c in (found[group].high, found[group].low)]
+    ends = [r["gpus_interval"] for r in row["groups"]]
+    row["gpus_interval"] = [sum(e[0] for e in ends), None if None in (e[1] for e in ends) else sum(e[1] for e in ends)]
+    count = len(found[groups[0][0]].capacities)
+    row["sufficient_share"] = sum(all(n * found[group].capacities[i] >= g * (1 - 1e-9) for group, n in groups)
+                                  for i in range(count)) / count
+
+
+def interval_text(row: dict, replications: Replications) -> str:
+    """A row's ``add_row_interval`` figures in words ('' where it has none)."""
+    if "sufficient_share" not in row:
+        return ""
+    low, high = row["gpus_interval"]
+    ends = f"{low}" if low == high else f"{low}–{high if high is not None else '∞'}"
+    n = row["gpus"]
+    return (f" {n} {row['unit']}{' carries' if n == 1 else 's carry'} it in {row['sufficient_share'] * 100:.0f} % "
+            f"of {replications.count} replications; the capacity's {replications.confidence * 100:.0f} % interval "
+            f"needs {ends}.")
+
+
 def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", ray_address: str | None = None,
-             ray_cpus: int | None = None, restart: bool = False, quiet: bool = False) -> dict:
-    """Plan every growth factor; writes ``OUT/plan.json`` and returns it."""
+             ray_cpus: int | None = None, restart: bool = False, quiet: bool = False,
+             intervals: IntervalOptions = IntervalOptions()) -> dict:
+    """Plan every growth factor, each with how sure its GPU count is over ``intervals``' replications (none for 0
+    replications); writes ``OUT/plan.json`` and returns it."""
     def log(text: str) -> None:
         if not quiet:
             print(text, flush=True)
@@ -357,6 +311,7 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
     if any(info.kind == "gpu" for info in profile.devices.values()):
         profile = adapters.with_gpus(profile, 1)
     hardware = adapters.profile_description(profile)
+    replications, spread_source = intervals.resolve(profile, load.seed)  # before the search: a bad option is named
     base = adapters.config_from_profile(profile, load.base.models)
     units = list(load.base.models)
     layout_list = layouts(units, forecast.grouping)
@@ -370,6 +325,15 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
         for group in groups:
             caps[group] = group_capacity(group, inputs, executor, out, restart, log)
     rows = [plan_growth(g, caps, layout_list, load, profile, slos, forecast) for g in forecast.growth]
+    found: dict[tuple[str, ...], CapacityInterval | None] = {}
+    if replications is not None:
+        planned = sorted({tuple(r["models"]) for row in rows for r in row["groups"]})
+        log(f"  capacity intervals: each planned group's capacity searched again in {replications.count} "
+            f"replications, each its own realisation of the load, simulator seed and host speed (host spread "
+            f"{replications.host_sigma * 100:.1f} %: {spread_source})")
+        found = {group: group_interval(caps[group], inputs, replications) for group in planned}
+        for row in rows:
+            add_row_interval(row, found)
     lines = [f"Capacity plan for {Path(forecast.load).name} on {hardware}, SLOs " +
              "; ".join(f"{m} " + ", ".join(f"{s} ≤ {b * 1e3:g} ms" for s, b in st.items()) for m, st in slos.items())
              + f"; the load grown by {load.growth} ({GROWTHS[load.growth]})."]
@@ -382,13 +346,18 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
                          f"{'s' if row['gpus'] != 1 else ''} — {row['layout']}; headroom "
                          f"{'≥ ' if row.get('capped') else ''}{row['headroom'] * 100:.0f} %, load at "
                          f"{'≤ ' if row.get('capped') else ''}{row['utilisation'] * 100:.0f} % of SLO capacity"
-                         + (" (capacity searched up to the largest growth factor)." if row.get("capped") else "."))
+                         + (" (capacity searched up to the largest growth factor)." if row.get("capped") else ".")
+                         + interval_text(row, replications))
     doc = {"forecast": forecast.path, "load": forecast.load, "profile": forecast.profile, "hardware": hardware,
            "hardware_note": f"Simulated with the profile {Path(forecast.profile).name}: {hardware}; the load grown "
                             f"by {load.growth} ({GROWTHS[load.growth]}).",
            "slos": slos, "growth": list(forecast.growth), "growth_rule": load.growth, "grouping": forecast.grouping,
            "groups": [{"models": list(c.models), "capacity_scale": c.capacity_scale, "capped": c.capped,
-                       "evaluated": c.evaluated, "config": config_dict(c.config)} for c in caps.values()],
+                       "evaluated": c.evaluated, "config": config_dict(c.config),
+                       "capacity_interval": found[c.models].to_json() if found.get(c.models) else None}
+                      for c in caps.values()],
+           "replications": described(replications, spread_source, "each its own realisation of the load")
+           if replications is not None else None,
            "rows": rows, "recommendation": lines, "wall_s": time.perf_counter() - t0}
     atomic_write_text(out / "plan.json", json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
     for line in lines:
@@ -401,7 +370,8 @@ def main(args: argparse.Namespace) -> int:
     if args.growth:
         forecast = dataclasses.replace(forecast, growth_rule=args.growth)
     with hold_results(args.out, 0):  # held for the run: checkpoints and plan.json (no results folder of requests)
-        doc = run_plan(forecast, args.out, args.executor, args.ray_address, args.ray_cpus, args.restart, args.quiet)
+        doc = run_plan(forecast, args.out, args.executor, args.ray_address, args.ray_cpus, args.restart, args.quiet,
+                       IntervalOptions.from_args(args))
         if not args.quiet:
             print(f"report: {write_report(args.out, title='serving-bench capacity plan')}")
     return 0 if all(r["gpus"] is not None for r in doc["rows"]) else 1
