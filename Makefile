@@ -33,8 +33,15 @@ $(SIM_BUILT): $(addsuffix .py,$(SIM_ENGINE)) $(addsuffix .pxd,$(SIM_ENGINE)) | $
 demo: build
 	$(BIN)/serving-bench demo --out results/demo
 
+# The tests run in two parts: those that do not judge the host's timing in TEST_WORKERS processes at once (most of
+# their time is spent waiting on servers and fixed-length runs), then those marked exclusive, alone; both run, and
+# either failing fails the target. `pytest` alone runs every test in one process.
+TEST_WORKERS ?= 3
 test: build perf-analyzer
-	$(BIN)/python -m pytest -q
+	@$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not exclusive"; shared=$$?; \
+	echo "== the tests that judge the host's timing, alone"; \
+	$(BIN)/python -m pytest -q -m exclusive; alone=$$?; \
+	exit $$(( shared ? shared : alone ))
 
 # perf_analyzer 2.50 for its wrapper test (tests/test_load_driver.py); where it cannot be installed (no root for
 # libb64-0d, no PyPI) that test is skipped with the reason, and `make bench` stops instead.

@@ -215,6 +215,7 @@ def test_unknown_model_lists_served_models_and_sends_nothing(server):
     assert TritonTarget(server)._stats()["sleep_zero"]["inference_count"] == before["sleep_zero"]["inference_count"]
 
 
+@pytest.mark.exclusive
 def test_stalled_server_shows_in_intended_latency_not_in_service_latency(server):
     """A synchronous client (one request outstanding) stops sending while the server is stalled (SIGSTOP): latency
     from the send time hides the stall (coordinated omission), latency from the intended time shows it.
@@ -265,6 +266,7 @@ def md1_waits(arrivals: np.ndarray, service_s: float) -> np.ndarray:
     return waits
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_mean_latency_agrees_with_md1_at_load_half(server):
     """M/D/1 at rho = 0.5: mean latency = mean M/D/1 wait + L0, within 10 %.
@@ -297,6 +299,7 @@ def test_mean_latency_agrees_with_md1_at_load_half(server):
     assert abs(predicted - closed_form) / closed_form < 0.25  # this realisation is a typical one
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize("sender", SENDERS)
 def test_stop_ends_a_closed_loop_within_the_grace_period(server, sender):
     """A stop (what Ctrl-C does) must not wait for slow in-flight requests beyond grace_s."""

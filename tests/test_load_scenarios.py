@@ -64,6 +64,7 @@ def test_offline_and_single_stream(target):
     assert np.all(sent[1:] >= done[:-1])  # one at a time
 
 
+@pytest.mark.exclusive
 def test_peak_qps_search_brackets_the_capacity(target):
     result = peak_qps(target, profile("sleep_md1"), Server(25, min_duration_s=1.2, min_queries=20),
                       tolerance=0.2, max_steps=8)

@@ -70,6 +70,7 @@ def capacity(server) -> float:
     return counts(records.table)["ok"] / seconds
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize("factor", [2, 4])
 def test_overload_without_the_defect_answers_near_capacity(server, capacity, factor):
     schedule = poisson("sleep_open", factor * capacity, RUN_S, seed=factor)

@@ -600,6 +600,7 @@ def test_a_profile_whose_law_misses_its_own_runs_is_uncertain():
     assert uncertain(flagged) and uncertain(Profile.from_json(flagged.to_json(), "p.json"))
 
 
+@pytest.mark.exclusive
 @pytest.mark.server
 @pytest.mark.slow
 def test_measure_then_validate_on_real_triton(tmp_path):
@@ -730,6 +731,7 @@ def _runtime_only_service(model_file, rows: int, repeats: int = 200) -> float:
     return float(np.median(times))
 
 
+@pytest.mark.exclusive
 @pytest.mark.server
 @pytest.mark.slow
 def test_simulator_against_a_real_onnxruntime_replay(tmp_path):
@@ -878,6 +880,7 @@ def test_an_ensembles_own_time_round_trips_and_a_bad_one_names_the_field(tmp_pat
             Profile.from_json(bad, "p.json")
 
 
+@pytest.mark.exclusive
 def test_profiling_an_ensemble_measures_its_members_and_its_own_time_on_real_triton(tmp_path):
     """``profile --models chain`` for an ensemble of two sleep entries (2 ms each): both members are measured as
     models and the ensemble alone for its own time beyond their simulated path — a curve that never falls, its p90

@@ -194,6 +194,7 @@ def test_an_external_server_is_inspected_reloaded_and_restored(sleep_repo, tmp_p
             assert served() == (1, "2")
 
 
+@pytest.mark.exclusive
 @pytest.mark.server
 def test_a_paced_run_counts_each_request_from_the_statistics(sleep_repo):
     """The sleep model (5 ms + 1 ms a row) at 2 rows, one request at a time: each request's compute time from the
@@ -293,6 +294,7 @@ def compare(first, second, url, embedded: list[dict], from_url: dict, allowed: d
     return worst
 
 
+@pytest.mark.exclusive
 @pytest.mark.server
 @pytest.mark.slow
 def test_a_url_profile_predicts_what_the_embedded_profile_predicts(tmp_path):

@@ -92,6 +92,7 @@ def speed_ratios(bench) -> dict[tuple[str, float], float]:
             for kind, load in SCENARIOS}
 
 
+@pytest.mark.exclusive
 def test_the_compiled_engine_keeps_its_speed(bench):
     if compiled.pure():
         pytest.skip(f"{compiled.PURE_ENV} is set: the floors are the compiled engine's")

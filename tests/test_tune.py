@@ -143,6 +143,7 @@ def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path
     assert all(r["measured"]["sleep_python"]["throughput_rps"] > 50 for r in row["replays"])
 
 
+@pytest.mark.exclusive
 def test_verification_brackets_the_predicted_capacity_on_triton(sleep_repo, tmp_path):
     """The pick is replayed on the embedded Triton at 1x, at its predicted capacity and one ladder rung above, the
     load grown by the tune's rule (here ``scale``: the same users sending more), each replay the load's 3 s. Every

@@ -117,6 +117,7 @@ def _quiet_medians(runs: dict, x: np.ndarray, what: str) -> dict[str, float]:
                 f"the second core")
 
 
+@pytest.mark.exclusive
 def test_one_thread_is_slower_than_two_at_batch_8_where_the_host_makes_two_faster(served):
     server, client = served
     x = get_model("resnet50").make_inputs(BATCH, 1)["input"]
