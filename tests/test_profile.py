@@ -653,8 +653,11 @@ def test_measure_then_validate_on_real_triton(tmp_path):
     # predicted interval (the host's speed drawn from the profile's spread)
     assert abs(errors["p99"]) < 0.35 or p99["inside"], p99
     assert p50["measured_low"] < p50["measured"] < p50["measured_high"]  # ~660 requests bound a median tightly
-    # each predicted figure with its 90 % interval over replications on hosts drawn from the profile's spread
-    assert p50["predicted_low"] < p50["simulated"] < p50["predicted_high"] and p50["inside"] is not None
+    # each predicted figure with its 90 % interval over replications on hosts drawn from the profile's spread; the
+    # one simulation is one more draw like them: outside its 90 % interval one run in ten (seen once, 0.7 % below its
+    # low end), and not more than the interval's width outside it unless the replications are not the simulation's
+    low, high = p50["predicted_low"], p50["predicted_high"]
+    assert low < high and low - (high - low) < p50["simulated"] < high + (high - low) and p50["inside"] is not None
     coverage = json.loads((tmp_path / "val" / "validation.json").read_text())["coverage"]
     assert coverage["rows"] == 4 and 0 <= coverage["inside"] <= 4 and coverage["median_half_width"] > 0
     assert (tmp_path / "val" / "validation.csv").is_file() and (tmp_path / "val" / "real" / "records.parquet").is_file()

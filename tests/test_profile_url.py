@@ -308,7 +308,8 @@ def test_a_url_profile_predicts_what_the_embedded_profile_predicts(tmp_path):
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, SLEEP, base_ms=15.0, per_item_ms=2.0, max_batch_size=8)
-    config = MeasureConfig(seconds=1.0, idle_rounds=1, colocation=(1, 2), colocation_batches=(1,))
+    # memory and energy are not predictions (and a --url profile measures neither): not measured, 6 s a profile
+    config = MeasureConfig(seconds=1.0, idle_rounds=1, colocation=(1, 2), colocation_batches=(1,), resources=False)
     first = measure_profile(repo, [SLEEP], tmp_path / "embedded1.json", config)
     url = url_profile(repo, tmp_path / "url.json", config)
     second = measure_profile(repo, [SLEEP], tmp_path / "embedded2.json", config)
