@@ -27,9 +27,11 @@ judged by tune's own SLO check (``tune.objective.check_slos``); the scale bisect
 (``tune.capacity.bisect_capacity``, ``Ladder``, ``Repeats``) on rungs around the configuration's predicted capacity,
 from a sixteenth of it (no lower than every model having 12 requests) to four times it (``2 ** (1 / steps)`` apart:
 the figure's resolution). Every configuration is served at once, each by a server of its own, warmed (every batch size
-up to its ``max_batch_size``), and their probes take turns, one at a time, each request's deadline
-``capacity_cases.deadline_s`` and each server drained (idle for 0.3 s) before the next probe: the host's drift over
-the run falls on all of them alike. Memory: the union of the instances' resident page frames after the probes
+up to its ``max_batch_size``), and their probes take turns, one at a time, each server drained (idle for 0.3 s) before
+the next probe: the host's drift over the run falls on all of them alike. No request is cancelled on a live server
+(``capacity_cases.replay``: a probe still answered ``capacity_cases.deadline_s`` after its last arrival is cut by
+ending its server, its unanswered requests failed, and the configuration's next probe runs on a new server, warmed
+again). Memory: the union of the instances' resident page frames after the probes
 (``telemetry.instances.footprint_bytes``) against the profile's prediction (``tune.variants.config_memory``).
 
 TVM is left out unless ``--tvm-trials N`` (tuned with N MetaSchedule trials; untuned TVM takes seconds per resnet50
@@ -66,7 +68,7 @@ from serving_bench.calibrate.plan import MeasureConfig  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.variants import parse_variants  # noqa: E402
-from serving_bench.load.driver import SendOptions, TritonTarget  # noqa: E402
+from serving_bench.load.driver import TritonTarget  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.run.results import run_summary  # noqa: E402
@@ -249,37 +251,66 @@ class Turns:
 
 @dataclass(frozen=True)
 class Bench:
-    """What every probe shares: the load, its SLOs (per slot), the requests' deadline (s) and the turns."""
+    """What every probe shares: the load, its SLOs (per slot), how long a replay may run past its last arrival (s,
+    ``capacity_cases.replay``) and the turns."""
 
     load: object
     slos: dict
-    timeout_s: float
+    cut_s: float
     turns: Turns
 
 
-def probe_fn(server, candidate: Candidate, bench: Bench):
+class Served:
+    """A configuration's server, warmed (:func:`warm_up`); started again, and warmed again, after a probe that was
+    cut (``capacity_cases.replay``). ``restarts``: how many times."""
+
+    def __init__(self, candidate: "Candidate"):
+        self.candidate, self.server, self.restarts = candidate, None, 0
+
+    def start(self) -> "Served":
+        c = self.candidate
+        self.server = TritonServer(c.tuned_repo, models=list(c.chosen.values())).start()
+        warm_up(self.server, c)
+        return self
+
+    def restart(self) -> None:
+        self.close()
+        self.start()
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def probe_fn(served: Served, candidate: Candidate, bench: Bench):
     """``probe(scale, attempt)`` for :func:`bisect_capacity`: the load at ``prediction x scale`` replayed on
-    ``server`` in the candidate's turn, judged by tune's SLO check."""
+    ``served``'s server in the candidate's turn, judged by tune's SLO check (a cut replay as it is, its server then
+    started again)."""
     base = candidate.predicted_scale if candidate.predicted_scale > 0 else 1.0
 
     def probe(scale: float, attempt: int) -> Probe:
         with bench.turns.turn(candidate.label):  # the work around the replay too: nothing else runs beside it
             schedule = renamed_schedule(bench.load.at(base * scale), candidate.chosen)
             t0 = time.perf_counter()
-            records = TritonTarget(server, send=SendOptions(timeout_s=bench.timeout_s)).run(schedule)
-            if records.info.partial:
+            records, cut = cc.replay(served.server, schedule, bench.cut_s)
+            if records.info.partial and not cut:
                 raise SystemExit(f"{candidate.label}: a replay stopped early ({records.info.stop_reason})")
             wall = time.perf_counter() - t0
-            # what a replay past capacity left queued runs on after its deadlines: not into the next one's time
-            drained = cc.idle(server.endpoints.grpc_url, list(candidate.chosen.values()), IDLE_S)
+            if cut:  # in the turn: the new server's warm-up runs beside no other probe
+                served.restart()
+            # what a replay near capacity left queued: not into the next one's time
+            drained = 0.0 if cut else cc.idle(served.server.endpoints.grpc_url, list(candidate.chosen.values()), IDLE_S)
             summary = summary_for_slots(run_summary(records), candidate.chosen)
         met, worst = check_slos(summary, bench.slos, MAX_FAILED)
         p99 = {m: summary["models"][m]["p99_s"] for m in bench.slos if m in summary["models"]}
-        log(f"    {candidate.label} at {base * scale:.2f}x ({len(schedule):,} requests, {wall:.1f} s, drained in "
-            f"{drained:.1f} s): {'met' if met else 'missed'} (worst {worst:.2f} of a bound); p99 "
+        log(f"    {candidate.label} at {base * scale:.2f}x ({len(schedule):,} requests, {wall:.1f} s, "
+            + ("cut: a new server" if cut else f"drained in {drained:.1f} s")
+            + f"): {'met' if met else 'missed'} (worst {worst:.2f} of a bound); p99 "
             + ", ".join(f"{m.split('_')[0]} {v * 1e3:.0f} ms" for m, v in p99.items() if v is not None))
         return Probe(scale, met, worst, {"scale": base * scale, "p99_s": p99, "attempt": attempt, "wall_s": wall,
-                                         "drain_s": drained, **cc.sender_lateness(records.table)})
+                                         "drain_s": drained, "cut": cut, **cc.sender_lateness(records.table)})
     return probe
 
 
@@ -300,20 +331,21 @@ def warm_up(server, candidate: Candidate) -> None:
             TritonTarget(server, mode=ClosedLoop(concurrency={entry: knobs["instances"]})).run(pool)
 
 
-def measure(server, candidate: Candidate, bench: Bench, s: Settings) -> dict:
+def measure(served: Served, candidate: Candidate, bench: Bench, s: Settings) -> dict:
     """Measured capacity at the SLOs (bisection around the prediction, in turns) and memory of one configuration on
-    its server."""
+    its server (after its probes; after a warm-up only where the last probe was cut)."""
     base = candidate.predicted_scale if candidate.predicted_scale > 0 else 1.0
     ladder = Ladder(min_scale=max(1 / 16, lowest_scale(bench.load) / base), max_scale=4.0,
                     steps_per_doubling=s.steps_per_doubling)
     t0 = time.perf_counter()
     try:
-        found = bisect_capacity(probe_fn(server, candidate, bench), ladder, Repeats(s.repeats, "majority"))
+        found = bisect_capacity(probe_fn(served, candidate, bench), ladder, Repeats(s.repeats, "majority"))
     finally:
         bench.turns.leave(candidate.label)
-    measured_memory, how = footprint_bytes([p.pid for p in instance_processes(server.pid)])
+    pid = served.server.pid
+    measured_memory, how = footprint_bytes([p.pid for p in instance_processes(pid)])
     by_entry = {entry: {k: v for k, v in m.items() if k in ("instances", "rss_bytes", "uss_bytes")}
-                for entry, m in instance_memory(server.pid, gpu=False).by_model().items()}
+                for entry, m in instance_memory(pid, gpu=False).by_model().items()}
     scale = base * found.capacity_scale
     error = None if measured_memory is None else \
         (candidate.predicted_memory_bytes - measured_memory) / measured_memory
@@ -323,20 +355,22 @@ def measure(server, candidate: Candidate, bench: Bench, s: Settings) -> dict:
     return {"capacity_scale": scale, "capped": found.capped, "probes": [dict(p.detail, ok=p.ok, violation=p.violation)
                                                                       for p in found.probes],
             "memory_bytes": measured_memory, "memory_how": how, "memory_error": error, "memory_by_entry": by_entry,
-            "capacity_rps": scale * bench.load.offered_rps, "wall_s": time.perf_counter() - t0}
+            "capacity_rps": scale * bench.load.offered_rps, "wall_s": time.perf_counter() - t0,
+            "server_restarts": served.restarts}
 
 
 def measure_together(distinct: list[Candidate], load, slos: dict, s: Settings) -> dict[str, dict]:
     """Every configuration on a server of its own, all up at once and warmed, their bisections' probes in turns."""
     bench = Bench(load, slos, cc.deadline_s(slos), Turns([c.label for c in distinct]))
     with contextlib.ExitStack() as stack:
-        servers = {}
+        served = {}
         for c in distinct:
             log(f"  {c.label}: serving {', '.join(c.chosen.values())}")
-            servers[c.label] = stack.enter_context(TritonServer(c.tuned_repo, models=list(c.chosen.values())))
-            warm_up(servers[c.label], c)
+            served[c.label] = Served(c)
+            stack.callback(served[c.label].close)
+            served[c.label].start()
         with cf.ThreadPoolExecutor(len(distinct)) as pool:
-            futures = {c.label: pool.submit(measure, servers[c.label], c, bench, s) for c in distinct}
+            futures = {c.label: pool.submit(measure, served[c.label], c, bench, s) for c in distinct}
             return {label: f.result() for label, f in futures.items()}
 
 
