@@ -336,9 +336,8 @@ def _sure_cell(row: dict) -> tuple[str, float]:
     its capacity interval's ends need; – where the plan has no intervals."""
     if row.get("sufficient_share") is None:
         return "–", 0
-    low, high = row["gpus_interval"]
-    return (f'{row["sufficient_share"] * 100:.0f} %; {low} – {high if high is not None else "∞"} GPUs',
-            row["sufficient_share"])
+    low, high = (n if n is not None else "∞" for n in row["gpus_interval"])
+    return f'{row["sufficient_share"] * 100:.0f} %; {low} – {high} GPUs', row["sufficient_share"]
 
 
 def _variant_mark(block: dict, candidate: dict, batch: int) -> str:

@@ -261,8 +261,9 @@ def group_interval(cap: GroupCapacity, inputs: PlanInputs, replications: Replica
 
 def add_row_interval(row: dict, found: dict[tuple[str, ...], CapacityInterval | None]) -> None:
     """Into a planned ``row``: per group and in all, the GPUs its capacity interval's ends need (``gpus_interval``:
-    [at the high end, at the low end], None where the low end is 0), and ``sufficient_share``, the share of the
-    replications in which the planned GPUs carry the grown load (every group's GPUs their group's)."""
+    [at the high end, at the low end], None at an end that is 0: no GPU count carries it), and ``sufficient_share``,
+    the share of the replications in which the planned GPUs carry the grown load (every group's GPUs their
+    group's)."""
     groups = [(tuple(r["models"]), r["gpus"]) for r in row["groups"]]
     if not groups or any(found.get(group) is None for group, _ in groups):
         return
@@ -270,7 +271,7 @@ def add_row_interval(row: dict, found: dict[tuple[str, ...], CapacityInterval | 
     for r, (group, _) in zip(row["groups"], groups):
         r["gpus_interval"] = [gpus_needed(g, c) if c else None for c in (found[group].high, found[group].low)]
     ends = [r["gpus_interval"] for r in row["groups"]]
-    row["gpus_interval"] = [sum(e[0] for e in ends), None if None in (e[1] for e in ends) else sum(e[1] for e in ends)]
+    row["gpus_interval"] = [None if None in column else sum(column) for column in zip(*ends)]
     count = len(found[groups[0][0]].capacities)
     row["sufficient_share"] = sum(all(n * found[group].capacities[i] >= g * (1 - 1e-9) for group, n in groups)
                                   for i in range(count)) / count
@@ -280,8 +281,8 @@ def interval_text(row: dict, replications: Replications) -> str:
     """A row's ``add_row_interval`` figures in words ('' where it has none)."""
     if "sufficient_share" not in row:
         return ""
-    low, high = row["gpus_interval"]
-    ends = f"{low}" if low == high else f"{low}–{high if high is not None else '∞'}"
+    low, high = (n if n is not None else "∞" for n in row["gpus_interval"])
+    ends = f"{low}" if low == high else f"{low}–{high}"
     n = row["gpus"]
     return (f" {n} {row['unit']}{' carries' if n == 1 else 's carry'} it in {row['sufficient_share'] * 100:.0f} % "
             f"of {replications.count} replications; the capacity's {replications.confidence * 100:.0f} % interval "
