@@ -264,7 +264,7 @@ class Served:
     """A configuration's server, warmed (:func:`warm_up`); started again, and warmed again, after a probe that was
     cut (``capacity_cases.replay``). ``restarts``: how many times."""
 
-    def __init__(self, candidate: "Candidate"):
+    def __init__(self, candidate: Candidate):
         self.candidate, self.server, self.restarts = candidate, None, 0
 
     def start(self) -> "Served":
@@ -301,7 +301,8 @@ def probe_fn(served: Served, candidate: Candidate, bench: Bench):
             if cut:  # in the turn: the new server's warm-up runs beside no other probe
                 served.restart()
             # what a replay near capacity left queued: not into the next one's time
-            drained = 0.0 if cut else cc.idle(served.server.endpoints.grpc_url, list(candidate.chosen.values()), IDLE_S)
+            entries = list(candidate.chosen.values())
+            drained = 0.0 if cut else cc.idle(served.server.endpoints.grpc_url, entries, IDLE_S)
             summary = summary_for_slots(run_summary(records), candidate.chosen)
         met, worst = check_slos(summary, bench.slos, MAX_FAILED)
         p99 = {m: summary["models"][m]["p99_s"] for m in bench.slos if m in summary["models"]}

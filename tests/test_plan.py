@@ -90,7 +90,7 @@ def test_a_rows_gpus_across_the_interval_add_up_over_its_groups_and_a_zero_end_n
     1-4 GPUs, b 2 to none; the row in all 3 to none, in words up to ∞."""
     from serving_bench.sim.intervals import Replications
     from serving_bench.tune.intervals import CapacityInterval
-    from serving_bench.tune.plan import add_row_interval, interval_text
+    from serving_bench.tune.plan import add_row_interval, row_interval_text
 
     def found(capacities):
         return CapacityInterval(min(capacities), max(capacities), tuple(capacities), (False,) * 4, 0.9, "superpose",
@@ -101,11 +101,11 @@ def test_a_rows_gpus_across_the_interval_add_up_over_its_groups_and_a_zero_end_n
     add_row_interval(row, {("a",): found([1.0, 2.0, 2.0, 4.0]), ("b",): found([0.0, 1.0, 2.0, 2.0])})
     assert row["sufficient_share"] == 0.5
     assert [g["gpus_interval"] for g in row["groups"]] == [[1, 4], [2, None]] and row["gpus_interval"] == [3, None]
-    assert interval_text(row, Replications(4, 0.9, 0.0, 0)).endswith(
+    assert row_interval_text(row, Replications(4, 0.9, 0.0, 0)).endswith(
         "4 GPUs carry it in 50 % of 4 replications; the capacity's 90 % interval needs 3–∞.")
     untouched = {"growth": 1.0, "gpus": 1, "unit": "GPU", "groups": [{"models": ["a"], "gpus": 1}]}
     add_row_interval(untouched, {("a",): None})  # a group that meets its SLOs at no scale: no interval
-    assert "sufficient_share" not in untouched and interval_text(untouched, Replications(4, 0.9, 0.0, 0)) == ""
+    assert "sufficient_share" not in untouched and row_interval_text(untouched, Replications(4, 0.9, 0.0, 0)) == ""
 
 
 def test_plan_cli_writes_plan_and_report(plan, capsys):

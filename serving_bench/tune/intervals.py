@@ -1,7 +1,7 @@
 """A capacity with its interval: each replication finds the capacity on its own, and the interval is taken over them.
 
     from serving_bench.sim.intervals import Replications
-    from serving_bench.tune.capacity import Ladder, zero_of_line
+    from serving_bench.tune.capacity import Ladder
     from serving_bench.tune.intervals import CapacityQuestion, capacity_interval
     from serving_bench.tune.load import Load
 

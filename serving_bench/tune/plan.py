@@ -51,11 +51,11 @@ from serving_bench.run.results import hold_results
 from serving_bench.serving_config import ServingConfig
 from serving_bench.sim.intervals import IntervalOptions, Replications, add_interval_options, described
 from serving_bench.tune import adapters
+from serving_bench.tune.capacity import Ladder
 from serving_bench.tune.checkpoint import Checkpoint, file_id
 from serving_bench.tune.executors import EXECUTORS, make_executor
-from serving_bench.tune.capacity import Ladder
-from serving_bench.tune.generators import choose_generator
 from serving_bench.tune.forecast import Forecast, load_forecast
+from serving_bench.tune.generators import choose_generator
 from serving_bench.tune.intervals import CapacityInterval, CapacityQuestion, capacity_interval
 from serving_bench.tune.load import GROWTHS, Load, load_from_file, restrict
 from serving_bench.tune.objective import EvalContext, ObjectiveConfig, check_slos
@@ -64,6 +64,7 @@ from serving_bench.tune.search import (DEFAULT_FINALISTS, SearchSettings, confir
                                        screen_context, search_header)
 from serving_bench.tune.slo import resolve_slos
 from serving_bench.tune.space import SearchSpace, knobs_for
+
 
 def partitions(items: list[str]):
     """Every set partition of ``items`` (as tuples of tuples, in a fixed order)."""
@@ -277,7 +278,7 @@ def add_row_interval(row: dict, found: dict[tuple[str, ...], CapacityInterval | 
                                   for i in range(count)) / count
 
 
-def interval_text(row: dict, replications: Replications) -> str:
+def row_interval_text(row: dict, replications: Replications) -> str:
     """A row's ``add_row_interval`` figures in words ('' where it has none)."""
     if "sufficient_share" not in row:
         return ""
@@ -348,7 +349,7 @@ def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", 
                          f"{'≥ ' if row.get('capped') else ''}{row['headroom'] * 100:.0f} %, load at "
                          f"{'≤ ' if row.get('capped') else ''}{row['utilisation'] * 100:.0f} % of SLO capacity"
                          + (" (capacity searched up to the largest growth factor)." if row.get("capped") else ".")
-                         + interval_text(row, replications))
+                         + row_interval_text(row, replications))
     doc = {"forecast": forecast.path, "load": forecast.load, "profile": forecast.profile, "hardware": hardware,
            "hardware_note": f"Simulated with the profile {Path(forecast.profile).name}: {hardware}; the load grown "
                             f"by {load.growth} ({GROWTHS[load.growth]}).",
