@@ -33,15 +33,20 @@ $(SIM_BUILT): $(addsuffix .py,$(SIM_ENGINE)) $(addsuffix .pxd,$(SIM_ENGINE)) | $
 demo: build
 	$(BIN)/serving-bench demo --out results/demo
 
-# The tests run in two parts: those that do not judge the host's timing in TEST_WORKERS processes at once (most of
-# their time is spent waiting on servers and fixed-length runs), then those marked exclusive, alone; both run, and
-# either failing fails the target. `pytest` alone runs every test in one process.
-TEST_WORKERS ?= 3
+# Every test in one process (TEST_WORKERS=1, the default), or in two parts: those that do not judge the host's timing
+# in TEST_WORKERS processes at once (most of their time is spent waiting on servers and fixed-length runs), then those
+# marked exclusive, alone; both parts run, and either failing fails the target. The parallel form is not the
+# default: one of its three runs on 2026-12-06 met a model load that never finished (docs/notes/tests.md).
+TEST_WORKERS ?= 1
 test: build perf-analyzer
+ifeq ($(TEST_WORKERS),1)
+	$(BIN)/python -m pytest -q
+else
 	@$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not exclusive"; shared=$$?; \
 	echo "== the tests that judge the host's timing, alone"; \
 	$(BIN)/python -m pytest -q -m exclusive; alone=$$?; \
 	exit $$(( shared ? shared : alone ))
+endif
 
 # perf_analyzer 2.50 for its wrapper test (tests/test_load_driver.py); where it cannot be installed (no root for
 # libb64-0d, no PyPI) that test is skipped with the reason, and `make bench` stops instead.
