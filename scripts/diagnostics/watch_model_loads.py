@@ -1,0 +1,84 @@
+"""Which call does a model load that never finishes hang in? Watches every running tritonserver started by
+serving-bench; once one's log shows more instances initializing than models loaded and has not changed for
+``--idle-s`` seconds, writes its log's tail and every child process's stacks (gdb: native threads, then Python's where
+gdb has its helpers) to ``OUT/stuck_load_<pid>.txt``, once per server. Runs until interrupted (Ctrl-C).
+
+    .venv/bin/python scripts/diagnostics/watch_model_loads.py [--idle-s 60] [--out /tmp]
+    # beside, e.g.: make test TEST_WORKERS=3   (docs/notes/tests.md: one of five such runs met a load that hung)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO_ARG = re.compile(r"--model-repository=(\S+)/repo\b")
+
+
+def stuck(log_text: str, unchanged_s: float, idle_s: float) -> bool:
+    """Whether a server log says a model load hangs: more instances began initializing than models finished loading,
+    and the log has not changed for at least ``idle_s`` seconds (``unchanged_s``: since its last write)."""
+    return log_text.count("ModelInstanceInitialize") > log_text.count("successfully loaded") and unchanged_s >= idle_s
+
+
+def dump(server: psutil.Process, log: Path, out: Path) -> Path:
+    """The log's tail and each child's stacks into ``out/stuck_load_<pid>.txt``."""
+    path = out / f"stuck_load_{server.pid}.txt"
+    with path.open("w") as f:
+        f.write(log.read_text(errors="replace")[-4000:] + "\n")
+        for child in server.children(recursive=True):
+            f.write(f"\n===== {child.pid} {' '.join(child.cmdline())[:300]}\n")
+            f.flush()
+            r = subprocess.run(["gdb", "-p", str(child.pid), "-batch", "-ex", "thread apply all bt", "-ex", "py-bt"],
+                               capture_output=True, text=True, timeout=120)
+            f.write(r.stdout[-30000:] + r.stderr[-2000:])
+    return path
+
+
+def watch(idle_s: float, out: Path, every_s: float = 10.0) -> None:
+    seen: set[int] = set()
+    while True:
+        for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+            try:
+                found = REPO_ARG.search(" ".join(proc.info["cmdline"] or ()))
+                if proc.info["name"] != "tritonserver" or proc.pid in seen or not found:
+                    continue
+                log = Path(found.group(1)) / "tritonserver.log"
+                if log.is_file() and stuck(log.read_text(errors="replace"), time.time() - log.stat().st_mtime, idle_s):
+                    seen.add(proc.pid)
+                    print(f"server {proc.pid}: a load stuck for {idle_s:g} s: {dump(proc, log, out)}", flush=True)
+            except (psutil.Error, OSError, subprocess.TimeoutExpired):
+                continue
+        time.sleep(every_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--idle-s", type=float, default=60.0, help="seconds a log must stay unchanged (default 60)")
+    parser.add_argument("--out", default="/tmp", help="folder for the dumps (default /tmp)")
+    args = parser.parse_args(argv)
+    if not args.idle_s > 0:
+        print(f"--idle-s: expected a positive number of seconds, got {args.idle_s:g}", file=sys.stderr)
+        return 2
+    if not Path(args.out).is_dir():
+        print(f"--out: {args.out}: not a folder", file=sys.stderr)
+        return 2
+    if shutil.which("gdb") is None:
+        print("gdb: not installed (apt-get install gdb)", file=sys.stderr)
+        return 2
+    try:
+        watch(args.idle_s, Path(args.out))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
