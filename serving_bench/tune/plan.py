@@ -143,7 +143,7 @@ def group_capacity(group: tuple[str, ...], inputs: PlanInputs, executor, out: Pa
     space = SearchSpace(sub_base, knobs_for(members, instances=s["instances"], max_batch_size=s["max_batch_size"],
                                             max_queue_delay_us=s["max_queue_delay_us"], preferred=s["preferred"],
                                             base=sub_base, caps=caps), gpus=1 if on_gpu else 0)
-    group_slos = {m: v for m, v in slos.items() if m in group}
+    group_slos = slos_of(slos, group)
     objective = ObjectiveConfig("capacity", max_scale=max(forecast.growth),
                                 min_scale=min(forecast.growth) / forecast.max_gpus)
     ctx = EvalContext(space, profile, sub_load, group_slos, objective)
@@ -171,6 +171,11 @@ def group_capacity(group: tuple[str, ...], inputs: PlanInputs, executor, out: Pa
 
 
 
+def slos_of(slos: dict, models) -> dict:
+    """The SLOs (model -> stat -> bound, s) of ``models``, each a copy."""
+    return {m: dict(v) for m, v in slos.items() if m in models}
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-+" else "_" for c in name)[:120]
 
@@ -187,7 +192,7 @@ def check_gpu(cap: GroupCapacity, load: Load, profile, slos: dict, share: float,
     """Simulate one GPU of a group at ``share`` of the group's load: (SLOs met, per-model figures)."""
     sub = restrict(load, cap.models)
     records = adapters.simulate(profile, cap.config, sub.at(share), seed)
-    group_slos = {m: dict(v) for m, v in slos.items() if m in cap.models}
+    group_slos = slos_of(slos, cap.models)
     summary = summarize(records, slos=group_slos)
     met, _ = check_slos(summary, group_slos, ObjectiveConfig().max_failed_fraction)
     figures = {m: {"p50_s": s["p50_s"], "p99_s": s["p99_s"], "throughput_rps": s["throughput_rps"]}
@@ -255,8 +260,8 @@ def group_interval(cap: GroupCapacity, inputs: PlanInputs, replications: Replica
     configuration meets the SLOs at no scale searched."""
     if cap.capacity_scale <= 0:
         return None
-    slos = {m: v for m, v in inputs.slos.items() if m in cap.models}
-    question = CapacityQuestion(inputs.profile, cap.config, restrict(inputs.load, cap.models), slos, cap.ladder)
+    question = CapacityQuestion(inputs.profile, cap.config, restrict(inputs.load, cap.models),
+                                slos_of(inputs.slos, cap.models), cap.ladder)
     return capacity_interval(question, replications, cap.capacity_scale)
 
 
