@@ -149,9 +149,9 @@ def test_load_phases_logs_the_simulated_batches_by_hand():
     assert cpu_s == pytest.approx(0.018)
 
 
-def test_a_model_load_is_stuck_when_instances_outnumber_loads_and_the_log_stays_quiet():
-    """watch_model_loads.py's judgement on a server log: the log of 2026-12-06's hang (two instances initializing,
-    one model loaded) once it has been quiet for the idle time, not before; a log whose loads all finished never;
+def test_a_model_load_is_stuck_when_a_model_initializing_never_loads_and_the_log_stays_quiet():
+    """watch_model_loads.py's judgement on a server log: the log of 2026-12-06's hang (two models initializing,
+    one loaded) once it has been quiet for the idle time, not before; a log whose loads all finished never;
     and its bad arguments are one line and exit 2."""
     watch = _load("watch_model_loads")
     hung = ('I1206 16:48:15 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tiny_mlp_torchscript_0_0"\n'
@@ -160,6 +160,12 @@ def test_a_model_load_is_stuck_when_instances_outnumber_loads_and_the_log_stays_
     assert watch.stuck(hung, 61.0, 60.0) and not watch.stuck(hung, 59.0, 60.0)
     done = hung + 'I1206 16:48:21 model_lifecycle.cc:839] "successfully loaded \'tiny_mlp_torchscript\'"\n'
     assert not watch.stuck(done, 3600.0, 60.0)
+    four = "".join(f'I1206 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tiny_cnn_onnxruntime_0_{i}"\n'
+                   for i in range(4))  # one model's four instances, loaded: a long quiet replay is no hang
+    assert not watch.stuck(four + 'I1206 model_lifecycle.cc:839] "successfully loaded \'tiny_cnn_onnxruntime\'"\n',
+                           3600.0, 60.0)
+    assert not watch.stuck(four + "E1206 model_lifecycle.cc:654] \"failed to load 'tiny_cnn_onnxruntime' version 1\"\n",
+                           3600.0, 60.0)
     for argv in (["--idle-s", "0"], ["--out", "/nonexistent-folder"]):
         proc = subprocess.run([sys.executable, str(SCRIPTS / "watch_model_loads.py"), *argv], capture_output=True,
                               text=True, timeout=60)

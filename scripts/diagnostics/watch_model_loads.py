@@ -1,15 +1,17 @@
 """Which call does a model load that never finishes hang in? Watches every running tritonserver started by
-serving-bench; once one's log shows more instances initializing than models loaded and has not changed for
-``--idle-s`` seconds, writes its log's tail and every child process's stacks (gdb: native threads, then Python's where
-gdb has its helpers) to ``OUT/stuck_load_<pid>.txt``, once per server. Runs until interrupted (Ctrl-C).
+serving-bench; once one's log (its stdout) shows a model whose instances began initializing and that neither loaded
+nor failed, and the log has not changed for ``--idle-s`` seconds, writes its log's tail and the stacks of the server
+and of every process under it (gdb: native threads, then Python's where gdb has its helpers) to
+``OUT/stuck_load_<pid>.txt``, once per server. Runs until interrupted (Ctrl-C).
 
     .venv/bin/python scripts/diagnostics/watch_model_loads.py [--idle-s 60] [--out /tmp]
-    # beside, e.g.: make test TEST_WORKERS=3   (docs/notes/tests.md: one of five such runs met a load that hung)
+    # beside, e.g.: make test TEST_WORKERS=3   (docs/notes/tests.md: one of six such runs met a load that hung)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -22,18 +24,23 @@ import psutil
 REPO_ARG = re.compile(r"--model-repository=(\S+)/repo\b")
 
 
+INITIALIZING = re.compile(r"ModelInstanceInitialize: (\S+?)_\d+_\d+\b")  # instance "<model>_<group>_<index>"
+FINISHED = re.compile(r"(?:successfully loaded|failed to load) '([^']+)'")
+
+
 def stuck(log_text: str, unchanged_s: float, idle_s: float) -> bool:
-    """Whether a server log says a model load hangs: more instances began initializing than models finished loading,
-    and the log has not changed for at least ``idle_s`` seconds (``unchanged_s``: since its last write)."""
-    return log_text.count("ModelInstanceInitialize") > log_text.count("successfully loaded") and unchanged_s >= idle_s
+    """Whether a server log says a model load hangs: a model has an instance initializing and has neither loaded nor
+    failed, and the log has not changed for at least ``idle_s`` seconds (``unchanged_s``: since its last write)."""
+    pending = set(INITIALIZING.findall(log_text)) - set(FINISHED.findall(log_text))
+    return bool(pending) and unchanged_s >= idle_s
 
 
 def dump(server: psutil.Process, log: Path, out: Path) -> Path:
-    """The log's tail and each child's stacks into ``out/stuck_load_<pid>.txt``."""
+    """The log's tail and the stacks of the server and each process under it into ``out/stuck_load_<pid>.txt``."""
     path = out / f"stuck_load_{server.pid}.txt"
     with path.open("w") as f:
         f.write(log.read_text(errors="replace")[-4000:] + "\n")
-        for child in server.children(recursive=True):
+        for child in [server, *server.children(recursive=True)]:
             f.write(f"\n===== {child.pid} {' '.join(child.cmdline())[:300]}\n")
             f.flush()
             r = subprocess.run(["gdb", "-p", str(child.pid), "-batch", "-ex", "thread apply all bt", "-ex", "py-bt"],
@@ -50,7 +57,7 @@ def watch(idle_s: float, out: Path, every_s: float = 10.0) -> None:
                 found = REPO_ARG.search(" ".join(proc.info["cmdline"] or ()))
                 if proc.info["name"] != "tritonserver" or proc.pid in seen or not found:
                     continue
-                log = Path(found.group(1)) / "tritonserver.log"
+                log = Path(os.readlink(f"/proc/{proc.pid}/fd/1"))  # the server writes its log to its stdout
                 if log.is_file() and stuck(log.read_text(errors="replace"), time.time() - log.stat().st_mtime, idle_s):
                     seen.add(proc.pid)
                     print(f"server {proc.pid}: a load stuck for {idle_s:g} s: {dump(proc, log, out)}", flush=True)
