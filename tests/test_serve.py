@@ -19,7 +19,8 @@ from serving_bench.export.frameworks import load_predictor
 from serving_bench.models import get_model
 from serving_bench.serve.control import Control
 from serving_bench.serving_config import default_threads
-from serving_bench.serve.server import ExternalServer, TritonServer, connect
+from serving_bench.serve.external import ExternalServer
+from serving_bench.serve.server import TritonServer, connect
 from serving_bench.telemetry import Telemetry
 
 pytestmark = pytest.mark.server

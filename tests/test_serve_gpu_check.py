@@ -41,9 +41,10 @@ def test_cpu_plan_measures_sweep_and_pair(tmp_path):
                 assert run["gpu"]["available"] is False and "NVML" in run["gpu"]["reason"]
     pair, low = result["runs"][2], result["runs"][3]
     assert set(pair["models"]) == {"tiny_cnn_torchscript", "tiny_mlp_torchscript"}
-    for m, rate in low["rates"].items():  # the replay runs at half the pair's closed-loop rate, and gets it
+    for m, rate in low["rates"].items():  # the replay runs at half the pair's closed-loop rate, and sends it: every
+        # request of its schedule answered (on a host other work shares, the answers may lag, so not their rate)
         assert rate == pytest.approx(0.5 * pair["models"][m]["throughput_rps"], abs=1e-3)
-        assert low["models"][m]["throughput_rps"] == pytest.approx(rate, rel=0.3)
+        assert low["models"][m]["ok"] == pytest.approx(rate * low["replay_s"], rel=0.3)
     assert result["runs"][5]["instances"] == 2 and result["runs"][5]["concurrency"] == {"tiny_cnn_torchscript": 4}
     md = result_file.with_suffix(".md").read_text()
     assert "| tiny_cnn_torchscript x2 | tiny_cnn_torchscript | 2 | no |" in md

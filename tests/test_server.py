@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -10,8 +11,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from serving_bench.errors import InputError, ServerError
+from serving_bench.serve.endpoints import Endpoints
 from serving_bench.serve.ports import free_ports, port_is_free
-from serving_bench.serve.server import Endpoints, ServerOptions, TritonServer
+from serving_bench.serve.server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.server
 
@@ -54,6 +56,67 @@ def test_model_that_fails_to_load_is_named_with_reason(tmp_path):
     (entry / "1" / "model.py").write_text("raise RuntimeError('deliberately broken runner')\n")
     with pytest.raises(ServerError, match=r"model 'broken_sleep' failed to load: .*deliberately broken runner"):
         TritonServer(tmp_path, options=ServerOptions(startup_timeout_s=60)).start()
+
+
+HANGING_RUNNER = """import time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(3600)  # waits, as a load stuck on a lock does: no CPU, nothing logged
+"""
+SLOW_RUNNER = """import time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        end = time.process_time() + 4.0  # a load that takes long and works: 4 s of CPU
+        while time.process_time() < end:
+            pass
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_a_model_load_that_hangs_is_tried_on_new_servers_then_named(tmp_path, monkeypatch, capfd):
+    """A runner whose initialize waits forever: each of three servers is given up once its log and processes were
+    still for the idle time (2 s and 0.1 CPU-s here; 45 s and 0.5 by default), two notes on stderr, then a ServerError naming the model."""
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.serve import load_watch
+
+    monkeypatch.setattr(load_watch, "IDLE_S", 2.0)
+    monkeypatch.setattr(load_watch, "CPU_S", 0.1)
+    entry = write_sleep_entry(tmp_path, "hanging_sleep", base_ms=0, per_item_ms=0)
+    (entry / "1" / "model.py").write_text(HANGING_RUNNER)
+    start = time.monotonic()
+    with pytest.raises(ServerError, match=r"the load of hanging_sleep hung \(the log and the server's processes still"):
+        TritonServer(tmp_path, options=ServerOptions(startup_timeout_s=120)).start()
+    assert time.monotonic() - start < 90
+    assert capfd.readouterr().err.count("hung (the log and the server's processes still for 2 s); starting a new server") == 2
+
+
+def test_a_model_load_that_takes_long_but_works_is_not_a_hang(tmp_path, monkeypatch):
+    """A runner whose initialize computes for 4 s, twice the idle time: its CPU shows the load moves (0.1 CPU-s in 2 s is enough); it loads."""
+    from serving_bench.export.sleep import write_sleep_entry
+    from serving_bench.serve import load_watch
+
+    monkeypatch.setattr(load_watch, "IDLE_S", 2.0)
+    monkeypatch.setattr(load_watch, "CPU_S", 0.1)
+    entry = write_sleep_entry(tmp_path, "slow_sleep", base_ms=0, per_item_ms=0)
+    (entry / "1" / "model.py").write_text(SLOW_RUNNER)
+    with TritonServer(tmp_path, options=ServerOptions(startup_timeout_s=60)) as server:
+        assert server.served_models == ["slow_sleep"]
+
+
+def test_pending_models_by_the_log():
+    """A model is pending from its first instance initializing until it loads or fails to load."""
+    from serving_bench.serve.load_watch import pending_models
+
+    log = ('I1206 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tiny_mlp_torchscript_0_0"\n'
+           'I1206 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tiny_cnn_torchscript_0_1"\n'
+           'I1206 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: m_2_0_0 (CPU device 0)"\n'
+           "I1206 model_lifecycle.cc:839] \"successfully loaded 'tiny_cnn_torchscript'\"\n")
+    assert pending_models(log) == {"tiny_mlp_torchscript", "m_2"}
+    assert pending_models(log + "E1206 \"failed to load 'm_2' version 1: ...\"\n") == {"tiny_mlp_torchscript"}
 
 
 def test_unknown_model_lists_available(sleep_repo):

@@ -52,7 +52,8 @@ from serving_bench.run.records import STATUSES, Records, RunInfo, new_table
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop, OpenLoop
 from serving_bench.serve.control import Control, stats_delta
-from serving_bench.serve.server import Endpoints, TritonServer
+from serving_bench.serve.endpoints import Endpoints
+from serving_bench.serve.server import TritonServer
 
 __all__ = ["TritonTarget", "SendOptions", "Progress", "INSTANCE_DIED", "SERVER_DIED"]
 

@@ -19,7 +19,8 @@ import threading
 from serving_bench.interrupts import raise_on_signal
 from serving_bench.serve.announce import announce, withdraw
 from serving_bench.serve.control import Control
-from serving_bench.serve.server import LOOPBACK, ServerOptions, TritonServer, connect
+from serving_bench.serve.endpoints import LOOPBACK
+from serving_bench.serve.server import ServerOptions, TritonServer, connect
 from serving_bench.serving_config import add_threads_option, parse_instances, queue_policy_settings
 
 POLL_S = 0.5

@@ -25,66 +25,25 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from serving_bench.errors import InputError, ServerDied, ServerError
-from serving_bench.serve.announce import announced, other_service
 from serving_bench.serve.control import Control, metrics_answer
+from serving_bench.serve.endpoints import LOOPBACK, Endpoints
 from serving_bench.serve.execution_log import Executions, read_execution_logs
+from serving_bench.serve.external import ExternalServer
 from serving_bench.serve.install import TritonInstall, die_with_parent_prefix, find_tritonserver, mkdir
+from serving_bench.serve.load_watch import LoadWatch
 from serving_bench.serve.ports import free_ports, port_is_free
 from serving_bench.serve.runtime_view import build_runtime_repo
 from serving_bench.serve.shm import next_shm_prefix, remove_orphaned_shm_regions, remove_shm_regions
 
-LOOPBACK = "127.0.0.1"
 MAX_RESTARTS = 2  # a measurement whose server died mid-step starts a new one and resumes, at most this often
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Addresses of one Triton server, each ``host:port``; ``guessed`` names those assumed, not known (``"http"``,
-    ``"metrics"``: an external server's, at Triton's default layout), so errors can say so."""
-
-    grpc_url: str
-    http_url: str
-    metrics_url: str
-    guessed: tuple[str, ...] = field(default=(), compare=False)
-
-    @classmethod
-    def from_url(cls, url: str, http_url: str | None = None, metrics_url: str | None = None) -> "Endpoints":
-        """Endpoints of an external server from its gRPC ``host:port``.
-
-        HTTP and metrics, unless given: those a live ``serving-bench serve`` on this machine announced for that gRPC
-        address (:mod:`serving_bench.serve.announce`), else Triton's default layout, gRPC port - 1 and gRPC port + 1
-        (8000 / 8001 / 8002), marked ``guessed``.
-        """
-        host, port = _host_port(url, "--url", "the server's gRPC address")
-        if metrics_url is not None:
-            metrics_url = "{}:{}".format(*_host_port(metrics_url, "--metrics-url", "the server's metrics address"))
-        found = announced(host, port)
-        if found is not None:
-            return cls(f"{host}:{port}", http_url or found.http_url, metrics_url or found.metrics_url)
-        guessed = tuple(name for name, given in (("http", http_url), ("metrics", metrics_url)) if given is None)
-        return cls(f"{host}:{port}", http_url or f"{host}:{port - 1}", metrics_url or f"{host}:{port + 1}", guessed)
-
-    def guess_note(self, name: str) -> str:
-        """`` (guessed: ...)`` where ``name``'s address (``"http"``, ``"metrics"``) is only guessed, else ``""``."""
-        if name not in self.guessed:
-            return ""
-        return f" (guessed: the gRPC port {'- 1' if name == 'http' else '+ 1'}, Triton's default layout)"
-
-
-def _host_port(url: str, option: str, what: str) -> tuple[str, int]:
-    match = re.fullmatch(r"(?:[a-z]+://)?([^:/\s]+):(\d{1,5})(?:/metrics)?/?", url.strip())
-    if not match:
-        raise InputError(option, None, f"{url!r}: expected {what} as host:port")
-    return match.group(1), int(match.group(2))
-
-
 _CRASH_MARK = "Signal (11) received."
 _CRASH = re.compile(r"Signal \((\d+)\) received\.")  # Triton's crash handler, before its stack dump
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
@@ -184,11 +143,14 @@ class TritonServer:
                 try:
                     self._wait_ready()
                     break
-                except ServerError:
-                    retry = attempt < 2 and self._log_mentions("address already in use") and \
-                        not any(self.requested_ports.values())
-                    if not retry:
+                except ServerError as err:
+                    hung = isinstance(err, LoadHung)
+                    if attempt == 2 or not (hung or self._log_mentions("address already in use") and
+                                            not any(self.requested_ports.values())):
                         raise
+                    if hung:
+                        print(f"note: {err.headline}; starting a new server (log: {self.log_path})", file=sys.stderr,
+                              flush=True)
                     self._kill()
         except ServerError:
             self._failed = True  # keep the log the message names
@@ -211,7 +173,8 @@ class TritonServer:
             args += [f"--load-model={name}" for name in self.served_models]
         args += self.extra_args
         log = open(self.log_path, "ab")
-        self._log_seen, self._crash_signal = log.tell(), None  # a crash logged by an earlier launch is not this one's
+        self._log_start = self._log_seen = log.tell()  # a crash or load an earlier launch logged is not this one's
+        self._crash_signal = None
         try:
             self.process = subprocess.Popen(die_with_parent_prefix() + args, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=dict(install.env), cwd=self.workdir,
@@ -227,9 +190,17 @@ class TritonServer:
         a new channel: a channel whose connection was refused waits out gRPC's reconnect backoff."""
         deadline = time.monotonic() + self.startup_timeout_s
         pending = [self._answers_ready, lambda: metrics_answer(self.endpoints.metrics_url)]
+        watch = LoadWatch()
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise self._failure(ServerError, f"tritonserver exited with code {self.process.returncode}")
+            hung = watch.hung(self.process.pid, self._log_text(since=self._log_start))
+            if hung:
+                headline = f"the load of {', '.join(sorted(hung))} hung (the log and the server's processes still " \
+                           f"for {watch.idle_s:g} s)"
+                err = self._failure(LoadHung, headline)
+                err.headline = headline
+                raise err
             if pending[0]():
                 pending.pop(0)
                 if not pending:
@@ -347,10 +318,13 @@ class TritonServer:
                 self._crash_signal = int(found.group(1))
         return self._crash_signal
 
-    def _log_text(self) -> str:
+    def _log_text(self, since: int = 0) -> str:
+        """The log from byte ``since`` on."""
         try:
-            return self.log_path.read_text(errors="replace")
-        except (OSError, AttributeError):
+            with open(self.log_path, "rb") as log:
+                log.seek(since)
+                return log.read().decode(errors="replace")
+        except (OSError, TypeError):
             return ""
 
     def _log_mentions(self, needle: str) -> bool:
@@ -366,6 +340,13 @@ class TritonServer:
         return kind(f"{headline}: {detail} (server log: {self.log_path})", log_path=self.log_path)
 
 
+class LoadHung(ServerError):
+    """A model load hung while the server started (:mod:`serving_bench.serve.load_watch`): a new server is tried.
+    ``headline`` says which, without the log's lines."""
+
+    headline = ""
+
+
 def exit_status(code: int | None) -> str:
     """``exit code N``, with the signal's name when a signal ended the process (``exit code -9, SIGKILL``)."""
     if code is not None and code < 0:
@@ -374,64 +355,6 @@ def exit_status(code: int | None) -> str:
         except ValueError:
             pass
     return f"exit code {code}"
-
-
-class ExternalServer:
-    """A Triton server somebody else runs (``--url host:port``, its gRPC address): the same interface as
-    :class:`TritonServer` (``endpoints``, ``pid`` = None, ``check_alive``, ``guard``, ``served_models``, context
-    manager) so every command can take either; entering checks it is ready, nothing is started or stopped."""
-
-    def __init__(self, url: str | Endpoints, *, timeout_s: float = 5.0, metrics_url: str | None = None):
-        self.endpoints = url if isinstance(url, Endpoints) else Endpoints.from_url(url, metrics_url=metrics_url)
-        self.timeout_s = timeout_s
-        self.served_models: list[str] = []
-        self.process = None
-        self.pid = None
-        self.log_path = None
-
-    def __enter__(self) -> "ExternalServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> "ExternalServer":
-        """Check the server is ready and list its ready models; :class:`ServerError` naming the URL if not."""
-        self.check_alive(ready=True)
-        with Control(self.endpoints.grpc_url, timeout_s=self.timeout_s) as control:
-            try:
-                self.served_models = control.served_models()
-            except ServerError:
-                self.served_models = []  # the repository extension may be restricted; the models stay unknown
-        return self
-
-    def stop(self, timeout_s: float = 0.0) -> None:
-        """Nothing to stop: the server is not ours."""
-
-    def check_alive(self, ready: bool = False) -> None:
-        """Raise :class:`ServerError` naming the URL unless the server answers ``live`` (or ``ready``) over gRPC."""
-        what = "ready" if ready else "live"
-        with Control(self.endpoints.grpc_url, timeout_s=self.timeout_s) as control:
-            answered = control.ready() if ready else control.live()
-        if not answered:
-            host, port = self.endpoints.grpc_url.rsplit(":", 1)
-            hint = other_service(host, int(port))
-            raise ServerError(f"Triton at --url {self.endpoints.grpc_url} is not answering: no '{what}' from its "
-                              "gRPC health service" + (f" ({hint})" if hint else ""))
-
-    @contextlib.contextmanager
-    def guard(self) -> Iterator[None]:
-        """Turn a client error inside the block into :class:`ServerError` naming the URL when the server is gone."""
-        try:
-            yield
-        except ServerError:
-            raise
-        except Exception as err:
-            try:
-                self.check_alive()
-            except ServerError as dead:
-                raise ServerError(f"{dead} [{type(err).__name__} while in use]", log_path=dead.log_path) from err
-            raise
 
 
 def connect(repo: str | Path | None = None, *, url: str | None = None, metrics_url: str | None = None,

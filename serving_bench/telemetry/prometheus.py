@@ -48,7 +48,7 @@ def parse_prometheus(text: str) -> list[Sample]:
 
 
 def metrics_http_url(metrics_url: str) -> str:
-    """``host:port`` (as in :class:`~serving_bench.serve.server.Endpoints`) or a full URL -> the ``/metrics`` URL."""
+    """``host:port`` (as in :class:`~serving_bench.serve.endpoints.Endpoints`) or a full URL -> the ``/metrics`` URL."""
     url = metrics_url.strip()
     if "://" not in url:
         url = f"http://{url}"
