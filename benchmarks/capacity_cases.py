@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ import yaml
 
 from serving_bench.calibrate.session import Session
 from serving_bench.errors import ServerError
-from serving_bench.load.driver import SendOptions, TritonTarget
+from serving_bench.load.uncancelled import replay_or_cut
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import summarize
 from serving_bench.serve.control import Control
@@ -61,8 +60,6 @@ MAX_RESTARTS = 2  # a server that dies during a case is started again at most th
 LATE_S = 1e-3  # a request that left more than this after its intended time was sent late
 LATE_SHARE = 0.01  # a replay with more of its requests sent late measured the sender, not only the server
 THREADS = 1  # every instance's runtime threads, in the profile and every configuration (module doc)
-NO_DEADLINE_S = 3600.0  # a replay's requests' gRPC deadline: none is reached (replay)
-WATCH_S = 0.2  # how often a replay looks whether it is past its cut (replay)
 
 
 @dataclass(frozen=True)
@@ -254,7 +251,7 @@ class RealTarget:
         self.server = TritonServer(self.repo, models=self.served,
                                    threads_per_instance=self.config.threads_per_instance or None).__enter__()
         whole = self.load.at(1.0)
-        replay(self.server, whole.select(whole.arrival_s < WARM_S), self.cut_s)
+        replay_or_cut(self.server, whole.select(whole.arrival_s < WARM_S), self.cut_s)
         idle(self.server.endpoints.grpc_url, self.served, self.settle_s)
 
     def stop(self) -> None:
@@ -263,13 +260,13 @@ class RealTarget:
             self.server = None
 
     def probe(self, scale: float, attempt: int) -> Probe:
-        """Replay ``load.at(scale)`` (:func:`replay`), judge it, wait for the server to go idle. A replay that was cut
-        is judged as it is (its unanswered requests failed) and the next one runs on a new server; one cut short by
+        """Replay ``load.at(scale)`` (``replay_or_cut``), judge it, wait for the server to go idle. A replay that was
+        cut is judged as it is (its unanswered requests failed) and the next one runs on a new server; one cut short by
         the server's own death runs again on a new one (at most :data:`MAX_RESTARTS` times a case)."""
         schedule = self.load.at(scale)
         while True:
             ours, machine, begun = self.cpu_seconds(), busy_s(), time.perf_counter()
-            records, cut = replay(self.server, schedule, self.cut_s)
+            records, cut = replay_or_cut(self.server, schedule, self.cut_s)
             if not records.info.partial or cut:
                 break
             if len(self.notes) >= MAX_RESTARTS:
@@ -300,7 +297,7 @@ class RealTarget:
 def real_target(repo: Path, config: ServingConfig, load: Load, slos: Mapping, folder: Path,
                 timing: tuple[float, float]) -> Iterator[RealTarget]:
     """The case's :class:`RealTarget` on a copy of ``repo`` in ``folder`` (removed after); ``timing``: (seconds of
-    quiet that mean idle, seconds a replay may run past its schedule's last arrival: :func:`replay`)."""
+    quiet that mean idle, seconds a replay may run past its schedule's last arrival: ``replay_or_cut``)."""
     copy = copy_repo(repo, folder, [m.name for m in config.models] + [e for e, _ in config.ensembles])
     config.apply_to_repo(copy)
     target = RealTarget(copy, config, load, slos, *timing)
@@ -329,34 +326,6 @@ def sender_lateness(table) -> dict:
         return {"late_share": None, "late_p99_s": None}
     return {"late_share": round(float(np.mean(late > LATE_S)), 4),
             "late_p99_s": round(float(np.percentile(late, 99)), 6)}
-
-
-def deadline_s(slos: Mapping) -> float:
-    """How long a replay's request may stay unanswered: 20 times the largest bound, at least 2 s (an overloaded
-    replay ends within it; every request that counts toward a p99 near the bound is answered long before). Here
-    the time a replay may run on after its schedule's last arrival (:func:`replay`); ``frameworks.py``'s deadline."""
-    return max(2.0, 20.0 * max(b for s in slos.values() for b in s.values()))
-
-
-def replay(server: TritonServer, schedule, cut_s: float):
-    """``schedule`` replayed open loop on ``server`` (the project's ``TritonTarget``) with no request cancelled while
-    the server lives; returns the records and whether the replay was *cut*. The requests carry a deadline no replay
-    reaches (:data:`NO_DEADLINE_S`). A replay still waiting for answers ``cut_s`` after its schedule's last arrival
-    (the load far above capacity) is cut by stopping the server at once: its unanswered requests are failed, and the
-    caller starts a new server. Why: a request cancelled at its deadline can crash the bundled tritonserver 2.51's
-    gRPC front end (upstream issue 7368; docs/notes/capacity-fidelity.md), and the full mode's first overloaded
-    replays did, three servers in a row."""
-    end_s = (float(schedule.arrival_s.max()) if len(schedule) else 0.0) + cut_s
-    cut = threading.Event()
-
-    def watchdog(progress) -> None:
-        if not cut.is_set() and progress.elapsed_s > end_s and progress.in_flight and server.pid is not None:
-            cut.set()
-            server.stop(timeout_s=0.0)  # SIGKILL right after SIGTERM: nothing is drained or cancelled
-
-    target = TritonTarget(server, send=SendOptions(timeout_s=NO_DEADLINE_S), progress=watchdog,
-                          progress_interval_s=WATCH_S)
-    return target.run(schedule), cut.is_set()
 
 
 def finite(value: float) -> float | None:

@@ -79,6 +79,7 @@ from serving_bench.errors import InputError  # noqa: E402
 from serving_bench.export.api import export_models, settle_after_export  # noqa: E402
 from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.files import read_json  # noqa: E402
+from serving_bench.load.uncancelled import cut_after_s  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.profiles.law import Law  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
@@ -163,7 +164,7 @@ def measure_case(case: cc.Case, repo: Path, exported: ServingConfig, spec: dict,
     with tempfile.TemporaryDirectory(prefix="capacity-case-") as tmp:
         load, slos = cc.case_load(spec, Path(tmp)), cc.slos_of(spec)
         with cc.real_target(repo, config, load, slos, Path(tmp) / "repo",
-                            (mode.idle_s, cc.deadline_s(slos))) as target:
+                            (mode.idle_s, cut_after_s(slos))) as target:
             try:
                 bisect_capacity(target.probe, mode.ladder, mode.repeats)
             finally:

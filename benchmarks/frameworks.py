@@ -29,7 +29,7 @@ from a sixteenth of it (no lower than every model having 12 requests) to four ti
 the figure's resolution). Every configuration is served at once, each by a server of its own, warmed (every batch size
 up to its ``max_batch_size``), and their probes take turns, one at a time, each server drained (idle for 0.3 s) before
 the next probe: the host's drift over the run falls on all of them alike. No request is cancelled on a live server
-(``capacity_cases.replay``: a probe still answered ``capacity_cases.deadline_s`` after its last arrival is cut by
+(``load.uncancelled.replay_or_cut``: a probe still answered ``cut_after_s`` after its last arrival is cut by
 ending its server, its unanswered requests failed, and the configuration's next probe runs on a new server, warmed
 again). Memory: the union of the instances' resident page frames after the probes
 (``telemetry.instances.footprint_bytes``) against the profile's prediction (``tune.variants.config_memory``).
@@ -69,6 +69,7 @@ from serving_bench.export.api import export_models, settle_after_export  # noqa:
 from serving_bench.export.frameworks import ExportOptions  # noqa: E402
 from serving_bench.export.variants import parse_variants  # noqa: E402
 from serving_bench.load.driver import TritonTarget  # noqa: E402
+from serving_bench.load.uncancelled import cut_after_s, replay_or_cut  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.profiles.schema import Profile  # noqa: E402
 from serving_bench.run.results import run_summary  # noqa: E402
@@ -252,7 +253,7 @@ class Turns:
 @dataclass(frozen=True)
 class Bench:
     """What every probe shares: the load, its SLOs (per slot), how long a replay may run past its last arrival (s,
-    ``capacity_cases.replay``) and the turns."""
+    ``load.uncancelled.replay_or_cut``) and the turns."""
 
     load: object
     slos: dict
@@ -262,7 +263,7 @@ class Bench:
 
 class Served:
     """A configuration's server, warmed (:func:`warm_up`); started again, and warmed again, after a probe that was
-    cut (``capacity_cases.replay``). ``restarts``: how many times."""
+    cut (``replay_or_cut``). ``restarts``: how many times."""
 
     def __init__(self, candidate: Candidate):
         self.candidate, self.server, self.restarts = candidate, None, 0
@@ -294,7 +295,7 @@ def probe_fn(served: Served, candidate: Candidate, bench: Bench):
         with bench.turns.turn(candidate.label):  # the work around the replay too: nothing else runs beside it
             schedule = renamed_schedule(bench.load.at(base * scale), candidate.chosen)
             t0 = time.perf_counter()
-            records, cut = cc.replay(served.server, schedule, bench.cut_s)
+            records, cut = replay_or_cut(served.server, schedule, bench.cut_s)
             if records.info.partial and not cut:
                 raise SystemExit(f"{candidate.label}: a replay stopped early ({records.info.stop_reason})")
             wall = time.perf_counter() - t0
@@ -362,7 +363,7 @@ def measure(served: Served, candidate: Candidate, bench: Bench, s: Settings) -> 
 
 def measure_together(distinct: list[Candidate], load, slos: dict, s: Settings) -> dict[str, dict]:
     """Every configuration on a server of its own, all up at once and warmed, their bisections' probes in turns."""
-    bench = Bench(load, slos, cc.deadline_s(slos), Turns([c.label for c in distinct]))
+    bench = Bench(load, slos, cut_after_s(slos), Turns([c.label for c in distinct]))
     with contextlib.ExitStack() as stack:
         served = {}
         for c in distinct:

@@ -123,33 +123,3 @@ def test_smoke_run_measures_saves_and_evaluates_again(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-1] == last  # the real bisection replayed, the simulated one rerun
-
-
-def _burst(model: str, n: int, spacing_s: float):
-    import numpy as np
-
-    from serving_bench.run.schedule import Schedule
-    t = np.arange(n) * spacing_s
-    return Schedule(t, np.zeros(n), (model,), np.zeros(n, dtype=int), np.ones(n, dtype=int),
-                    {"duration_s": float(t[-1]) + 0.1, "warmup_s": 0.0, "seed": 0})
-
-
-@pytest.mark.server
-def test_a_replay_past_its_cut_ends_the_server_instead_of_cancelling_and_keeps_every_request(tmp_path):
-    """The capacity benchmark's replay never cancels a request on a live server: one that keeps answering past its
-    cut is ended with the server; every request is accounted for, the answered ones as answered."""
-    from serving_bench.export.sleep import write_sleep_entry
-    from serving_bench.run.records import check_accounting, counts
-    from serving_bench.serve.server import TritonServer
-
-    cc = _benchmark("capacity_cases")
-    write_sleep_entry(tmp_path, "sleep", base_ms=20.0, per_item_ms=0.0, max_batch_size=0)
-    with TritonServer(tmp_path) as server:
-        light, cut = cc.replay(server, _burst("sleep", 5, 0.05), cut_s=0.5)
-        assert not cut and not light.info.partial and counts(light.table)["ok"] == 5
-        heavy, cut = cc.replay(server, _burst("sleep", 150, 0.001), cut_s=0.3)  # 3 s of work for one instance
-        assert cut and heavy.info.partial and server.pid is None
-        check_accounting(heavy.table)
-        tally = counts(heavy.table)
-        assert tally["sent"] == 150 == tally["ok"] + tally["failed"] + tally["timeout"]
-        assert 5 <= tally["ok"] <= 60 and tally["timeout"] == 0  # ~0.45 s of answers; nothing reached a deadline

@@ -143,6 +143,37 @@ def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path
     assert all(r["measured"]["sleep_python"]["throughput_rps"] > 50 for r in row["replays"])
 
 
+@pytest.mark.server
+def test_verification_cuts_an_overloaded_replay_instead_of_cancelling_and_goes_on_on_a_new_server(sleep_repo, tmp_path):
+    """On the embedded server verification cancels no request: a replay ~3 s of work behind (600 requests in 0.6 s,
+    one instance at ~6 ms each, no batching) is still answering 2 s (the cut for a 60 ms bound) after its last
+    arrival, so its server is stopped, its unanswered requests failed and its SLO missed; the next replay runs on
+    a new server, whole."""
+    import numpy as np
+
+    from serving_bench.run.schedule import Schedule
+    from serving_bench.serving_config import ModelServing, ServingConfig
+    from serving_bench.tune.objective import check_slos
+    from serving_bench.tune.verify import verify_candidate
+
+    def burst(n: int, spacing_s: float) -> Schedule:
+        t = np.arange(n) * spacing_s
+        return Schedule(t, np.zeros(n), ("sleep_python",), np.zeros(n, dtype=int), np.ones(n, dtype=int),
+                        {"duration_s": float(t[-1]) + 0.1, "warmup_s": 0.0, "seed": 0})
+
+    slos = {"sleep_python": {"p99": 0.060}}
+    notes: list[str] = []
+    heavy, light = verify_candidate(ServingConfig((ModelServing("sleep_python"),)),
+                                    [(burst(600, 0.001), tmp_path / "heavy"), (burst(20, 0.05), tmp_path / "light")],
+                                    slos, repo=sleep_repo, url=None, log=notes.append)
+    counts = heavy["models"]["sleep_python"]["counts"]
+    assert heavy["partial"] and heavy["run"]["stop_reason"].startswith("cut: still answering 2 s after its last")
+    assert counts["sent"] == 600 == counts["ok"] + counts["failed"] + counts["timeout"] and counts["timeout"] == 0
+    assert 0 < counts["ok"] < 600 and check_slos(heavy, slos, 0.0)[0] is False
+    assert len(notes) == 1 and "heavy was cut" in notes[0] and "a new server" in notes[0]
+    assert not light["partial"] and light["models"]["sleep_python"]["counts"]["ok"] == 20
+
+
 @pytest.mark.exclusive
 def test_verification_brackets_the_predicted_capacity_on_triton(sleep_repo, tmp_path):
     """The pick is replayed on the embedded Triton at 1x, at its predicted capacity and one ladder rung above, the

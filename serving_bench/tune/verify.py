@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Sequence
 from serving_bench.errors import ServerError
 from serving_bench.export.repository import list_entries
 from serving_bench.files import publish_folder
+from serving_bench.load.uncancelled import cut_after_s, replay_or_cut
 from serving_bench.run.results import write_results
 from serving_bench.run.schedule import Schedule
 from serving_bench.serve.control import Control
@@ -128,7 +129,10 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
     """Replay each ``(schedule, out_dir)`` in turn on Triton configured with ``config``; writes each results folder
     (with its schedule) and returns their summaries. On the embedded server a replay cut short by the server or a
     model instance dying is run again on a new server (at most ``MAX_RESTARTS`` times a replay, each noted through
-    ``log`` and in its records' ``restarts``); an external server (``url``) is not ours to restart."""
+    ``log`` and in its records' ``restarts``); an external server (``url``) is not ours to restart. On the embedded
+    server no request is cancelled: a replay still answered :func:`cut_after_s` after its last arrival (far above
+    capacity) is cut, its server stopped, its unanswered requests failed (``stop_reason`` says so), and the next
+    replay runs on a new server."""
     served = list(replays[0][0].models) if replays else []
     summaries: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
@@ -144,17 +148,34 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
                     apply_to_server(url, config)
                 while len(summaries) < len(replays):
                     schedule, out_dir = replays[len(summaries)]
-                    records = adapters.replay(server, schedule, progress)
+                    records, cut = _replay(server, schedule, slos, url, progress)
                     reason = records.info.stop_reason or ""
-                    if not (url or not records.info.partial or reason.startswith("interrupted")
+                    if not (cut or url or not records.info.partial or reason.startswith("interrupted")
                             or len(restarts) >= MAX_RESTARTS):
                         restarts.append(f"the replay stopped early ({reason}); replayed again on a new server")
                         (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
                         break
+                    if cut:
+                        records = records.with_info(stop_reason=f"cut: still answering {cut_after_s(slos):g} s after "
+                                                    "its last arrival, its server was stopped (no request cancelled) "
+                                                    "and its unanswered requests failed")
+                        (log or print)(f"note: a replay at {out_dir.name} was {records.info.stop_reason}; "
+                                       "the next one runs on a new server")
                     summaries.append(write_results(out_dir, records.with_info(restarts=tuple(restarts)), schedule,
                                                    slos={m: dict(s) for m, s in slos.items()}))
                     restarts = []
+                    if cut:
+                        break
     return summaries
+
+
+def _replay(server, schedule: Schedule, slos: Mapping, url: str | None, progress):
+    """(records, cut): on the embedded server no request is cancelled, an overloaded replay is cut by stopping the
+    server (:func:`~serving_bench.load.uncancelled.replay_or_cut`); an external server is not ours to stop, so its
+    requests carry the driver's deadline."""
+    if url:
+        return adapters.replay(server, schedule, progress), False
+    return replay_or_cut(server, schedule, cut_after_s(slos), progress)
 
 
 @dataclass(frozen=True)
