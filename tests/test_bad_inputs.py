@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving_bench.cli import main as cli
-from tune_fixtures import write_load, write_profile
+from tune_fixtures import write_profile
 
 GOOD_LOAD = "name: ok\nduration: 2s\nseed: 1\nmodels:\n  m: {rate: 10, slo: {p99: 40ms}}\n"
 SERVING = "models:\n  m: {max_batch_size: 8, dynamic_batching: true, instances: [[cpu, 1]]}\n"

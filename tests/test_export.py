@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
 import time
@@ -14,7 +13,6 @@ import numpy as np
 import pytest
 
 from serving_bench.errors import InputError
-from serving_bench.export import frameworks as fw_registry
 from serving_bench.export.api import export_models
 from serving_bench.export.frameworks import FRAMEWORKS, load_predictor, ExportOptions, Framework
 from serving_bench.export.parity import torch_outputs
