@@ -170,3 +170,20 @@ def test_a_model_load_is_stuck_when_a_model_initializing_never_loads_and_the_log
         proc = subprocess.run([sys.executable, str(SCRIPTS / "watch_model_loads.py"), *argv], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and argv[0] in proc.stderr
+
+
+def test_per_request_slope_reads_its_levels_and_refuses_bad_ones():
+    """per_request_slope.py: the in-flight levels as whole numbers from 2 to 32, the profile's slope lines picked
+    from its log; bad arguments are one line and exit 2 (its measurement: docs/notes/capacity-fidelity.md)."""
+    script = _load("per_request_slope")
+    assert script.levels("8,32") == [8, 32]
+    for bad in ("1", "8,64", "eight", ""):
+        with pytest.raises(ValueError):
+            script.levels(bad)
+    log = ["m: batch 1: 10 requests", "m: per-request cost inside a batch 35 us of Triton's compute time", "x"]
+    assert script.slope_lines(log) == [log[1]]
+    for argv in (["--in-flight", "1,8"], ["--seconds", "0"]):
+        proc = subprocess.run([sys.executable, str(SCRIPTS / "per_request_slope.py"), *argv], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and argv[0] in proc.stderr
+
