@@ -79,7 +79,8 @@ class TritonPythonModel:
 
 def test_a_model_load_that_hangs_is_tried_on_new_servers_then_named(tmp_path, monkeypatch, capfd):
     """A runner whose initialize waits forever: each of three servers is given up once its log and processes were
-    still for the idle time (2 s and 0.1 CPU-s here; 45 s and 0.5 by default), two notes on stderr, then a ServerError naming the model."""
+    still for the idle time (2 s and 0.1 CPU-s here; 45 s and 0.5 by default), two notes on stderr, then a
+    ServerError naming the model."""
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.serve import load_watch
 
@@ -88,14 +89,16 @@ def test_a_model_load_that_hangs_is_tried_on_new_servers_then_named(tmp_path, mo
     entry = write_sleep_entry(tmp_path, "hanging_sleep", base_ms=0, per_item_ms=0)
     (entry / "1" / "model.py").write_text(HANGING_RUNNER)
     start = time.monotonic()
-    with pytest.raises(ServerError, match=r"the load of hanging_sleep hung \(the log and the server's processes still"):
+    with pytest.raises(ServerError, match=r"the load of hanging_sleep hung \(the log and the server's processes"):
         TritonServer(tmp_path, options=ServerOptions(startup_timeout_s=120)).start()
     assert time.monotonic() - start < 90
-    assert capfd.readouterr().err.count("hung (the log and the server's processes still for 2 s); starting a new server") == 2
+    notes = capfd.readouterr().err
+    assert notes.count("hung (the log and the server's processes still for 2 s); starting a new server") == 2
 
 
 def test_a_model_load_that_takes_long_but_works_is_not_a_hang(tmp_path, monkeypatch):
-    """A runner whose initialize computes for 4 s, twice the idle time: its CPU shows the load moves (0.1 CPU-s in 2 s is enough); it loads."""
+    """A runner whose initialize computes for 4 s, twice the idle time: its CPU shows the load moves (0.1 CPU-s in
+    2 s is enough); it loads."""
     from serving_bench.export.sleep import write_sleep_entry
     from serving_bench.serve import load_watch
 

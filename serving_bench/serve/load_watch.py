@@ -50,7 +50,7 @@ class LoadWatch:
         self.cpu_s = CPU_S if cpu_s is None else cpu_s
         self.every_s = every_s
         self._checked = float("-inf")
-        self._still_since: tuple[float, int, float] | None = None  # (when, log size, tree CPU) at the start of stillness
+        self._still_since: tuple[float, int, float] | None = None  # (when, log size, tree CPU) as stillness began
 
     def hung(self, pid: int, log_text: str) -> set[str]:
         """The models whose load hangs in server ``pid`` whose log (since its launch) is ``log_text``."""

@@ -102,6 +102,7 @@ class TritonServer:
         self._failed = False
         self._stopped = False  # stop() was called: the process ended because we asked
         self._log_seen = 0  # bytes of the log already searched for a crash (_fatal_signal)
+        self._log_start = 0  # where the current launch's part of the log begins (its loads: LoadWatch)
         self._crash_signal: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
