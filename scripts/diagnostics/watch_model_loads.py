@@ -5,7 +5,8 @@ and of every process under it (gdb: native threads, then Python's where gdb has 
 ``OUT/stuck_load_<pid>.txt``, once per server. Runs until interrupted (Ctrl-C).
 
     .venv/bin/python scripts/diagnostics/watch_model_loads.py [--idle-s 60] [--out /tmp]
-    # beside, e.g.: make test TEST_WORKERS=3   (docs/notes/tests.md: one of six such runs met a load that hung)
+    # beside, e.g.: make test   (docs/notes/tests.md: 1 of 11 parallel runs met a load that hung; the server gives
+    # such a load up after 45 s still (serve/load_watch.py), so keep --idle-s below that)
 """
 
 from __future__ import annotations
