@@ -4,7 +4,7 @@ nor failed, and the log has not changed for ``--idle-s`` seconds, writes its log
 and of every process under it (gdb: native threads, then Python's where gdb has its helpers) to
 ``OUT/stuck_load_<pid>.txt``, once per server. Runs until interrupted (Ctrl-C).
 
-    .venv/bin/python scripts/diagnostics/watch_model_loads.py [--idle-s 60] [--out /tmp]
+    .venv/bin/python scripts/diagnostics/watch_model_loads.py [--idle-s 20] [--out /tmp]
     # beside, e.g.: make test   (docs/notes/tests.md: 1 of 11 parallel runs met a load that hung; the server gives
     # such a load up after 45 s still (serve/load_watch.py), so keep --idle-s below that)
 """
@@ -69,7 +69,7 @@ def watch(idle_s: float, out: Path, every_s: float = 10.0) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--idle-s", type=float, default=60.0, help="seconds a log must stay unchanged (default 60)")
+    parser.add_argument("--idle-s", type=float, default=20.0, help="seconds a log must stay unchanged (default 20)")
     parser.add_argument("--out", default="/tmp", help="folder for the dumps (default /tmp)")
     args = parser.parse_args(argv)
     if not args.idle_s > 0:
