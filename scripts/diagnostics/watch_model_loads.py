@@ -22,18 +22,18 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from serving_bench.serve.load_watch import pending_models  # noqa: E402
+
 REPO_ARG = re.compile(r"--model-repository=(\S+)/repo\b")
 
 
-INITIALIZING = re.compile(r"ModelInstanceInitialize: (\S+?)_\d+_\d+\b")  # instance "<model>_<group>_<index>"
-FINISHED = re.compile(r"(?:successfully loaded|failed to load) '([^']+)'")
-
-
 def stuck(log_text: str, unchanged_s: float, idle_s: float) -> bool:
-    """Whether a server log says a model load hangs: a model has an instance initializing and has neither loaded nor
-    failed, and the log has not changed for at least ``idle_s`` seconds (``unchanged_s``: since its last write)."""
-    pending = set(INITIALIZING.findall(log_text)) - set(FINISHED.findall(log_text))
-    return bool(pending) and unchanged_s >= idle_s
+    """Whether a server log says a model load hangs: a model is pending (:func:`pending_models`: an instance
+    initializing, neither loaded nor failed) and the log has not changed for at least ``idle_s`` seconds
+    (``unchanged_s``: since its last write)."""
+    return bool(pending_models(log_text)) and unchanged_s >= idle_s
 
 
 def dump(server: psutil.Process, log: Path, out: Path) -> Path:
