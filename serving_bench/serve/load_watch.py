@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Callable
 
 import psutil
 
@@ -52,12 +53,14 @@ class LoadWatch:
         self._checked = float("-inf")
         self._still_since: tuple[float, int, float] | None = None  # (when, log size, tree CPU) as stillness began
 
-    def hung(self, pid: int, log_text: str) -> set[str]:
-        """The models whose load hangs in server ``pid`` whose log (since its launch) is ``log_text``."""
+    def hung(self, pid: int, read_log: Callable[[], str]) -> set[str]:
+        """The models whose load hangs in server ``pid``; ``read_log()`` gives its log since its launch (read only
+        when this looks, at most every ``every_s`` seconds)."""
         now = time.monotonic()
         if now - self._checked < self.every_s:
             return set()
         self._checked = now
+        log_text = read_log()
         pending = pending_models(log_text)
         if not pending:
             self._still_since = None

@@ -195,7 +195,7 @@ class TritonServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise self._failure(ServerError, f"tritonserver exited with code {self.process.returncode}")
-            hung = watch.hung(self.process.pid, self._log_text(since=self._log_start))
+            hung = watch.hung(self.process.pid, lambda: self._log_text(since=self._log_start))
             if hung:
                 headline = f"the load of {', '.join(sorted(hung))} hung (the log and the server's processes still " \
                            f"for {watch.idle_s:g} s)"
