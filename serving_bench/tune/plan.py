@@ -169,8 +169,6 @@ def group_capacity(group: tuple[str, ...], inputs: PlanInputs, executor, out: Pa
                          objective.ladder)
 
 
-
-
 def slos_of(slos: dict, models) -> dict:
     """The SLOs (model -> stat -> bound, s) of ``models``, each a copy."""
     return {m: dict(v) for m, v in slos.items() if m in models}

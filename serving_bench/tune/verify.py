@@ -134,6 +134,7 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
     capacity) is cut, its server stopped, its unanswered requests failed (``stop_reason`` says so), and the next
     replay runs on a new server."""
     served = list(replays[0][0].models) if replays else []
+    cut_s = cut_after_s(slos)
     summaries: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
         copy = None
@@ -148,7 +149,7 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
                     apply_to_server(url, config)
                 while len(summaries) < len(replays):
                     schedule, out_dir = replays[len(summaries)]
-                    records, cut = _replay(server, schedule, slos, url, progress)
+                    records, cut = _replay(server, schedule, cut_s, url, progress)
                     reason = records.info.stop_reason or ""
                     if not (cut or url or not records.info.partial or reason.startswith("interrupted")
                             or len(restarts) >= MAX_RESTARTS):
@@ -156,7 +157,7 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
                         (log or print)(f"note: {restarts[-1]} (restart {len(restarts)} of at most {MAX_RESTARTS})")
                         break
                     if cut:
-                        records = records.with_info(stop_reason=f"cut: still answering {cut_after_s(slos):g} s after "
+                        records = records.with_info(stop_reason=f"cut: still answering {cut_s:g} s after "
                                                     "its last arrival, its server was stopped (no request cancelled) "
                                                     "and its unanswered requests failed")
                         (log or print)(f"note: a replay at {out_dir.name} was {records.info.stop_reason}; "
@@ -169,13 +170,13 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
     return summaries
 
 
-def _replay(server, schedule: Schedule, slos: Mapping, url: str | None, progress):
-    """(records, cut): on the embedded server no request is cancelled, an overloaded replay is cut by stopping the
-    server (:func:`~serving_bench.load.uncancelled.replay_or_cut`); an external server is not ours to stop, so its
-    requests carry the driver's deadline."""
+def _replay(server, schedule: Schedule, cut_s: float, url: str | None, progress):
+    """(records, cut): on the embedded server no request is cancelled, a replay still answered ``cut_s`` after its
+    last arrival is cut by stopping the server (:func:`~serving_bench.load.uncancelled.replay_or_cut`); an external
+    server is not ours to stop, so its requests carry the driver's deadline."""
     if url:
         return adapters.replay(server, schedule, progress), False
-    return replay_or_cut(server, schedule, cut_after_s(slos), progress)
+    return replay_or_cut(server, schedule, cut_s, progress)
 
 
 @dataclass(frozen=True)
