@@ -67,9 +67,11 @@ def coverage(rows: list[dict]) -> dict:
               for r in inside if r["full"]["interval"]["low_rps"] is not None]  # open above: as wide as can be
     spreads = [r["measured"]["spread"] for r in inside if r["measured"].get("spread") is not None]
     covered = sum(r["full"]["interval"]["covered"] for r in inside)
+    beyond = [r["full"]["interval"] for r in inside if r["full"]["interval"].get("extrapolated")]
     return {"rows": len(inside), "covered": covered, "coverage": covered / len(inside),
             "half_width": statistics.median(widths) if widths else None,
-            "spread": statistics.median(spreads) if spreads else None}
+            "spread": statistics.median(spreads) if spreads else None,
+            "extrapolated": len(beyond), "extrapolated_covered": sum(i["covered"] for i in beyond)}
 
 
 def scores(rows: list[dict]) -> dict:
@@ -104,6 +106,9 @@ def print_rows(rows: list[dict], growth: str) -> None:
               f"{pct(full['error'], True):>8}{interval} | {at_least(base)}{base['rps']:>7.1f} "
               f"{pct(base['error'], True):>8}" + ("" if m["how"] == "interpolated" else f"  ({m['how']})"))
     print("  (>= : capped, met at the ladder's top; an error from it is a lower bound of the error's size)")
+    if any((r["full"].get("interval") or {}).get("extrapolated") for r in rows):
+        print("  (* : the interval reaches above the busiest load the profile measured, and its low end is lowered "
+              "to that load: tune.intervals)")
 
 
 def at_least(side: dict) -> str:
@@ -115,7 +120,8 @@ def interval_text(interval: dict | None) -> str:
     if interval is None or interval["low_rps"] is None:
         return "n/a"
     high = "" if interval["open_above"] else f"{interval['high_rps']:.1f}"
-    return f"{interval['low_rps']:.1f}..{high} {'in' if interval['covered'] else 'out'}"
+    beyond = "*" if interval.get("extrapolated") else ""
+    return f"{interval['low_rps']:.1f}..{high}{beyond} {'in' if interval['covered'] else 'out'}"
 
 
 def print_scores(rows: list[dict], found: dict) -> None:
@@ -143,6 +149,9 @@ def print_scores(rows: list[dict], found: dict) -> None:
               f"; target >= {pct(TARGETS['coverage'])}), median half-width {pct(cover['half_width'])} against the "
               f"measurement's median repeat spread {pct(cover['spread'])} (target: at most "
               f"{TARGETS['width']:g} times it)")
+        if cover.get("extrapolated"):
+            print(f"  {cover['extrapolated']} of them reach above the profile's busiest run and run down to it "
+                  f"(marked *): {cover['extrapolated_covered']} covered")
 
 
 def verdicts(found: dict) -> dict[str, bool]:

@@ -71,9 +71,12 @@ def test_coverage_and_width_of_the_intervals_worked_by_hand():
     assert rows[1]["full"]["interval"]["half_width"] == pytest.approx(0.2)
     assert rows[2]["full"]["interval"] == {"low_rps": 350.0, "high_rps": None, "open_above": True, "covered": True,
                                            "half_width": None}
+    rows[0]["full"]["interval"]["extrapolated"] = True  # its low end lowered to the profile's busiest run
     cover = bench.coverage(rows)
     assert cover == {"rows": 3, "covered": 2, "coverage": pytest.approx(2 / 3), "half_width": pytest.approx(0.2),
-                     "spread": pytest.approx(0.10)}  # the median of 10 %, 20 % and the open row's infinity
+                     "spread": pytest.approx(0.10),  # the median of 10 %, 20 % and the open row's infinity
+                     "extrapolated": 1, "extrapolated_covered": 1}
+    assert bench.interval_text(rows[0]["full"]["interval"]) == "90.0..110.0* in"
     met = bench.verdicts(bench.scores(rows))
     assert met["coverage"] is False and met["width"] is False  # 67 % < 85 %; 20 % > 1.5 x 10 %
     assert bench.interval_figures(None, math.inf, rows[0]["measured"])["covered"] is False

@@ -24,7 +24,7 @@ from serving_bench.sim.intervals import Replications, replicate, summary_interva
 from serving_bench.sim.target import SimTarget
 from serving_bench.tune.capacity import Ladder, Probe, bisect_capacity
 from serving_bench.tune.run import TuneOptions, run_tune
-from serving_bench.tune.intervals import CapacityQuestion, capacity_interval, climb, crossing
+from serving_bench.tune.intervals import CapacityQuestion, capacity_interval, ceiling_scale, climb, crossing
 from serving_bench.tune.load import Load
 from tune_fixtures import profile_json, write_load, write_profile
 
@@ -220,6 +220,35 @@ def test_a_capacity_interval_widens_with_the_host_spread(tmp_path):
     replayed = capacity_interval(dataclasses.replace(question, same_load=True), Replications(20, 0.9, 0.0, seed=1),
                                  start_scale=4.0)
     assert replayed.capacities != still.capacities  # the one schedule: only the seeds vary
+
+
+def test_a_capacity_interval_beyond_the_profiles_busiest_run_reaches_down_to_it(tmp_path):
+    """The profile's busiest calibration run answered 80 model requests a second; the load offers 40 at scale 1,
+    so the ceiling is scale 2. A capacity predicted at 2.6-4 (an instance of 4 ms at the median, p99 <= 30 ms) is an
+    extrapolation: the interval's low ends come down to 2 and it says so. A profile that saw 4,000 a second is left as it was; an
+    ensemble's request counts once per step."""
+    profile = noisy_profile(tmp_path / "p.json")
+    schedule = build_schedule(LoadProfile.load(write_load(tmp_path / "l.yaml", {"m": 40}, {}, duration_s=5.0)))
+    question = CapacityQuestion(profile, ONE, Load(schedule, growth="scale"), {"m": {"p99": 0.03}}, Ladder())
+    replications = Replications(20, 0.9, 0.0, seed=1)
+    plain = capacity_interval(question, replications, start_scale=4.0)
+    assert plain.ceiling is None and not plain.extrapolated and plain.low > 2.0  # no calibration run: as it was
+
+    def with_ceiling(rps: float) -> CapacityQuestion:
+        run = {"device": "cpu", "clients": {"m": 2}, "measured_rps": {"m": rps / 2, "other": rps / 2}}
+        return dataclasses.replace(question, profile=dataclasses.replace(profile, calibration=(run,)))
+
+    low_ceiling = with_ceiling(80.0)
+    beyond = capacity_interval(low_ceiling, replications, start_scale=4.0)
+    assert beyond.ceiling == pytest.approx(2.0, rel=0.05) and beyond.extrapolated
+    assert beyond.low == beyond.ceiling and beyond.crossing_low == beyond.ceiling
+    assert (beyond.high, beyond.crossing_high, beyond.capacities) == (plain.high, plain.crossing_high,
+                                                                      plain.capacities)
+    assert json.loads(json.dumps(beyond.to_json()))["extrapolated"] is True
+    within = capacity_interval(with_ceiling(4000.0), replications, start_scale=4.0)
+    assert not within.extrapolated and (within.low, within.crossing_low) == (plain.low, plain.crossing_low)
+    ensemble = dataclasses.replace(ONE, ensembles=(("m", ("a", "b", "c")),))
+    assert ceiling_scale(dataclasses.replace(low_ceiling, config=ensemble)) == pytest.approx(beyond.ceiling / 3)
 
 
 def test_tune_confidence_picks_a_more_conservative_capacity_on_a_noisy_profile(tmp_path):

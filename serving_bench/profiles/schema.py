@@ -231,6 +231,16 @@ class Profile:
         model = self.models.get(name)
         return model.overhead if model is not None and model.overhead is not None else self.overhead
 
+    def request_ceiling_rps(self) -> float | None:
+        """The highest rate (requests a second, every model's summed) any of the profile's calibration runs was
+        answered at: how far the profile saw the server's per-request work go (None: no calibration run)."""
+        rates = []
+        for run in self.calibration:
+            measured = run.get("measured_rps")
+            if isinstance(measured, Mapping):
+                rates.append(sum(float(v) for v in measured.values() if isinstance(v, (int, float))))
+        return max(rates, default=0.0) or None
+
     def pair(self, device: str, a: str, b: str) -> PairCurve | None:
         for pair in self.pairs:
             if pair.device == device and set(pair.models) == {a, b}:

@@ -300,10 +300,12 @@ def top_section(data: dict) -> str:
 
 
 def _interval_cell(found: dict | None) -> tuple[str, float]:
-    """A capacity interval (``capacity_interval``) as a table cell: ``low – high``, or – where none was found."""
+    """A capacity interval (``capacity_interval``) as a table cell: ``low – high``, or – where none was found;
+    ``(extrapolated)`` where it reaches above the busiest load the profile measured."""
     if not found or found.get("low_scale") is None:
         return "–", 0
-    return f'{found["low_scale"]:.2f} – {found["high_scale"]:.2f}', found["low_scale"]
+    beyond = " (extrapolated)" if found.get("extrapolated") else ""
+    return f'{found["low_scale"]:.2f} – {found["high_scale"]:.2f}{beyond}', found["low_scale"]
 
 
 def _screen_note(screen: dict) -> str:

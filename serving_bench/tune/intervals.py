@@ -23,6 +23,13 @@ the top. Each replication's capacity is also placed inside its final bracket whe
 1, log-linearly between the two rungs as :func:`~serving_bench.tune.capacity.interpolate` places a measured one
 (``crossings``, their interval ``crossing_low`` .. ``crossing_high``): the interval to set beside an interpolated
 capacity, not quantised to the ladder's rungs.
+
+Beyond what the profile measured the interval reaches down to it. The profile saw the server answer at most some rate
+of model requests (:meth:`~serving_bench.profiles.schema.Profile.request_ceiling_rps`, its busiest calibration run);
+the load scale at which this configuration's server answers that rate (an ensemble's request counts once per step) is
+the interval's ``ceiling``. Above it the simulator extrapolates the per-request work it measured, and on a CPU host
+it is known to over-predict there (docs/accuracy.md): where the replications' interval reaches above the ceiling
+(``extrapolated``), its lower ends (``low``, ``crossing_low``) are lowered to the ceiling where they lie above it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
+
+import numpy as np
 
 from serving_bench.profiles.schema import Profile
 from serving_bench.run.metrics import summarize
@@ -62,7 +71,9 @@ class CapacityInterval:
     """The interval ``low`` .. ``high`` (load scales) of the ``capacities`` the replications found (``capped``: a
     replication met the SLOs at the top of the ladder), at ``confidence``, the load grown by ``growth``;
     ``host_spread`` the spread the host speeds were drawn from, ``probes`` the simulations run; ``crossings`` the
-    capacities placed inside their brackets (module doc) and ``crossing_low`` .. ``crossing_high`` their interval."""
+    capacities placed inside their brackets (module doc) and ``crossing_low`` .. ``crossing_high`` their interval;
+    ``ceiling`` the load scale of the profile's busiest measured run (module doc; None: no calibration run) and
+    ``extrapolated`` whether the interval reached above it (its lower ends then lowered to it)."""
 
     low: float | None
     high: float | None
@@ -76,13 +87,16 @@ class CapacityInterval:
     crossings: tuple[float, ...] = ()
     crossing_low: float | None = None
     crossing_high: float | None = None
+    ceiling: float | None = None
+    extrapolated: bool = False
 
     def to_json(self) -> dict:
         return {"low_scale": self.low, "high_scale": self.high, "capacities": list(self.capacities),
                 "capped": list(self.capped), "confidence": self.confidence, "replications": len(self.capacities),
                 "growth": self.growth, "host_spread": self.host_spread, "seed": self.seed, "probes": self.probes,
                 "crossings": list(self.crossings), "crossing_low_scale": self.crossing_low,
-                "crossing_high_scale": self.crossing_high}
+                "crossing_high_scale": self.crossing_high, "ceiling_scale": self.ceiling,
+                "extrapolated": self.extrapolated}
 
 
 def capacity_interval(question: CapacityQuestion, replications: Replications,
@@ -107,9 +121,26 @@ def capacity_interval(question: CapacityQuestion, replications: Replications,
         probes += count
     low, high = replications.interval(capacities)
     crossing_low, crossing_high = replications.interval(crossings)
+    ceiling = ceiling_scale(question)
+    extrapolated = ceiling is not None and any(v is not None and v > ceiling for v in (high, crossing_high))
+    if extrapolated:
+        low, crossing_low = (None if v is None else min(v, ceiling) for v in (low, crossing_low))
     return CapacityInterval(low, high, tuple(capacities), tuple(capped), replications.confidence,
                             question.load.growth, replications.host_sigma, replications.seed, probes,
-                            tuple(crossings), crossing_low, crossing_high)
+                            tuple(crossings), crossing_low, crossing_high, ceiling, extrapolated)
+
+
+def ceiling_scale(question: CapacityQuestion) -> float | None:
+    """The load scale at which ``question``'s server answers as many model requests a second as the profile's
+    busiest calibration run (module doc); None where the profile has none or the load offers nothing."""
+    ceiling = question.profile.request_ceiling_rps()
+    base = question.load.base
+    if ceiling is None or len(base) == 0:
+        return None
+    steps = question.config.ensemble_map
+    per_entry = np.array([len(steps.get(name, (name,))) for name in base.models], dtype=float)
+    model_requests_rps = question.load.offered_rps * float(per_entry[base.model].mean())
+    return ceiling / model_requests_rps if model_requests_rps > 0 else None
 
 
 def _judge(question: CapacityQuestion, load: Load, draw: Draw, scale: float) -> tuple[bool, float]:

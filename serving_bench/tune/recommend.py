@@ -58,6 +58,10 @@ def interval_lines(result: dict, growth: str) -> list[str]:
                      f"{found['replications']} searches each on its own realisation of the load, simulator seed and "
                      f"host speed (host spread {found['host_spread'] * 100:.1f} %: {found['host_spread_source']})"
                      + (f"; {capped} of them met the SLOs at the top of the search." if capped else "."))
+        if found.get("extrapolated"):
+            lines.append(f"It reaches above the busiest load the profile measured "
+                         f"({scale_text(found['ceiling_scale'], growth)}, {found['ceiling_rps']:,.1f} req/s): the "
+                         f"simulator extrapolates there, so the interval runs down to that load.")
     return lines
 
 

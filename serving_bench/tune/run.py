@@ -158,7 +158,8 @@ def _pick_interval(opts: TuneOptions, ctx: EvalContext, best: dict, replications
     found = capacity_interval(question, replications, result["capacity_scale"])
     result["capacity_interval"] = dict(found.to_json(), host_spread_source=source,
                                        low_rps=None if found.low is None else found.low * ctx.offered_rps,
-                                       high_rps=None if found.high is None else found.high * ctx.offered_rps)
+                                       high_rps=None if found.high is None else found.high * ctx.offered_rps,
+                                       ceiling_rps=None if found.ceiling is None else found.ceiling * ctx.offered_rps)
 
 
 def _written_in(err: OSError, folder: Path) -> bool:
