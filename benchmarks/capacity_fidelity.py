@@ -296,7 +296,8 @@ def interval_of(question: CapacityQuestion, replications: Replications, row: dic
         low, high = found.crossing_low * offered, found.crossing_high * offered
     return {**cs.interval_figures(low, high, row["measured"]), "probes": found.probes,
             "capacities_rps": [c * offered for c in found.capacities], "capped": list(found.capped),
-            "extrapolated": found.extrapolated, "ceiling_rps": None if found.ceiling is None else found.ceiling * offered}
+            "extrapolated": found.extrapolated,
+            "ceiling_rps": None if found.ceiling is None else found.ceiling * offered}
 
 
 

@@ -225,8 +225,8 @@ def test_a_capacity_interval_widens_with_the_host_spread(tmp_path):
 def test_a_capacity_interval_beyond_the_profiles_busiest_run_reaches_down_to_it(tmp_path):
     """The profile's busiest calibration run answered 80 model requests a second; the load offers 40 at scale 1,
     so the ceiling is scale 2. A capacity predicted at 2.6-4 (an instance of 4 ms at the median, p99 <= 30 ms) is an
-    extrapolation: the interval's low ends come down to 2 and it says so. A profile that saw 4,000 a second is left as it was; an
-    ensemble's request counts once per step."""
+    extrapolation: the interval's low ends come down to 2 and it says so. A profile that saw 4,000 a second is left
+    as it was; an ensemble's request counts once per step."""
     profile = noisy_profile(tmp_path / "p.json")
     schedule = build_schedule(LoadProfile.load(write_load(tmp_path / "l.yaml", {"m": 40}, {}, duration_s=5.0)))
     question = CapacityQuestion(profile, ONE, Load(schedule, growth="scale"), {"m": {"p99": 0.03}}, Ladder())

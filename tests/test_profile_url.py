@@ -5,6 +5,8 @@ against the embedded profile's, the tolerance the embedded profile's own repeata
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -223,8 +225,6 @@ def predictions(profile, repo) -> dict[str, float]:
     repository says (one instance, dynamic batching up to 8) at each of :data:`LOADS_RPS` (30 s simulated, seed 1),
     and its capacity with p99 <= :data:`SLO_P99_S` (``tune.capacity.bisect_capacity`` on the simulator, 16 rungs a
     doubling)."""
-    import dataclasses
-
     from serving_bench.run.metrics import summarize
     from serving_bench.serving_config import ServingConfig
     from serving_bench.sim.interference import open_schedule
@@ -252,46 +252,47 @@ def predictions(profile, repo) -> dict[str, float]:
     return out
 
 
-def tolerances(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+def tolerances(embedded: list[dict[str, float]]) -> dict[str, float]:
     """Per kind of figure (p50, p99, throughput, capacity) the embedded profile's own repeatability: the largest
-    relative difference between two embedded profiles' predictions of that kind, at least :data:`TARGET`."""
+    relative difference between two embedded profiles' predictions of that kind, at least :data:`TARGET` (the target
+    alone for one profile)."""
     out: dict[str, float] = {}
-    for name in first:
+    for name in embedded[0]:
         kind = name.split(" ")[0]
-        out[kind] = max(out.get(kind, TARGET), abs(second[name] - first[name]) / ((first[name] + second[name]) / 2))
+        values = [e[name] for e in embedded]
+        out[kind] = max(out.get(kind, TARGET), (max(values) - min(values)) / np.mean(values))
     return out
 
 
 def url_profile(repo, out, config):
-    """The sleep entry profiled with ``--url`` on a server started with model control and no execution log."""
-    import dataclasses
-
+    """The sleep entry profiled with ``--url`` on a server started with model control, no execution log and one
+    runtime thread per instance (as the embedded profiles are measured: no one-thread tables to measure)."""
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.serve.server import TritonServer
 
-    with TritonServer(repo, models=[SLEEP]) as server:  # explicit model control, no execution log
+    with TritonServer(repo, models=[SLEEP], threads_per_instance=1) as server:  # explicit model control, no log
         return measure_profile(repo, [SLEEP], out, dataclasses.replace(config, url=server.endpoints.grpc_url))
 
 
-def compare(first, second, url, embedded: list[dict], from_url: dict, allowed: dict) -> dict[str, float]:
-    """Prints the service quantiles and each prediction of the three profiles; per kind of figure the --url
-    profile's largest relative difference from the embedded profiles' mean."""
+def compare(profiles: list, url, embedded: list[dict], from_url: dict, allowed: dict) -> bool:
+    """Prints the service quantiles and each prediction of the embedded ``profiles`` and the --url one, and whether
+    each kind of figure of the --url profile lies within ``allowed`` of the embedded profiles' mean."""
+    named = [(f"embedded {i + 1}", p) for i, p in enumerate(profiles)] + [("--url", url)]
     for b in (1, 8):
         print(f"service at batch {b} (ms): p50 / p99 " + ", ".join(
             f"{name} {p.models[SLEEP].devices['cpu'].batches[b].median * 1e3:.2f} / "
-            f"{p.models[SLEEP].devices['cpu'].batches[b].quantile(0.99) * 1e3:.2f}"
-            for name, p in (("embedded 1", first), ("embedded 2", second), ("--url", url))))
-    print(f"\n{'prediction':24s} {'embedded 1':>11s} {'embedded 2':>11s} {'--url':>11s}   --url off   allowed")
+            f"{p.models[SLEEP].devices['cpu'].batches[b].quantile(0.99) * 1e3:.2f}" for name, p in named))
+    print(f"\n{'prediction':24s} " + " ".join(f"{name:>11s}" for name, _ in named) + "   --url off   allowed")
     worst: dict[str, float] = {}
     for name in embedded[0]:
-        e1, e2, u = embedded[0][name], embedded[1][name], from_url[name]
-        off = u / ((e1 + e2) / 2) - 1
+        mean, u = float(np.mean([e[name] for e in embedded])), from_url[name]
+        off = u / mean - 1
         kind = name.split(" ")[0]
         worst[kind] = max(worst.get(kind, 0.0), abs(off))
         scale = 1e3 if kind in ("p50", "p99") else 1.0
-        print(f"{name:24s} {e1 * scale:11.2f} {e2 * scale:11.2f} {u * scale:11.2f}   {off * 100:+8.1f} %  "
-              f"{allowed[kind] * 100:6.1f} %")
-    return worst
+        print(f"{name:24s} " + " ".join(f"{e[name] * scale:11.2f}" for e in embedded) + f" {u * scale:11.2f}   "
+              f"{off * 100:+8.1f} %  {allowed[kind] * 100:6.1f} %")
+    return all(worst[kind] <= allowed[kind] for kind in worst)
 
 
 @pytest.mark.exclusive
@@ -299,31 +300,39 @@ def compare(first, second, url, embedded: list[dict], from_url: dict, allowed: d
 @pytest.mark.slow
 def test_a_url_profile_predicts_what_the_embedded_profile_predicts(tmp_path):
     """The embedded server profiled as if it were external (``--url``: no runner logs, Triton's statistics, its
-    model control and its processes' CPU) against the embedded profile of the same model, profiled before and after
-    it: each prediction of the --url profile within the embedded profile's own repeatability, measured here (at
-    least the 5 % target). The figures are printed (``pytest -s``); docs/profiles.md gives those measured."""
+    model control and its processes' CPU) against the embedded profile of the same model, profiled before it: each
+    prediction of the --url profile within 5 % of the embedded one's. One embedded profile is one draw of its own
+    repeatability: where the --url profile misses, a second embedded profile is measured and the --url profile is
+    held to their repeatability (at least the 5 % target) against their mean. The figures are printed (``pytest
+    -s``); docs/profiles.md gives those measured."""
     from serving_bench.calibrate.measure import measure_profile
     from serving_bench.calibrate.plan import MeasureConfig
     from serving_bench.export.sleep import write_sleep_entry
 
     repo = tmp_path / "repo"
     write_sleep_entry(repo, SLEEP, base_ms=15.0, per_item_ms=2.0, max_batch_size=8)
-    # memory and energy are not predictions (and a --url profile measures neither): not measured, 6 s a profile
-    config = MeasureConfig(seconds=1.0, idle_rounds=1, colocation=(1, 2), colocation_batches=(1,), resources=False)
-    first = measure_profile(repo, [SLEEP], tmp_path / "embedded1.json", config)
-    url = url_profile(repo, tmp_path / "url.json", config)
-    second = measure_profile(repo, [SLEEP], tmp_path / "embedded2.json", config)
+    # memory and energy are not predictions (and a --url profile measures neither): not measured, 6 s a profile; one
+    # runtime thread per instance: the sleep takes no core, so no one-thread tables to measure
+    config = MeasureConfig(seconds=1.0, idle_rounds=1, colocation=(1, 2), colocation_batches=(1,), resources=False,
+                           threads=1)
+    profiles = [measure_profile(repo, [SLEEP], tmp_path / "embedded1.json", config)]
+    url = url_profile(repo, tmp_path / "url.json", dataclasses.replace(config, threads=None))
     md = url.models[SLEEP].devices["cpu"]
     # through the server's model control: the calibration runs (2 instances) and a co-location curve S(2); from its
     # processes here: the demands; from paced runs: the cold starts
     assert md.batch_sizes == (1, 2, 4, 8) and url.calibration and md.colocation and md.colocation[0].k == (1.0, 2.0)
     assert md.demand and url.models[SLEEP].request_demand is not None and url.request_device == "cpu" and md.idle
-    embedded = [predictions(p, repo) for p in (first, second)]
-    allowed = tolerances(*embedded)
-    worst = compare(first, second, url, embedded, predictions(url, repo), allowed)
-    if not all(worst[kind] <= allowed[kind] for kind in worst):
-        # a host stall during one of the --url profile's runs sets a figure for the whole profile (docs/profiles.md:
-        # one of six such profiles met one); a second --url profile is judged, not a looser bound
-        url = url_profile(repo, tmp_path / "url2.json", config)
-        worst = compare(first, second, url, embedded, predictions(url, repo), allowed)
-    assert all(worst[kind] <= allowed[kind] for kind in worst), (worst, allowed)
+    assert md.threads == 1 == profiles[0].models[SLEEP].devices["cpu"].threads
+    embedded, from_url = [predictions(profiles[0], repo)], predictions(url, repo)
+    allowed = tolerances(embedded)
+    if compare(profiles, url, embedded, from_url, allowed):
+        return
+    profiles.append(measure_profile(repo, [SLEEP], tmp_path / "embedded2.json", config))
+    embedded.append(predictions(profiles[1], repo))
+    allowed = tolerances(embedded)
+    if compare(profiles, url, embedded, from_url, allowed):
+        return
+    # a host stall during one of the --url profile's runs sets a figure for the whole profile (docs/profiles.md:
+    # one of six such profiles met one); a second --url profile is judged, not a looser bound
+    url = url_profile(repo, tmp_path / "url2.json", dataclasses.replace(config, threads=None))
+    assert compare(profiles, url, embedded, predictions(url, repo), allowed), allowed
