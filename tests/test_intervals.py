@@ -277,6 +277,23 @@ def test_tune_confidence_picks_a_more_conservative_capacity_on_a_noisy_profile(t
         run_tune(TuneOptions(out=str(tmp_path / "none"), **dict(common, replications=0), confidence=0.9))
 
 
+def test_tune_says_where_the_picks_capacity_interval_is_an_extrapolation(tmp_path):
+    """A profile whose busiest calibration run answered 100 requests a second, a load of 150 at scale 1: the pick's
+    interval (above 1x) reaches above the ceiling, comes down to 100 req/s, and the recommendation says why."""
+    write_profile(tmp_path / "p.json", {"m": (4.0, 1.0, 8)})
+    data = json.loads((tmp_path / "p.json").read_text())
+    data["calibration"] = [{"device": "cpu", "clients": {"m": 2}, "measured_rps": {"m": 100.0}}]
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    load = write_load(tmp_path / "l.yaml", {"m": 150}, {"m": 40}, duration_s=4.0)
+    found = run_tune(TuneOptions(load=str(load), profile=str(tmp_path / "p.json"), out=str(tmp_path / "t"),
+                                 instances=(2,), max_batch_sizes=(8,), queue_delays_us=(0,), verify_top=0,
+                                 quiet=True, report=False, replications=8))
+    interval = found["best"]["result"]["capacity_interval"]
+    assert interval["extrapolated"] and interval["ceiling_rps"] == pytest.approx(100.0, rel=0.02)
+    assert interval["low_rps"] == pytest.approx(100.0, rel=0.02) and interval["low_rps"] < interval["high_rps"]
+    assert any("above the busiest load the profile measured" in line for line in found["recommendation"])
+
+
 def test_the_report_shows_the_intervals_and_the_coverage():
     from serving_bench.report.render import render
 
@@ -287,12 +304,12 @@ def test_the_report_shows_the_intervals_and_the_coverage():
                 "median_measured_spread": 0.08, "width_ratio": 1.25,
                 "replications": {"count": 40, "host_spread": 0.03, "host_spread_source": "the profile's"}}
     result = {"feasible": True, "capacity_rps": 300.0, "capacity_scale": 2.0, "gpus": 0, "instances": 1,
-              "capacity_interval": {"low_scale": 1.83, "high_scale": 2.18}}
+              "capacity_interval": {"low_scale": 1.83, "high_scale": 2.18, "extrapolated": True}}
     page = render({"validation": [row], "coverage": [coverage],
                    "tune": {"top": [{"rank": 1, "result": result, "config": {}}], "intervals": {"confidence": 0.9}}})
     assert "predicted interval" in page and "18.00 – 26.00" in page and "measured inside" in page
     assert "coverage 3 of 4 measured figures (p50, p99) inside their predicted 90% interval (75%)" in page
-    assert "90% interval (× load)" in page and "1.83 – 2.18" in page
+    assert "90% interval (× load)" in page and "1.83 – 2.18 (extrapolated)" in page
 
 
 def test_a_replications_capacity_is_placed_where_its_violation_crosses_one():
