@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -103,6 +104,11 @@ def test_a_rows_gpus_across_the_interval_add_up_over_its_groups_and_a_zero_end_n
     assert [g["gpus_interval"] for g in row["groups"]] == [[1, 4], [2, None]] and row["gpus_interval"] == [3, None]
     assert row_interval_text(row, Replications(4, 0.9, 0.0, 0)).endswith(
         "4 GPUs carry it in 50 % of 4 replications; the capacity's 90 % interval needs 3–∞.")
+    beyond = dict(row, groups=[dict(g) for g in row["groups"]])  # a's interval above its profile's busiest run
+    add_row_interval(beyond, {("a",): dataclasses.replace(found([1.0, 2.0, 2.0, 4.0]), extrapolated=True),
+                              ("b",): found([0.0, 1.0, 2.0, 2.0])})
+    assert beyond["extrapolated"] and not row["extrapolated"]
+    assert row_interval_text(beyond, Replications(4, 0.9, 0.0, 0)).endswith("above it the simulator extrapolates).")
     untouched = {"growth": 1.0, "gpus": 1, "unit": "GPU", "groups": [{"models": ["a"], "gpus": 1}]}
     add_row_interval(untouched, {("a",): None})  # a group that meets its SLOs at no scale: no interval
     assert "sufficient_share" not in untouched and row_interval_text(untouched, Replications(4, 0.9, 0.0, 0)) == ""

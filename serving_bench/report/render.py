@@ -339,7 +339,8 @@ def _sure_cell(row: dict) -> tuple[str, float]:
     if row.get("sufficient_share") is None:
         return "–", 0
     low, high = (n if n is not None else "∞" for n in row["gpus_interval"])
-    return f'{row["sufficient_share"] * 100:.0f} %; {low} – {high} GPUs', row["sufficient_share"]
+    beyond = " (extrapolated)" if row.get("extrapolated") else ""
+    return f'{row["sufficient_share"] * 100:.0f} %; {low} – {high} GPUs{beyond}', row["sufficient_share"]
 
 
 def _variant_mark(block: dict, candidate: dict, batch: int) -> str:

@@ -265,9 +265,9 @@ def group_interval(cap: GroupCapacity, inputs: PlanInputs, replications: Replica
 
 def add_row_interval(row: dict, found: dict[tuple[str, ...], CapacityInterval | None]) -> None:
     """Into a planned ``row``: per group and in all, the GPUs its capacity interval's ends need (``gpus_interval``:
-    [at the high end, at the low end], None at an end that is 0: no GPU count carries it), and ``sufficient_share``,
+    [at the high end, at the low end], None at an end that is 0: no GPU count carries it), ``sufficient_share``,
     the share of the replications in which the planned GPUs carry the grown load (every group's GPUs their
-    group's)."""
+    group's), and ``extrapolated``: a group's interval reached above the busiest load its profile measured."""
     groups = [(tuple(r["models"]), r["gpus"]) for r in row["groups"]]
     if not groups or any(found.get(group) is None for group, _ in groups):
         return
@@ -276,6 +276,7 @@ def add_row_interval(row: dict, found: dict[tuple[str, ...], CapacityInterval | 
         r["gpus_interval"] = [gpus_needed(g, c) if c else None for c in (found[group].high, found[group].low)]
     ends = [r["gpus_interval"] for r in row["groups"]]
     row["gpus_interval"] = [None if None in column else sum(column) for column in zip(*ends)]
+    row["extrapolated"] = any(found[group].extrapolated for group, _ in groups)
     count = len(found[groups[0][0]].capacities)
     row["sufficient_share"] = sum(all(n * found[group].capacities[i] >= g * (1 - 1e-9) for group, n in groups)
                                   for i in range(count)) / count
@@ -290,7 +291,8 @@ def row_interval_text(row: dict, replications: Replications) -> str:
     n = row["gpus"]
     return (f" {n} {row['unit']}{' carries' if n == 1 else 's carry'} it in {row['sufficient_share'] * 100:.0f} % "
             f"of {replications.count} replications; the capacity's {replications.confidence * 100:.0f} % interval "
-            f"needs {ends}.")
+            f"needs {ends}" + (" (its low end is the busiest load the profile measured: above it the simulator "
+                               "extrapolates)." if row.get("extrapolated") else "."))
 
 
 def run_plan(forecast: Forecast, out: str | Path, executor_name: str = "local", ray_address: str | None = None,
