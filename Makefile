@@ -35,7 +35,7 @@ demo: build
 
 # Two parts: the tests that do not judge the host's timing in TEST_WORKERS processes at once (most of their time is
 # spent waiting on servers and fixed-length runs), then those marked exclusive, alone; both parts run, and either
-# failing fails the target (11-13 min on 2 cores). TEST_WORKERS=1 runs every test in one process (~17 min). A model load
+# failing fails the target (about 11 min on 2 cores). TEST_WORKERS=1 runs every test in one process (~17 min). A model load
 # that hung in one parallel run is now given up and tried on a new server (serve/load_watch.py; docs/notes/tests.md).
 TEST_WORKERS ?= 3
 test: build perf-analyzer
