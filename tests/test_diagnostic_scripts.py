@@ -186,4 +186,3 @@ def test_per_request_slope_reads_its_levels_and_refuses_bad_ones():
         proc = subprocess.run([sys.executable, str(SCRIPTS / "per_request_slope.py"), *argv], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and argv[0] in proc.stderr
-
