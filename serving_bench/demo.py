@@ -43,6 +43,7 @@ from serving_bench.serving_config import ServingConfig
 from serving_bench.telemetry import Telemetry
 from serving_bench.telemetry.cpu import StealClock
 from serving_bench.tune import adapters
+from serving_bench.tune.recommend import interval_text
 from serving_bench.tune.run import TuneOptions, run_tune
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,8 +85,10 @@ def tune_line(doc: dict) -> str:
     held = capacity["held_at_capacity"]
     measured = f"{'met' if first['slo_met'] else 'missed'} them at 1x" + (
         "" if held is None else f" and {'held' if held else 'missed'} them at the predicted capacity")
+    interval = capacity.get("interval")
+    placed = "; the measured capacity is " + interval_text(interval, "the pick's") if interval else ""
     return (f"on the simulator the pick {predicted}; on Triton it {measured}"
-            + ("" if capacity["agrees"] else " (the replays disagree with the prediction: see the report)"))
+            + ("" if capacity["agrees"] else " (the replays disagree with the prediction: see the report)") + placed)
 
 
 @dataclass

@@ -10,7 +10,8 @@ import pytest
 
 from serving_bench.tune.capacity import Interpolated, Ladder, Probe, Repeats, bisect_capacity, interpolate
 from serving_bench.tune.run import TuneOptions, run_tune
-from serving_bench.tune.verify import Replay, capacity_check, capacity_replays, measured_bracket
+from serving_bench.tune.verify import (Replay, capacity_check, capacity_replays, interval_holds, interval_replay,
+                                       measured_bracket)
 from tune_fixtures import write_load, write_profile
 
 
@@ -162,6 +163,36 @@ def test_a_verification_replays_1x_the_capacity_and_one_rung_above():
     assert capacity_check({"capacity_scale": 0.0, "capacity_capped": False}, [(Replay("load", 1.0), False)],
                           "superpose")["agrees"]
 
+
+
+def test_replays_that_disagree_check_the_capacity_interval_once_more():
+    """A missed capacity sends one replay to the interval's low end, a met rung above one to the rung above its high
+    end; the interval holds where the measured bracket lies inside it (at the ladder's resolution), is missed where
+    outside, and is not settled between."""
+    ladder = Ladder()
+    c, low, high = ladder.scale(12), ladder.scale(10), ladder.scale(15)
+    plan = capacity_replays({"capacity_scale": c, "capacity_capped": False}, ladder)
+    result = {"capacity_scale": c, "capacity_capped": False,
+              "capacity_interval": {"low_scale": low, "high_scale": high, "confidence": 0.9}}
+    missed = list(zip(plan, (True, False, False)))
+    at_low = interval_replay(result, missed, ladder)
+    assert at_low == Replay("interval-low", low) and at_low.folder == f"interval-low-{low:.2f}x"
+    met_above = list(zip(plan, (True, True, True)))
+    at_top = interval_replay(result, met_above, ladder)
+    assert at_top == Replay("interval-high", ladder.scale(16))
+    assert interval_replay(result, list(zip(plan, (True, True, False))), ladder) is None  # as predicted
+    assert interval_replay({"capacity_scale": c, "capacity_capped": False}, missed, ladder) is None  # no interval
+    assert interval_replay(result, list(zip(plan, (False, False, False))), ladder) is None  # 1x missed: below it
+    top_of_search = dict(result, capacity_interval=dict(result["capacity_interval"], high_scale=16.0))
+    assert interval_replay(top_of_search, met_above, ladder) is None
+    check = capacity_check(result, missed + [(at_low, True)], "superpose", ladder)
+    assert (check["measured_met_scale"], check["measured_failed_scale"]) == (low, c)
+    assert check["interval"] == {"low_scale": low, "high_scale": high, "confidence": 0.9, "holds": True}
+    assert capacity_check(result, missed + [(at_low, False)], "superpose", ladder)["interval"]["holds"] is False
+    assert capacity_check(result, met_above + [(at_top, False)], "superpose", ladder)["interval"]["holds"] is True
+    assert capacity_check(result, met_above + [(at_top, True)], "superpose", ladder)["interval"]["holds"] is False
+    assert "interval" not in capacity_check({"capacity_scale": c, "capacity_capped": False}, missed, "superpose")
+    assert interval_holds(low, high, None, c, ladder) is None and interval_holds(low, high, c, None, ladder) is None
 
 def md1_sojourn_cdf(x: float, lam: float, service_s: float) -> float:
     """P(sojourn <= x) in an M/D/1 FIFO queue: the wait's distribution (Erlang), ``(1 - rho) sum_{k <= t/D}

@@ -294,6 +294,34 @@ def test_tune_says_where_the_picks_capacity_interval_is_an_extrapolation(tmp_pat
     assert any("above the busiest load the profile measured" in line for line in found["recommendation"])
 
 
+
+@pytest.mark.parametrize("claimed, extra", [((2.0, 0.5), "interval-low"), ((14.0, 3.0), "interval-high")])
+def test_a_verification_that_disagrees_replays_the_interval_end_on_triton(sleep_repo, tmp_path, claimed, extra):
+    """The real sleep model takes 5 ms + 1 ms an item; a profile claiming 2 + 0.5 predicts a capacity about twice
+    too high, one claiming 14 + 3 about twice too low. The replays at the capacity and one rung above disagree, so
+    the pick is replayed once more at its interval's low end (one rung above its high end), on real Triton; the
+    measured capacity lies outside the interval, and tune.json, the recommendation and the report say so."""
+    from serving_bench.report.render import render
+
+    profile = write_profile(tmp_path / "p.json", {"sleep_python": (*claimed, 8)})
+    load = write_load(tmp_path / "load.yaml", {"sleep_python": 30}, {"sleep_python": 60}, duration_s=2.0)
+    doc = run_tune(TuneOptions(load=str(load), profile=str(profile), out=str(tmp_path / "out"), repo=str(sleep_repo),
+                               instances=(1,), max_batch_sizes=(1,), queue_delays_us=(0,), verify_top=1,
+                               growth="scale", quiet=True, report=False, replications=8, host_spread=0.25))
+    (row,) = doc["verification"]
+    interval = doc["best"]["result"]["capacity_interval"]
+    labels = [r["label"] for r in row["replays"]]
+    assert labels[:-1] in (["load", "capacity", "above"], ["capacity", "above"]) and labels[-1] == extra
+    end = interval["low_scale"] if extra == "interval-low" else Ladder().above(interval["high_scale"])
+    last = row["replays"][-1]
+    assert last["scale"] == pytest.approx(end) and last["slo_met"] is (extra == "interval-high")
+    assert (tmp_path / "out" / "verify" / "rank1" / f"{extra}-{end:.2f}x" / "summary.json").is_file()
+    check = row["capacity"]
+    assert not check["agrees"] and check["interval"]["holds"] is False
+    assert check["interval"]["low_scale"] == interval["low_scale"]
+    assert "that is outside its 90% interval" in doc["recommendation"][-1]
+    assert ": missed</td>" in render({"tune": doc})
+
 def test_the_report_shows_the_intervals_and_the_coverage():
     from serving_bench.report.render import render
 

@@ -139,7 +139,8 @@ def test_verify_on_an_external_server_reloads_the_candidate(sleep_repo, tmp_path
     assert int(served["max_batch_size"]) == 8 and sum(int(g["count"]) for g in served["instance_group"]) == 2
     (row,) = doc["verification"]
     assert row["server"] == url and row["slo_met"] and row["measured"]["sleep_python"]["throughput_rps"] > 50
-    assert [r["label"] for r in row["replays"]] == ["load", "capacity", "above"]
+    labels = [r["label"] for r in row["replays"]]  # the interval's end once more where the replays disagree
+    assert labels[:3] == ["load", "capacity", "above"] and labels[3:] in ([], ["interval-low"], ["interval-high"])
     assert all(r["measured"]["sleep_python"]["throughput_rps"] > 50 for r in row["replays"])
 
 

@@ -255,9 +255,10 @@ def capacity_section(data: dict) -> str:
         held = check.get("held_at_capacity")
         rows.append([v["rank"], (_scale(check["predicted_scale"]) + (" (top)" if check.get("capped") else ""),
                                  check["predicted_scale"]),
-                     ", ".join(f'{_scale(r["scale"])} {"met" if r["slo_met"] else "missed"}' for r in replays),
+                     ", ".join(f'{_scale(r["scale"])} {"met" if r["slo_met"] else "missed"}'
+                               for r in sorted(replays, key=lambda r: r["scale"])),
                      bracket, "–" if held is None else "yes" if held else "no",
-                     "yes" if check.get("agrees") else "no"])
+                     "yes" if check.get("agrees") else "no", _interval_verdict(check.get("interval"))])
     if not rows:
         return ""
     seconds = ", ".join(sorted({f'{r["duration_s"]:.1f} s' for v in tune["verification"]
@@ -265,14 +266,25 @@ def capacity_section(data: dict) -> str:
     note = (f'<p class="note">Each verified candidate replayed on real Triton at 1×, at its predicted capacity and '
             f'one ladder rung above ({seconds} a replay); a capacity at the top of the search (top) only there. The '
             f'load is grown by {escape(growth)} ({escape(tune.get("growth_meaning", ""))}). Measured capacity: '
-            'between the highest replay that met every SLO and the lowest that missed one.</p>')
+            'between the highest replay that met every SLO and the lowest that missed one. Where the replays disagree '
+            'with the prediction and the pick has a capacity interval, it is replayed once more at the interval\'s end '
+            'they point to; the last column says whether the measured capacity lies inside the interval.</p>')
     table = _table(["rank", "predicted capacity (× load)", "replays", "measured capacity (× load)",
-                    "SLOs held at the predicted capacity", "as predicted"], rows, "capacity-table")
+                    "SLOs held at the predicted capacity", "as predicted", "capacity interval"], rows,
+                   "capacity-table")
     return f'<section id="capacity-verification"><h2>Capacity verified on Triton</h2>{note}{table}</section>'
 
 
 def _scale(value: float) -> str:
     return f"{value:.2f}×"
+
+
+def _interval_verdict(interval: dict | None) -> str:
+    """A verified candidate's capacity interval and whether the measured capacity lies inside it."""
+    if not interval:
+        return "–"
+    verdict = {True: "holds", False: "missed", None: "not settled"}[interval["holds"]]
+    return f'{_scale(interval["low_scale"])} – {_scale(interval["high_scale"])}: {verdict}'
 
 
 def top_section(data: dict) -> str:

@@ -83,7 +83,17 @@ def capacity_check_text(check: dict) -> str:
     held = "held at" if check["held_at_capacity"] else "were missed at"
     how = "as predicted" if check["agrees"] else ("below the prediction" if not check["held_at_capacity"] else
                                                    "above the prediction")
-    return f"the SLOs {held} {at}; measured capacity {bracket}, {how}"
+    interval = check.get("interval")
+    return (f"the SLOs {held} {at}; measured capacity {bracket}, {how}"
+            + (f"; that is {interval_text(interval)}" if interval else ""))
+
+
+def interval_text(interval: dict, whose: str = "its") -> str:
+    """Where the measured capacity lies against a candidate's capacity interval (``verify.capacity_check``'s
+    ``interval``), in words: inside, outside, or not placed by the replays."""
+    span = f"{whose} {interval['confidence']:.0%} interval" if interval.get("confidence") else f"{whose} interval"
+    span += f" ({interval['low_scale']:.2f}× to {interval['high_scale']:.2f}×)"
+    return {True: "inside ", False: "outside ", None: "not placed by the replays against "}[interval["holds"]] + span
 
 
 def _memory_energy(result: dict) -> list[str]:

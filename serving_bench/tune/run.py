@@ -120,9 +120,10 @@ def run_tune(opts: TuneOptions) -> dict:
     if not opts.max_scale >= 1:
         raise InputError("--max-scale", f"{opts.max_scale:g}", "expected a load multiple >= 1")
     requests, duration_s = load_size(opts.load, opts.duration_s, opts.max_requests)
-    # each verified candidate is replayed at 1x, at its capacity and one rung above (at most max_scale's requests)
+    # each verified candidate is replayed at 1x, at its capacity and one rung above (at most max_scale's requests),
+    # the pick perhaps once more at its interval's end
     replayed = int(requests * (1 + 2 * opts.max_scale))
-    with hold_results(opts.out, replayed, duration_s, folders=3 * max(opts.verify_top, 0) + 1):
+    with hold_results(opts.out, replayed, duration_s, folders=3 * max(opts.verify_top, 0) + 2):
         try:
             return _tune(opts)
         except OSError as err:
@@ -375,13 +376,14 @@ def _progress(opts: TuneOptions, desc: str, planned: int | None, first=None):
 
 def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, out: Path) -> list[dict]:
     """Replay each of the best ``verify_top`` feasible (else the best) candidates on Triton at 1x, at its predicted
-    capacity and one ladder rung above (``verify.capacity_replays``), the load grown by its rule."""
+    capacity and one ladder rung above (``verify.capacity_replays``), the load grown by its rule; where they disagree
+    with a capacity interval's prediction, once more at the interval's end (``verify.interval_replay``)."""
     rows = []
     candidates = [o for o in result.ranked if o["result"]["feasible"]][:opts.verify_top] or result.ranked[:1]
     for rank, obs in enumerate(candidates, 1):
         chosen = ctx.space.entries(obs["params"])
         config = renamed_config(ctx.space.config(obs["params"]), chosen)
-        replays = verify.capacity_replays(obs["result"], ctx.objective.ladder)
+        replays = list(verify.capacity_replays(obs["result"], ctx.objective.ladder))
         schedules = [load.at(r.scale) for r in replays]
         _log(opts, f"verify #{rank} on {'Triton at ' + opts.url if opts.url else 'embedded Triton'}: "
                    f"{len(replays)} replay{'s' if len(replays) != 1 else ''} of {load.duration_s:.1f} s, the load "
@@ -393,9 +395,22 @@ def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, ou
                        + (f", p99 {p.p99_s * 1e3:.1f} ms" if p.p99_s is not None else ""))
 
         folder = out / "verify" / f"rank{rank}"
+
+        def check_interval(summaries: list[dict]) -> list:
+            outcomes = [(r, check_slos(s, slos, ctx.objective.max_failed_fraction)[0])
+                        for r, s in zip(replays, summaries)]
+            extra = verify.interval_replay(obs["result"], outcomes, ctx.objective.ladder)
+            if extra is None:
+                return []
+            replays.append(extra)
+            schedules.append(load.at(extra.scale))
+            _log(opts, f"  the replays disagree with the prediction: once more at the capacity interval's "
+                       f"{extra.label.split('-')[1]} end, {extra.scale:.2f}× ({len(schedules[-1]):,} requests)")
+            return [(schedules[-1], folder / extra.folder)]
+
         where = verify.Where(opts.repo, opts.url, progress, lambda line: _log(opts, line))
         measured = verify.verify_on_entries(config, chosen, [(s, folder / r.folder) for r, s in zip(replays, schedules)],
-                                            slos, where)
+                                            slos, where, more=check_interval)
         runs = []
         for replay, schedule, summary in zip(replays, schedules, measured):
             met, violation = check_slos(summary, slos, ctx.objective.max_failed_fraction)
@@ -404,8 +419,8 @@ def verify_top(opts: TuneOptions, ctx: EvalContext, result, load: Load, slos, ou
                          "slo_met": met, "violation": violation, "folder": str(folder / replay.folder),
                          **verify.compare(ctx.summary(obs["params"], replay.scale), summary)})
         at_one = next(run for run in runs if abs(run["scale"] - 1.0) < 1e-9)
+        outcomes = [(r, run["slo_met"]) for r, run in zip(replays, runs)]
         rows.append({"rank": rank, "key": obs["key"], "server": opts.url or "embedded", "slo_met": at_one["slo_met"],
                      "simulated": at_one["simulated"], "measured": at_one["measured"], "replays": runs,
-                     "capacity": verify.capacity_check(obs["result"], [(r, run["slo_met"]) for r, run in
-                                                                       zip(replays, runs)], load.growth)})
+                     "capacity": verify.capacity_check(obs["result"], outcomes, load.growth, ctx.objective.ladder)})
     return rows

@@ -9,8 +9,10 @@ the copy on loopback. External (``--url``): each model is reloaded on that serve
 What is replayed (:func:`capacity_replays`): the load as given (1x), the candidate's predicted capacity and one ladder
 rung above it, each the load grown by its growth rule (``Load.at``), so the replays bracket the capacity on Triton as
 the bisection did on the simulator (:func:`measured_bracket`). A capacity capped at the top of the search is replayed
-there only (nothing above was searched); a candidate that misses the SLOs at 1x, at 1x only. The replays of a
-candidate run on one server, one after the other, each as long as the load.
+there only (nothing above was searched); a candidate that misses the SLOs at 1x, at 1x only. Where the candidate
+has a capacity interval and the replays disagree with the prediction, one more replay checks the interval
+(:func:`interval_replay`): at its low end when the SLOs were missed at the predicted capacity, at its high end when
+they held one rung above. The replays of a candidate run on one server, one after the other, each as long as the load.
 """
 
 from __future__ import annotations
@@ -124,10 +126,43 @@ def measured_bracket(outcomes: Sequence[tuple[float, bool]]) -> tuple[float | No
     return met, failed
 
 
+def interval_replay(result: dict, outcomes: Sequence[tuple[Replay, bool]], ladder: Ladder) -> Replay | None:
+    """The replay that checks a candidate's capacity interval (``result["capacity_interval"]``, its ends rungs of
+    ``ladder``) after the replays ``(replay, SLOs met)`` disagreed with its prediction: at the interval's low end where
+    the SLOs were missed at the predicted capacity, one rung above its high end where they held one rung above the
+    capacity (not above the top of the search); None where the interval is missing, the replays agree, or they
+    already place the measured capacity against the interval."""
+    interval = result.get("capacity_interval") or {}
+    low, high = interval.get("low_scale"), interval.get("high_scale")
+    if low is None or high is None:
+        return None
+    verdict = {r.label: ok for r, ok in outcomes}
+    met, failed = measured_bracket([(r.scale, ok) for r, ok in outcomes])
+    if verdict.get("capacity") is False and (met is None or met < low) and low < failed:
+        return Replay("interval-low", low)
+    top = ladder.above(high)
+    if verdict.get("above") and top <= ladder.scale(ladder.i_max) and met < top and (failed is None or top < failed):
+        return Replay("interval-high", top)
+    return None
+
+
+def interval_holds(low: float, high: float, met: float | None, failed: float | None, ladder: Ladder) -> bool | None:
+    """Whether the measured capacity, the highest scale in ``[met, failed)`` at which the SLOs hold (None: unbounded),
+    lies inside the interval ``[low, high]`` at ``ladder``'s resolution (missed one rung above ``high``: at most
+    ``high``): True where the bracket is inside it, False where it is outside, None where the replays do not say."""
+    if (failed is not None and failed <= low) or (met is not None and met > high):
+        return False
+    if met is not None and failed is not None and low <= met and failed <= ladder.above(high):
+        return True
+    return None
+
+
 def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Path]], slos: Mapping, *,
-                     repo: str | Path | None, url: str | None, progress=None, log=None) -> list[dict]:
+                     repo: str | Path | None, url: str | None, progress=None, log=None,
+                     more: Callable[[list[dict]], Sequence[tuple[Schedule, Path]]] | None = None) -> list[dict]:
     """Replay each ``(schedule, out_dir)`` in turn on Triton configured with ``config``; writes each results folder
-    (with its schedule) and returns their summaries. On the embedded server a replay cut short by the server or a
+    (with its schedule) and returns their summaries. When they are done, ``more`` (once, given the summaries so far)
+    may add replays, run on the same server. On the embedded server a replay cut short by the server or a
     model instance dying is run again on a new server (at most ``MAX_RESTARTS`` times a replay, each noted through
     ``log`` and in its records' ``restarts``); an external server (``url``) is not ours to restart. On the embedded
     server no request is cancelled: a replay still answered :func:`cut_after_s` after its last arrival (far above
@@ -136,19 +171,28 @@ def verify_candidate(config: ServingConfig, replays: Sequence[tuple[Schedule, Pa
     served = list(replays[0][0].models) if replays else []
     cut_s = cut_after_s(slos)
     summaries: list[dict] = []
+    pending, asked = list(replays), more is None
+
+    def next_replay() -> tuple[Schedule, Path] | None:
+        nonlocal asked
+        if len(summaries) == len(pending) and not asked:
+            asked = True
+            pending.extend(more(list(summaries)))
+        return pending[len(summaries)] if len(summaries) < len(pending) else None
+
     with tempfile.TemporaryDirectory(prefix="serving-bench-verify-") as tmp:
         copy = None
         if not url:
             copy = copy_repo(repo, Path(tmp) / "repo")
             config.apply_to_repo(copy)
         restarts: list[str] = []
-        while len(summaries) < len(replays):
+        while next_replay() is not None:
             with connect(copy, url=url, models=served,
                          threads_per_instance=config.threads_per_instance or None) as server:
                 if url:
                     apply_to_server(url, config)
-                while len(summaries) < len(replays):
-                    schedule, out_dir = replays[len(summaries)]
+                while (replay := next_replay()) is not None:
+                    schedule, out_dir = replay
                     records, cut = _replay(server, schedule, cut_s, url, progress)
                     reason = records.info.stop_reason or ""
                     if not (cut or url or not records.info.partial or reason.startswith("interrupted")
@@ -191,12 +235,20 @@ class Where:
 
 
 def verify_on_entries(config: ServingConfig, chosen: Mapping[str, str], replays: Sequence[tuple[Schedule, Path]],
-                      slos: Mapping, where: Where) -> list[dict]:
+                      slos: Mapping, where: Where,
+                      more: Callable[[list[dict]], Sequence[tuple[Schedule, Path]]] | None = None) -> list[dict]:
     """:func:`verify_candidate` of a candidate whose models are served by the ``chosen`` entries (``config`` named
-    by them): each slot's requests sent to its entry, the summaries given back under the slots' names."""
-    renamed = [(renamed_schedule(schedule, chosen), out) for schedule, out in replays]
-    summaries = verify_candidate(config, renamed, {chosen.get(m, m): s for m, s in slos.items()}, repo=where.repo,
-                                 url=where.url, progress=where.progress, log=where.log)
+    by them): each slot's requests sent to its entry, the summaries given back (and given to ``more``) under the
+    slots' names."""
+    def renamed(pairs):
+        return [(renamed_schedule(schedule, chosen), out) for schedule, out in pairs]
+
+    def more_renamed(summaries):
+        return renamed(more([summary_for_slots(s, chosen) for s in summaries]))
+
+    summaries = verify_candidate(config, renamed(replays), {chosen.get(m, m): s for m, s in slos.items()},
+                                 repo=where.repo, url=where.url, progress=where.progress, log=where.log,
+                                 more=more_renamed if more else None)
     return [summary_for_slots(s, chosen) for s in summaries]
 
 
@@ -207,11 +259,13 @@ def compare(simulated: dict, measured: dict) -> dict:
             for side, summ in (("simulated", simulated), ("measured", measured))}
 
 
-def capacity_check(result: dict, outcomes: Sequence[tuple[Replay, bool]], growth: str) -> dict:
+def capacity_check(result: dict, outcomes: Sequence[tuple[Replay, bool]], growth: str,
+                   ladder: Ladder = Ladder()) -> dict:
     """What the replays ``(replay, SLOs met)`` say of a candidate's predicted capacity (``result``): the measured
     bracket, whether the SLOs held at the predicted capacity (None when it is 0: the candidate misses them at 1x),
-    and whether the replays agree with the prediction (met at the capacity, missed one rung above; a capped
-    capacity met at the top; a candidate predicted to miss at 1x missed there)."""
+    whether the replays agree with the prediction (met at the capacity, missed one rung above; a capped capacity met
+    at the top; a candidate predicted to miss at 1x missed there) and, where it has a capacity interval, whether the
+    measured capacity lies inside it (``interval``: its ends and ``holds``, :func:`interval_holds`)."""
     met, failed = measured_bracket([(r.scale, ok) for r, ok in outcomes])
     verdict = {r.label: ok for r, ok in outcomes}
     if result["capacity_scale"] <= 0:
@@ -220,6 +274,12 @@ def capacity_check(result: dict, outcomes: Sequence[tuple[Replay, bool]], growth
         agrees = verdict["capacity"]
     else:
         agrees = verdict["capacity"] and not verdict["above"]
-    return {"growth": growth, "predicted_scale": result["capacity_scale"], "capped": result["capacity_capped"],
-            "held_at_capacity": verdict.get("capacity"), "measured_met_scale": met, "measured_failed_scale": failed,
-            "agrees": bool(agrees)}
+    check = {"growth": growth, "predicted_scale": result["capacity_scale"], "capped": result["capacity_capped"],
+             "held_at_capacity": verdict.get("capacity"), "measured_met_scale": met, "measured_failed_scale": failed,
+             "agrees": bool(agrees)}
+    interval = result.get("capacity_interval") or {}
+    if interval.get("low_scale") is not None and interval.get("high_scale") is not None:
+        low, high = interval["low_scale"], interval["high_scale"]
+        check["interval"] = {"low_scale": low, "high_scale": high, "confidence": interval.get("confidence"),
+                             "holds": interval_holds(low, high, met, failed, ladder)}
+    return check
