@@ -193,6 +193,10 @@ def test_replays_that_disagree_check_the_capacity_interval_once_more():
     assert capacity_check(result, met_above + [(at_top, True)], "superpose", ladder)["interval"]["holds"] is False
     assert "interval" not in capacity_check({"capacity_scale": c, "capacity_capped": False}, missed, "superpose")
     assert interval_holds(low, high, None, c, ladder) is None and interval_holds(low, high, c, None, ladder) is None
+    # a low end of 0 (some replications missed at 1x) is never replayed, and holds a miss at 1x
+    from_zero = dict(result, capacity_interval=dict(result["capacity_interval"], low_scale=0.0))
+    assert interval_replay(from_zero, list(zip(plan, (False, False, False))), ladder) is None
+    assert capacity_check(from_zero, list(zip(plan, (False, False, False))), "scale", ladder)["interval"]["holds"]
 
 def md1_sojourn_cdf(x: float, lam: float, service_s: float) -> float:
     """P(sojourn <= x) in an M/D/1 FIFO queue: the wait's distribution (Erlang), ``(1 - rho) sum_{k <= t/D}

@@ -11,8 +11,9 @@ rung above it, each the load grown by its growth rule (``Load.at``), so the repl
 the bisection did on the simulator (:func:`measured_bracket`). A capacity capped at the top of the search is replayed
 there only (nothing above was searched); a candidate that misses the SLOs at 1x, at 1x only. Where the candidate
 has a capacity interval and the replays disagree with the prediction, one more replay checks the interval
-(:func:`interval_replay`): at its low end when the SLOs were missed at the predicted capacity, at its high end when
-they held one rung above. The replays of a candidate run on one server, one after the other, each as long as the load.
+(:func:`interval_replay`): at its low end when the SLOs were missed at the predicted capacity, one rung above its high
+end when they held one rung above the capacity. The replays of a candidate run on one server, one after the other,
+each as long as the load.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def interval_replay(result: dict, outcomes: Sequence[tuple[Replay, bool]], ladde
         return None
     verdict = {r.label: ok for r, ok in outcomes}
     met, failed = measured_bracket([(r.scale, ok) for r, ok in outcomes])
-    if verdict.get("capacity") is False and (met is None or met < low) and low < failed:
+    if verdict.get("capacity") is False and 0 < low < failed and (met is None or met < low):
         return Replay("interval-low", low)
     top = ladder.above(high)
     if verdict.get("above") and top <= ladder.scale(ladder.i_max) and met < top and (failed is None or top < failed):
@@ -147,12 +148,14 @@ def interval_replay(result: dict, outcomes: Sequence[tuple[Replay, bool]], ladde
 
 
 def interval_holds(low: float, high: float, met: float | None, failed: float | None, ladder: Ladder) -> bool | None:
-    """Whether the measured capacity, the highest scale in ``[met, failed)`` at which the SLOs hold (None: unbounded),
-    lies inside the interval ``[low, high]`` at ``ladder``'s resolution (missed one rung above ``high``: at most
+    """Whether the measured capacity, the highest scale in ``[met, failed)`` at which the SLOs hold (``met`` None: 0,
+    the SLOs missed at every scale replayed; ``failed`` None: unbounded), lies inside the interval ``[low, high]`` (a
+    low end of 0: some replications missed at 1x) at ``ladder``'s resolution (missed one rung above ``high``: at most
     ``high``): True where the bracket is inside it, False where it is outside, None where the replays do not say."""
-    if (failed is not None and failed <= low) or (met is not None and met > high):
+    floor = 0.0 if met is None else met
+    if (failed is not None and failed <= low) or floor > high:
         return False
-    if met is not None and failed is not None and low <= met and failed <= ladder.above(high):
+    if failed is not None and low <= floor and failed <= ladder.above(high):
         return True
     return None
 
