@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu_campaign_steps as steps  # noqa: E402
-from gpu_check import machine_facts  # noqa: E402
+from gpu_check import machine_facts, server_log_tail  # noqa: E402
 
 FORMAT = "serving-bench gpu campaign 1"
 
@@ -153,7 +153,7 @@ class Campaign:
         try:
             body()
         except Exception as err:  # noqa: BLE001 - recorded, and the campaign goes on with the next step
-            entry.update(status="failed", error=f"{type(err).__name__}: {err}", server_log_tail=log_tail(err))
+            entry.update(status="failed", error=f"{type(err).__name__}: {err}", server_log_tail=server_log_tail(err))
             self.say(f"  FAILED {name}: {type(err).__name__}: {err}")
         entry["seconds"] = round(time.perf_counter() - began, 1)
         self.steps.append(entry)
@@ -179,14 +179,6 @@ def _replace(path: Path, write: Callable[[Path], None]) -> None:
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     write(tmp)
     os.replace(tmp, path)
-
-
-def log_tail(err: BaseException, lines: int = 30) -> list[str]:
-    """The last lines of the server log a :class:`ServerError` names (kept after a failure), else []."""
-    log = getattr(err, "log_path", None)
-    if log is None or not Path(log).is_file():
-        return []
-    return Path(log).read_text(errors="replace").splitlines()[-lines:]
 
 
 def main(argv: list[str] | None = None) -> int:
