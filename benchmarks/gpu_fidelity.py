@@ -51,9 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_datasets  # noqa: E402
 from serving_bench.peers.report import write_result  # noqa: E402
 from serving_bench.profiles.law import Law  # noqa: E402
-from serving_bench.run.metrics import summarize  # noqa: E402
 from serving_bench.sim import interference  # noqa: E402
-from serving_bench.sim.interference import percentiles, sim_seconds, simulate, throughput, with_law  # noqa: E402
+from serving_bench.sim.interference import simulated_figures, with_law  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SOLO_LAWS = {"gpu": ("serial", "pool", "none"), "cpu": ("pool", "none")}
@@ -76,20 +75,7 @@ def datasets(paths: list[str] | None) -> list[Path]:
 def simulate_case(profile, device: str, law: Law, case, quick: bool) -> dict:
     """Per entry the simulated throughput (req/s), p50 and p99 (ms) of ``case`` with ``device`` shared by ``law``:
     an open loop from the intended time, a closed loop from the send (as measured)."""
-    shared, obs = with_law(profile, device, law), case.obs
-    if obs.rates:
-        models = summarize(simulate(shared, obs))["models"]
-        return {m: {"throughput_rps": v["throughput_rps"], "p50_ms": _ms(v["p50_s"]), "p99_ms": _ms(v["p99_s"])}
-                for m, v in models.items() if m in obs.rates}
-    seconds = sim_seconds(obs, tail=not quick)
-    records = simulate(shared, obs, seconds)
-    rps, latency = throughput(records, seconds), percentiles(records, seconds, (50, 99))
-    return {m: {"throughput_rps": rps.get(m, 0.0), "p50_ms": _ms(latency.get(m, {}).get(50)),
-                "p99_ms": _ms(latency.get(m, {}).get(99))} for m in obs.clients}
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
+    return simulated_figures(with_law(profile, device, law), case.obs, tail=not quick)
 
 
 def relative(simulated: float | None, measured: float | None) -> float | None:

@@ -443,9 +443,7 @@ def predict(result: dict) -> dict:
     (in that order, each its name and parameters) and ``left_out`` (runs not simulated, with the reason)."""
     from serving_bench.profiles.law import Law
     from serving_bench.profiles.schema import Profile
-    from serving_bench.run.metrics import summarize
-    from serving_bench.sim.interference import (Observation, fit, percentiles, serving_from_json, sim_seconds,
-                                                 simulate, throughput, with_law)
+    from serving_bench.sim.interference import Observation, fit, serving_from_json, simulated_figures, with_law
 
     serving = {m: serving_from_json(s) for m, s in result["serving"].items()}
     device = next(iter(serving.values())).instances[0][0]
@@ -469,16 +467,7 @@ def predict(result: dict) -> dict:
         return Observation(device, served, run["concurrency"], rates)
 
     def figures(law: Law, run: dict, obs: Observation) -> dict[str, dict]:
-        shared = with_law(profile_of(run), device, law)
-        if obs.rates:
-            models = summarize(simulate(shared, obs))["models"]
-            return {m: {"throughput_rps": v["throughput_rps"], "p50_ms": _ms(v["p50_s"]), "p99_ms": _ms(v["p99_s"])}
-                    for m, v in models.items() if m in obs.rates}
-        seconds = sim_seconds(obs, tail=True)
-        records = simulate(shared, obs, seconds)
-        rps, latency = throughput(records, seconds), percentiles(records, seconds, (50, 99))
-        return {m: {"throughput_rps": rps[m], **{f"p{q}_ms": _ms(latency.get(m, {}).get(q)) for q in (50, 99)}}
-                for m in obs.clients}
+        return simulated_figures(with_law(profile_of(run), device, law), obs)
 
     usable, left_out = [], []
     for run in result["runs"]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from serving_bench.profiles.law import Law
 from serving_bench.profiles.schema import Profile
+from serving_bench.run.metrics import summarize
 from serving_bench.run.records import Records
 from serving_bench.run.schedule import Schedule
 from serving_bench.run.target import ClosedLoop
@@ -236,6 +237,24 @@ def simulated_p99(profile: Profile, obs: Observation) -> dict[str, float]:
     open-loop run: every answer)."""
     seconds = sim_seconds(obs, tail=True)
     return p99(simulate(profile, obs, seconds), math.inf if obs.rates else seconds)
+
+
+def simulated_figures(profile: Profile, obs: Observation, tail: bool = True) -> dict[str, dict[str, float | None]]:
+    """Per entry the simulated ``throughput_rps`` (req/s), ``p50_ms`` and ``p99_ms`` (ms) of the observation's
+    configuration, as it was measured: an open loop (``obs.rates``) from the intended time over its schedule, a
+    closed loop from the send over :func:`sim_seconds` (``tail``: long enough for a p99)."""
+    def ms(seconds: float | None) -> float | None:
+        return None if seconds is None else seconds * 1e3
+
+    if obs.rates:
+        models = summarize(simulate(profile, obs))["models"]
+        return {m: {"throughput_rps": v["throughput_rps"], "p50_ms": ms(v["p50_s"]), "p99_ms": ms(v["p99_s"])}
+                for m, v in models.items() if m in obs.rates}
+    seconds = sim_seconds(obs, tail=tail)
+    records = simulate(profile, obs, seconds)
+    rps, latency = throughput(records, seconds), percentiles(records, seconds, (50, 99))
+    return {m: {"throughput_rps": rps.get(m, 0.0), "p50_ms": ms(latency.get(m, {}).get(50)),
+                "p99_ms": ms(latency.get(m, {}).get(99))} for m in obs.clients}
 
 
 def tail_error(profile: Profile, observations: Sequence[Observation]) -> float:
