@@ -51,6 +51,11 @@ def test_the_tune_line_says_what_triton_measured_not_only_what_the_simulator_pre
         "predicted_scale": 0.0, "held_at_capacity": None, "agrees": True}}]}
     assert tune_line(missed) == "on the simulator the pick misses its SLOs; on Triton it missed them at 1x"
     assert tune_line({"satisfiable": True, "verification": []}).endswith("not verified on Triton")
+    interval = {"low_scale": 2.0, "high_scale": 3.0, "confidence": 0.9}
+    for holds, where in ((True, "inside"), (False, "outside"), (None, "not placed by the replays against")):
+        verified["verification"][0]["capacity"]["interval"] = dict(interval, holds=holds)
+        assert tune_line(verified).endswith(f"(the replays disagree with the prediction: see the report); the "
+                                            f"measured capacity is {where} the pick's 90% interval (2.00× to 3.00×)")
 
 
 @pytest.mark.slow
