@@ -294,7 +294,7 @@ def test_tune_says_where_the_picks_capacity_interval_is_an_extrapolation(tmp_pat
     assert any("above the busiest load the profile measured" in line for line in found["recommendation"])
 
 
-
+@pytest.mark.server
 @pytest.mark.parametrize("claimed, extra", [((2.0, 0.5), "interval-low"), ((14.0, 3.0), "interval-high")])
 def test_a_verification_that_disagrees_replays_the_interval_end_on_triton(sleep_repo, tmp_path, claimed, extra):
     """The real sleep model takes 5 ms + 1 ms an item; a profile claiming 2 + 0.5 predicts a capacity about twice
@@ -321,6 +321,7 @@ def test_a_verification_that_disagrees_replays_the_interval_end_on_triton(sleep_
     assert check["interval"]["low_scale"] == interval["low_scale"]
     assert "that is outside its 90% interval" in doc["recommendation"][-1]
     assert ": missed</td>" in render({"tune": doc})
+
 
 def test_the_report_shows_the_intervals_and_the_coverage():
     from serving_bench.report.render import render
