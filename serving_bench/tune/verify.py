@@ -128,8 +128,8 @@ def measured_bracket(outcomes: Sequence[tuple[float, bool]]) -> tuple[float | No
 
 
 def interval_replay(result: dict, outcomes: Sequence[tuple[Replay, bool]], ladder: Ladder) -> Replay | None:
-    """The replay that checks a candidate's capacity interval (``result["capacity_interval"]``, its ends rungs of
-    ``ladder``) after the replays ``(replay, SLOs met)`` disagreed with its prediction: at the interval's low end where
+    """The replay that checks a candidate's capacity interval (``result["capacity_interval"]``, load scales of
+    ``ladder``'s search) after the replays ``(replay, SLOs met)`` disagreed with its prediction: at the interval's low end where
     the SLOs were missed at the predicted capacity, one rung above its high end where they held one rung above the
     capacity (not above the top of the search); None where the interval is missing, the replays agree, or they
     already place the measured capacity against the interval."""
